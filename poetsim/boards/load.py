@@ -1,0 +1,169 @@
+"""Reading board files (TOML) into :class:`~poetsim.boards.spec.Board`.
+
+The file format is documented in ``device_models/README.md``. Every numeric key is an
+inline table ``{ value = ..., source = "datasheet|paper|measured|estimate|what-if",
+ref = "..." }``. Any problem raises :class:`~poetsim.errors.BoardError` with one line
+that names the file, the dotted key, the value and the rule.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from poetsim.boards.spec import (
+    Board,
+    BoardFieldError,
+    Bus,
+    Cpu,
+    Dma,
+    Ram,
+    Source,
+    SourceKind,
+    Storage,
+    numeric_fields,
+)
+from poetsim.errors import BoardError
+
+__all__ = ["SCHEMA_VERSION", "SECTIONS", "board_from_dict", "board_to_dict", "load_board"]
+
+SCHEMA_VERSION = 1
+
+#: Section name -> spec class, in file order.
+SECTIONS: dict[str, type] = {"cpu": Cpu, "ram": Ram, "dma": Dma, "storage": Storage, "bus": Bus}
+
+_TOP_KEYS = ("schema_version", "name", "title", "profile", "notes", *SECTIONS)
+_REQUIRED_TOP = ("schema_version", "name", "title", "profile", *SECTIONS)
+_SOURCE_KEYS = ("value", "source", "ref")
+
+
+def load_board(path: str | Path) -> Board:
+    """Read and validate one board file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise BoardError(f"{path}: cannot read board file: {err.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise BoardError(f"{path}: not valid TOML: {err}") from None
+    return board_from_dict(data, origin=str(path))
+
+
+def _unknown(origin: str, key: str, allowed: list[str]) -> BoardError:
+    leaf = key.rsplit(".", 1)[-1]
+    close = difflib.get_close_matches(leaf, allowed, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return BoardError(f"{origin}: unknown key {key!r}{hint}; allowed: {', '.join(allowed)}")
+
+
+def _missing(origin: str, key: str, what: str) -> BoardError:
+    return BoardError(f"{origin}: missing key {key!r}: {what}")
+
+
+def _sourced(origin: str, key: str, raw: Any, sources: dict[str, Source]) -> Any:
+    if not isinstance(raw, dict):
+        raise BoardError(
+            f"{origin}: {key} = {raw!r}: must be a table {{ value = ..., source = ..., ref = ... }}"
+            " so that the number carries its source"
+        )
+    for sub in raw:
+        if sub not in _SOURCE_KEYS:
+            raise _unknown(origin, f"{key}.{sub}", list(_SOURCE_KEYS))
+    for sub in _SOURCE_KEYS:
+        if sub not in raw:
+            raise _missing(origin, f"{key}.{sub}", "every number needs value, source and ref")
+    kinds = [k.value for k in SourceKind]
+    if raw["source"] not in kinds:
+        raise BoardError(f"{origin}: {key}.source = {raw['source']!r}: must be one of {kinds}")
+    if not isinstance(raw["ref"], str) or not raw["ref"].strip():
+        raise BoardError(f"{origin}: {key}.ref = {raw['ref']!r}: must be a non-empty reference")
+    sources[key] = Source(SourceKind(raw["source"]), raw["ref"].strip())
+    return raw["value"]
+
+
+def _section(origin: str, name: str, cls: type, raw: Any, sources: dict[str, Source]) -> Any:
+    if not isinstance(raw, dict):
+        raise BoardError(f"{origin}: {name} = {raw!r}: must be a table [{name}]")
+    fields = {f.name: f for f in attrs.fields(cls)}
+    numeric = {f.name for f in numeric_fields(cls)}
+    for key in raw:
+        if key not in fields:
+            raise _unknown(origin, f"{name}.{key}", list(fields))
+    kwargs: dict[str, Any] = {}
+    for fname, field in fields.items():
+        key = f"{name}.{fname}"
+        if fname not in raw:
+            if field.default is attrs.NOTHING:
+                unit = field.metadata.get("unit")
+                what = f"a number in {unit}" if unit else "required"
+                raise _missing(origin, key, what)
+            continue
+        value = raw[fname]
+        kwargs[fname] = _sourced(origin, key, value, sources) if fname in numeric else value
+    try:
+        return cls(**kwargs)
+    except BoardFieldError as err:
+        raise BoardError(f"{origin}: {err.within(name)}") from None
+    except TypeError as err:  # attrs type validators (e.g. a string field given a number)
+        raise BoardError(f"{origin}: [{name}]: {err.args[0]}") from None
+
+
+def board_from_dict(data: dict[str, Any], origin: str = "<board>") -> Board:
+    """Validate a parsed board document and build the :class:`Board`."""
+    for key in data:
+        if key not in _TOP_KEYS:
+            raise _unknown(origin, key, list(_TOP_KEYS))
+    for key in _REQUIRED_TOP:
+        if key not in data:
+            raise _missing(origin, key, "every board file has it")
+    if data["schema_version"] != SCHEMA_VERSION:
+        raise BoardError(
+            f"{origin}: schema_version = {data['schema_version']!r}: this poetsim reads "
+            f"version {SCHEMA_VERSION}"
+        )
+    sources: dict[str, Source] = {}
+    sections = {name: _section(origin, name, cls, data[name], sources)
+                for name, cls in SECTIONS.items()}
+    for key in ("name", "title", "notes"):
+        if key in data and not isinstance(data[key], str):
+            raise BoardError(f"{origin}: {key} = {data[key]!r}: must be a string")
+    try:
+        return Board(name=data["name"], title=data["title"], profile=data["profile"],
+                     notes=data.get("notes", ""), sources=sources, **sections)
+    except BoardFieldError as err:
+        raise BoardError(f"{origin}: {err}") from None
+
+
+def board_to_dict(board: Board) -> dict[str, Any]:
+    """The board as a plain document (the TOML structure), sources included."""
+    out: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION, "name": board.name, "title": board.title,
+        "profile": board.profile.value,
+    }
+    if board.notes:
+        out["notes"] = board.notes
+    for name, cls in SECTIONS.items():
+        section = getattr(board, name)
+        numeric = {f.name for f in numeric_fields(cls)}
+        table: dict[str, Any] = {}
+        for field in attrs.fields(cls):
+            value = getattr(section, field.name)
+            if value is None:
+                continue
+            if field.name in numeric:
+                src = board.sources.get(f"{name}.{field.name}")
+                table[field.name] = {
+                    "value": value,
+                    "source": src.kind.value if src else SourceKind.ESTIMATE.value,
+                    "ref": src.ref if src else "not recorded",
+                }
+            else:
+                table[field.name] = value.value if hasattr(value, "value") else value
+        out[name] = table
+    return out

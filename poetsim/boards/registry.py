@@ -1,0 +1,51 @@
+"""Finding boards: the built-in board files and user files given by path."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from poetsim.boards.load import load_board
+from poetsim.boards.spec import Board
+from poetsim.errors import UnknownNameError
+
+__all__ = ["DEFAULT_BOARD", "builtin_board_dir", "builtin_board_names", "get_board"]
+
+#: The board the quick start and the demo use.
+DEFAULT_BOARD = "nrf52840"
+
+
+def builtin_board_dir() -> Path:
+    """The folder of built-in board files.
+
+    An installed wheel carries them inside the package (``poetsim/device_models``); a
+    source checkout has them at the top level (``device_models/``).
+    """
+    packaged = Path(str(resources.files("poetsim"))) / "device_models"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "device_models"
+
+
+def builtin_board_names() -> list[str]:
+    """Names of the built-in boards, sorted."""
+    return sorted(p.stem for p in builtin_board_dir().glob("*.toml"))
+
+
+@cache
+def _builtin(name: str) -> Board:
+    return load_board(builtin_board_dir() / f"{name}.toml")
+
+
+def get_board(name_or_path: str | Path) -> Board:
+    """A built-in board by name, or a board file by path (anything ending in ``.toml``)."""
+    text = str(name_or_path)
+    if text.endswith(".toml") or "/" in text or Path(text).is_file():
+        return load_board(text)
+    if text not in builtin_board_names():
+        raise UnknownNameError(
+            f"unknown board {text!r}; built-in boards: {', '.join(builtin_board_names())} "
+            "(or give the path of a .toml board file)"
+        )
+    return _builtin(text)

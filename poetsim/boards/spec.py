@@ -1,0 +1,377 @@
+"""Board specifications: frozen, validated value classes for an edge board.
+
+A :class:`Board` describes what the cost model and the simulator need to know about a
+device: its CPU, RAM, DMA engine, secondary storage (SD card, eMMC or NOR flash) and the
+shared bus between them. Every number is in SI units named in the field (``_hz``, ``_w``,
+``_s``, ``_j``, ``_bytes``, ``_bytes_per_s``), and the board records where each number came
+from (:class:`Source`).
+
+Validation happens at construction: a field outside its range raises
+:class:`BoardFieldError`, which names the field, the value and the rule. The TOML loader
+(:mod:`poetsim.boards.load`) adds the file and section to that message.
+
+Each numeric field declares, in its metadata,
+
+* ``rule``: ``"positive"`` (> 0), ``"non_negative"`` (>= 0) or ``"count"`` (integer >= 0),
+* ``plausible``: a ``(low, high)`` range; a value outside it is almost always a unit slip
+  (MHz written into ``clock_hz``, mW into ``_w``) and is rejected as such.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from poetsim.errors import BoardError
+
+__all__ = [
+    "Board",
+    "BoardFieldError",
+    "Bus",
+    "ContentionModel",
+    "Cpu",
+    "Dma",
+    "Profile",
+    "Ram",
+    "Source",
+    "SourceKind",
+    "Storage",
+    "StorageKind",
+    "numeric_fields",
+]
+
+
+class BoardFieldError(BoardError):
+    """A board field breaks a rule. ``field`` may be dotted (``storage.block_bytes``)."""
+
+    def __init__(self, field: str, value: Any, rule: str) -> None:
+        self.field = field
+        self.value = value
+        self.rule = rule
+        super().__init__(f"{field} = {value!r}: {rule}")
+
+    def within(self, section: str) -> BoardFieldError:
+        """The same error with ``section.`` put in front of the field name."""
+        return BoardFieldError(f"{section}.{self.field}", self.value, self.rule)
+
+
+class SourceKind(enum.Enum):
+    """Where a board number comes from."""
+
+    DATASHEET = "datasheet"
+    PAPER = "paper"
+    MEASURED = "measured"
+    ESTIMATE = "estimate"
+    WHAT_IF = "what-if"
+
+
+@attrs.frozen
+class Source:
+    """Provenance of one board number: its kind and a reference a reader can follow."""
+
+    kind: SourceKind
+    ref: str
+
+
+class Profile(enum.Enum):
+    """How costs are derived from the board.
+
+    ``physical``: the full cost model (roofline compute, per-command storage latency,
+    block rounding, power times time). ``paper``: POET's published formulas exactly
+    (FLOP / FLOPS, FLOP / FLOPS_PER_WATT, latency + bytes / throughput once per tensor,
+    times MEMORY_POWER), for like-for-like comparison with the paper.
+    """
+
+    PHYSICAL = "physical"
+    PAPER = "paper"
+
+
+class StorageKind(enum.Enum):
+    SD_SPI = "sd_spi"
+    SD_4BIT = "sd_4bit"
+    EMMC = "emmc"
+    QSPI_NOR = "qspi_nor"
+
+
+class ContentionModel(enum.Enum):
+    """How DMA traffic and compute share the bus.
+
+    ``none``: they do not interfere. ``fair_share``: concurrent transfers split the bus
+    bandwidth equally (recomputed when a transfer starts or ends) and compute runs
+    ``compute_slowdown`` times slower while any DMA transfer is active.
+    """
+
+    NONE = "none"
+    FAIR_SHARE = "fair_share"
+
+
+# ----------------------------------------------------------------------------- fields
+
+_INF = math.inf
+
+
+def _check_number(rule: str, plausible: tuple[float, float], unit: str):
+    def validate(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+        name = attribute.name
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise BoardFieldError(name, value, f"must be a number in {unit}")
+        if rule == "count" and not (isinstance(value, int) or float(value).is_integer()):
+            raise BoardFieldError(name, value, "must be a whole number")
+        if math.isnan(value) or math.isinf(value):
+            raise BoardFieldError(name, value, "must be finite")
+        if rule == "positive" and value <= 0:
+            raise BoardFieldError(name, value, f"must be > 0 {unit}")
+        if rule in ("non_negative", "count") and value < 0:
+            raise BoardFieldError(name, value, f"must be >= 0 {unit}")
+        low, high = plausible
+        if value != 0 and not (low <= value <= high):
+            raise BoardFieldError(
+                name, value,
+                f"outside the plausible range [{low:g}, {high:g}] {unit}: check the unit",
+            )
+
+    return validate
+
+
+def _number(unit: str, rule: str = "positive", plausible: tuple[float, float] = (0.0, _INF),
+            optional: bool = False, doc: str = ""):
+    """A numeric field with its unit, range rule and plausible range in metadata."""
+    check = _check_number(rule, plausible, unit)
+    meta = {"unit": unit, "rule": rule, "plausible": plausible, "doc": doc, "optional": optional}
+    convert = int if rule == "count" else None
+    if optional:
+        return attrs.field(default=None, validator=attrs.validators.optional(check),
+                           converter=attrs.converters.optional(convert) if convert else None,
+                           metadata=meta)
+    return attrs.field(validator=check, converter=convert, metadata=meta)
+
+
+def numeric_fields(cls: type) -> list[attrs.Attribute]:
+    """The numeric (sourced) fields of a spec class, in declaration order."""
+    return [f for f in attrs.fields(cls) if "unit" in f.metadata]
+
+
+_POWER = (1e-9, 500.0)       # from nanowatts to a large SBC
+_LATENCY = (1e-9, 10.0)
+_THROUGHPUT = (1e2, 1e11)
+_BYTES = (1, 1e13)
+
+
+def _enum_converter(enum_cls: type[enum.Enum], name: str):
+    def convert(value: Any) -> enum.Enum:
+        if isinstance(value, enum_cls):
+            return value
+        try:
+            return enum_cls(value)
+        except ValueError:
+            allowed = ", ".join(repr(m.value) for m in enum_cls)
+            raise BoardFieldError(name, value, f"must be one of {allowed}") from None
+    return convert
+
+
+def _choice(enum_cls: type[enum.Enum], name: str):
+    return attrs.field(converter=_enum_converter(enum_cls, name), metadata={"choice": enum_cls})
+
+
+# ----------------------------------------------------------------------------- sections
+
+@attrs.frozen
+class Cpu:
+    """The processor that runs the training ops."""
+
+    core: str = attrs.field(validator=attrs.validators.instance_of(str))
+    clock_hz: float = _number("Hz", plausible=(1e4, 1e10))
+    flops_per_s: float = _number("FLOP/s", plausible=(1e3, 1e15),
+                                 doc="effective fp32 throughput on training kernels")
+    active_power_w: float = _number("W", "non_negative", _POWER,
+                                    doc="board power while computing")
+    idle_power_w: float = _number("W", "non_negative", _POWER,
+                                  doc="board power while awake and waiting")
+    sleep_power_w: float = _number("W", "non_negative", _POWER)
+    wakeup_latency_s: float = _number("s", "non_negative", _LATENCY, doc="sleep to active")
+    wakeup_energy_j: float = _number("J", "non_negative", (1e-12, 100.0))
+    flops_per_j: float | None = _number(
+        "FLOP/J", plausible=(1e3, 1e14), optional=True,
+        doc="compute energy as FLOP / flops_per_j (POET's FLOPS_PER_WATT); required for "
+            "profile 'paper', otherwise energy is active_power_w x time",
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self.idle_power_w > self.active_power_w:
+            raise BoardFieldError("idle_power_w", self.idle_power_w,
+                                  f"must not exceed active_power_w = {self.active_power_w!r}")
+        if self.sleep_power_w > self.idle_power_w:
+            raise BoardFieldError("sleep_power_w", self.sleep_power_w,
+                                  f"must not exceed idle_power_w = {self.idle_power_w!r}")
+
+
+@attrs.frozen
+class Ram:
+    """On-chip (or on-board) RAM that holds activations, buffers and parameters."""
+
+    bytes: int = _number("B", "count", _BYTES)
+    reserved_bytes: int = _number("B", "count", _BYTES,
+                                  doc="firmware, stack, OS: not available to training")
+    bandwidth_bytes_per_s: float = _number("B/s", plausible=_THROUGHPUT,
+                                           doc="CPU to RAM, the roofline of memory-bound ops")
+
+    def __attrs_post_init__(self) -> None:
+        if self.bytes == 0:
+            raise BoardFieldError("bytes", self.bytes, "must be > 0 B")
+        if self.reserved_bytes >= self.bytes:
+            raise BoardFieldError("reserved_bytes", self.reserved_bytes,
+                                  f"must be below bytes = {self.bytes}")
+
+    @property
+    def usable_bytes(self) -> int:
+        """RAM left for training after the reserved part."""
+        return self.bytes - self.reserved_bytes
+
+
+@attrs.frozen
+class Dma:
+    """DMA engine. ``channels = 0`` means none: the CPU moves every byte itself."""
+
+    channels: int = _number("channels", "count", (0, 64))
+    active_power_w: float = _number("W", "non_negative", _POWER,
+                                    doc="extra power while a transfer runs")
+    idle_power_w: float = _number("W", "non_negative", _POWER)
+
+    @property
+    def present(self) -> bool:
+        return self.channels > 0
+
+
+@attrs.frozen
+class Storage:
+    """Secondary storage that activations are paged to."""
+
+    kind: StorageKind = _choice(StorageKind, "kind")
+    bus_clock_hz: float = _number("Hz", plausible=(1e4, 1e10))
+    bus_width_bits: int = _number("bits", "count", (1, 64))
+    double_data_rate: bool = attrs.field(validator=attrs.validators.instance_of(bool))
+    read_throughput_bytes_per_s: float = _number("B/s", plausible=_THROUGHPUT,
+                                                 doc="sustained multi-block read")
+    write_throughput_bytes_per_s: float = _number("B/s", plausible=_THROUGHPUT,
+                                                  doc="sustained multi-block write")
+    read_latency_s: float = _number("s", "non_negative", _LATENCY, doc="per read command")
+    write_latency_s: float = _number("s", "non_negative", _LATENCY, doc="per write command")
+    block_bytes: int = _number("B", "count", (1, 1 << 26), doc="transfers round up to blocks")
+    max_command_bytes: int = _number("B", "count", _BYTES,
+                                     doc="largest transfer one command moves")
+    read_power_w: float = _number("W", "non_negative", _POWER)
+    write_power_w: float = _number("W", "non_negative", _POWER)
+    idle_power_w: float = _number("W", "non_negative", _POWER)
+    sleep_power_w: float = _number("W", "non_negative", _POWER)
+    wakeup_latency_s: float = _number("s", "non_negative", _LATENCY, doc="sleep to ready")
+    wakeup_energy_j: float = _number("J", "non_negative", (1e-12, 100.0))
+    auto_sleep_timeout_s: float = _number("s", "non_negative", (1e-9, 3600.0),
+                                          doc="idle time after which the device sleeps")
+    capacity_bytes: int = _number("B", "count", _BYTES)
+    erase_sector_bytes: int | None = _number("B", "count", (1, 1 << 26), optional=True,
+                                             doc="NOR only: erase granularity")
+    erase_time_s: float | None = _number("s", "non_negative", _LATENCY, optional=True,
+                                         doc="NOR only: time to erase one sector")
+    erase_power_w: float | None = _number("W", "non_negative", _POWER, optional=True)
+    endurance_cycles: int | None = _number("cycles", "count", (1, 1e12), optional=True,
+                                           doc="NOR only: erase cycles per sector")
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("bus_width_bits", "block_bytes", "max_command_bytes", "capacity_bytes"):
+            if getattr(self, name) == 0:
+                raise BoardFieldError(name, 0, "must be > 0")
+        if self.kind is StorageKind.SD_SPI and self.bus_width_bits != 1:
+            raise BoardFieldError("bus_width_bits", self.bus_width_bits,
+                                  "must be 1 for kind 'sd_spi' (SPI moves one bit per clock)")
+        wire = self.wire_bytes_per_s
+        for name in ("read_throughput_bytes_per_s", "write_throughput_bytes_per_s"):
+            value = getattr(self, name)
+            if value > wire * (1 + 1e-9):
+                raise BoardFieldError(
+                    name, value,
+                    f"exceeds the wire rate {wire:.6g} B/s that bus_clock_hz x bus_width_bits"
+                    f"{' x 2 (DDR)' if self.double_data_rate else ''} / 8 can carry",
+                )
+        if self.max_command_bytes < self.block_bytes:
+            raise BoardFieldError("max_command_bytes", self.max_command_bytes,
+                                  f"must be at least block_bytes = {self.block_bytes}")
+        if self.capacity_bytes < self.block_bytes:
+            raise BoardFieldError("capacity_bytes", self.capacity_bytes,
+                                  f"must be at least block_bytes = {self.block_bytes}")
+        if self.sleep_power_w > self.idle_power_w:
+            raise BoardFieldError("sleep_power_w", self.sleep_power_w,
+                                  f"must not exceed idle_power_w = {self.idle_power_w!r}")
+        erase = ("erase_sector_bytes", "erase_time_s", "erase_power_w", "endurance_cycles")
+        for name in erase:
+            value = getattr(self, name)
+            if self.kind is StorageKind.QSPI_NOR and value is None:
+                raise BoardFieldError(name, None, "is required for kind 'qspi_nor'")
+            if self.kind is not StorageKind.QSPI_NOR and value is not None:
+                raise BoardFieldError(name, value,
+                                      f"applies only to kind 'qspi_nor', not {self.kind.value!r}")
+        if self.erase_sector_bytes is not None and self.erase_sector_bytes % self.block_bytes:
+            raise BoardFieldError("erase_sector_bytes", self.erase_sector_bytes,
+                                  f"must be a multiple of block_bytes = {self.block_bytes}")
+
+    @property
+    def wire_bytes_per_s(self) -> float:
+        """Raw bit rate of the storage bus in bytes per second."""
+        return self.bus_clock_hz * self.bus_width_bits * (2 if self.double_data_rate else 1) / 8
+
+
+@attrs.frozen
+class Bus:
+    """The shared system bus between CPU, DMA and RAM."""
+
+    bandwidth_bytes_per_s: float = _number("B/s", plausible=_THROUGHPUT)
+    contention_model: ContentionModel = _choice(ContentionModel, "contention_model")
+    compute_slowdown: float = _number("x", plausible=(1.0, 100.0),
+                                      doc="compute time factor while DMA is active (>= 1)")
+
+
+# ----------------------------------------------------------------------------- board
+
+def _source_map(value: Mapping[str, Source]) -> Mapping[str, Source]:
+    return dict(value)
+
+
+@attrs.frozen
+class Board:
+    """A complete board description.
+
+    ``sources`` maps every dotted numeric key (``"cpu.clock_hz"``) to its :class:`Source`.
+    """
+
+    name: str = attrs.field(validator=attrs.validators.instance_of(str))
+    title: str = attrs.field(validator=attrs.validators.instance_of(str))
+    profile: Profile = _choice(Profile, "profile")
+    cpu: Cpu = attrs.field(validator=attrs.validators.instance_of(Cpu))
+    ram: Ram = attrs.field(validator=attrs.validators.instance_of(Ram))
+    dma: Dma = attrs.field(validator=attrs.validators.instance_of(Dma))
+    storage: Storage = attrs.field(validator=attrs.validators.instance_of(Storage))
+    bus: Bus = attrs.field(validator=attrs.validators.instance_of(Bus))
+    sources: Mapping[str, Source] = attrs.field(factory=dict, converter=_source_map,
+                                                eq=False, repr=False)
+    notes: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
+            raise BoardFieldError("name", self.name,
+                                  "must be a non-empty identifier of letters, digits, '_' or '-'")
+        if self.profile is Profile.PAPER and self.cpu.flops_per_j is None:
+            raise BoardFieldError("cpu.flops_per_j", None, "is required for profile 'paper'")
+        for name in ("read_throughput_bytes_per_s", "write_throughput_bytes_per_s"):
+            value = getattr(self.storage, name)
+            if value > self.bus.bandwidth_bytes_per_s * (1 + 1e-9):
+                raise BoardFieldError(
+                    f"storage.{name}", value,
+                    f"exceeds bus.bandwidth_bytes_per_s = {self.bus.bandwidth_bytes_per_s:.6g}",
+                )
+
+    def source_of(self, key: str) -> Source | None:
+        """The provenance of a dotted numeric key, or None if it was not recorded."""
+        return self.sources.get(key)

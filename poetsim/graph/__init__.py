@@ -1,0 +1,33 @@
+"""Training graphs: ops, validation, autograd-style backward derivation, graph files."""
+
+from poetsim.graph.autograd import (
+    KINDS,
+    MAC_KINDS,
+    ForwardGraph,
+    ForwardOp,
+    derive_training_graph,
+    forward_macs,
+    grad_name,
+)
+from poetsim.graph.graph import (
+    OPTIMIZER_STATE_COPIES,
+    ResidentMemory,
+    TrainingGraph,
+    resident_memory,
+    topological_order,
+)
+from poetsim.graph.io import (
+    graph_fingerprint,
+    graph_from_dict,
+    graph_to_dict,
+    read_graph,
+    write_graph,
+)
+from poetsim.graph.ops import MeasuredCosts, Op, Phase
+
+__all__ = [
+    "KINDS", "MAC_KINDS", "OPTIMIZER_STATE_COPIES", "ForwardGraph", "ForwardOp",
+    "MeasuredCosts", "Op", "Phase", "ResidentMemory", "TrainingGraph", "derive_training_graph",
+    "forward_macs", "grad_name", "graph_fingerprint", "graph_from_dict", "graph_to_dict",
+    "read_graph", "resident_memory", "topological_order", "write_graph",
+]

@@ -1,0 +1,287 @@
+"""Deriving the backward graph from a forward graph, the way reverse-mode autograd does.
+
+A model is described by its forward ops (:class:`ForwardGraph`); :meth:`ForwardGraph.build`
+adds one backward op per forward op whose output needs a gradient and returns the full
+:class:`~poetsim.graph.graph.TrainingGraph`.
+
+For a forward op ``v`` with backward op ``v/grad``:
+
+* ``v/grad`` reads the gradient of ``v``'s output, which is the sum of what the backward
+  ops of ``v``'s consumers send back. It therefore depends on ``c/grad`` for every consumer
+  ``c`` of ``v``; the summation of ``k`` incoming gradients costs ``(k - 1)`` adds per
+  element and is charged to ``v/grad``. The loss's backward op depends on the loss itself
+  (the seed gradient).
+* ``v/grad`` also reads exactly the tensors ``v``'s backward saves (:data:`KINDS`): a ReLU
+  its output, a convolution or linear layer its input (for the weight gradient), a matrix
+  product both inputs, an addition nothing.
+* ``v/grad`` outputs the gradients of ``v``'s inputs that need one (their sizes summed;
+  an addition passes one shared gradient tensor on). Parameter gradients go to the fixed
+  resident region, not into the activation graph.
+
+An op needs a gradient if it owns parameters or reads an op that needs one; the data
+input does not, so the first layer's backward computes only its weight gradient and
+outputs nothing.
+
+This replaces POET's published derivation, which chains gradient ops in reverse list order
+and so gets residual graphs wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from poetsim.errors import GraphError
+from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.ops import Op, Phase
+
+__all__ = ["KINDS", "MAC_KINDS", "ForwardGraph", "ForwardOp", "KindRule", "grad_name",
+           "forward_macs"]
+
+
+def grad_name(name: str) -> str:
+    """Name of the backward op of forward op ``name``."""
+    return f"{name}/grad"
+
+
+@attrs.frozen
+class BackwardContext:
+    """What a backward-FLOP formula may look at."""
+
+    forward_flops: float
+    output_elements: int
+    input_elements: tuple[int, ...]
+    inputs_needing_grad: tuple[bool, ...]
+    has_params: bool
+
+
+@attrs.frozen
+class KindRule:
+    """How an op kind behaves under autograd.
+
+    ``saves_inputs`` / ``saves_output``: which forward tensors the backward reads.
+    ``saves_inputs_only_with_params``: the inputs are needed only for the weight
+    gradient (convolution, linear). ``passthrough``: the backward hands one gradient
+    tensor, shared, to all inputs (addition). ``backward_flops``: FLOPs of the backward.
+    """
+
+    saves_inputs: bool
+    saves_output: bool
+    backward_flops: Callable[[BackwardContext], float]
+    saves_inputs_only_with_params: bool = False
+    passthrough: bool = False
+
+
+def _mac_backward(c: BackwardContext) -> float:
+    # grad wrt the data input costs one forward's MACs, grad wrt the weights another.
+    return c.forward_flops * (int(c.has_params) + int(any(c.inputs_needing_grad)))
+
+
+def _matmul_backward(c: BackwardContext) -> float:
+    return c.forward_flops * sum(c.inputs_needing_grad)
+
+
+def _per_output_element(k: float) -> Callable[[BackwardContext], float]:
+    return lambda c: k * c.output_elements
+
+
+def _per_input_element(k: float) -> Callable[[BackwardContext], float]:
+    return lambda c: k * sum(c.input_elements)
+
+
+#: Autograd behaviour of every op kind poetsim knows. Per-element FLOP counts of the
+#: backward of non-MAC ops are estimates (one multiply per element for a mask, a few for
+#: normalisations); MAC ops are exact.
+KINDS: dict[str, KindRule] = {
+    "conv2d": KindRule(True, False, _mac_backward, saves_inputs_only_with_params=True),
+    "linear": KindRule(True, False, _mac_backward, saves_inputs_only_with_params=True),
+    "matmul": KindRule(True, False, _matmul_backward),
+    "relu": KindRule(False, True, _per_output_element(1)),
+    "relu6": KindRule(True, False, _per_output_element(2)),
+    "gelu": KindRule(True, False, _per_output_element(8)),
+    "batchnorm": KindRule(True, False, _per_output_element(10)),
+    "layernorm": KindRule(True, False, _per_output_element(10)),
+    "softmax": KindRule(False, True, _per_output_element(4)),
+    "maxpool": KindRule(True, True, _per_output_element(1)),
+    "avgpool": KindRule(False, False, _per_input_element(1)),
+    "add": KindRule(False, False, lambda c: 0.0, passthrough=True),
+    "cross_entropy": KindRule(True, False, _per_input_element(3)),
+    "mse": KindRule(True, False, _per_input_element(2)),
+}
+
+#: Kinds whose FLOPs are exactly 2 x multiply-accumulates.
+MAC_KINDS = frozenset({"conv2d", "linear", "matmul"})
+
+#: Kinds that may serve as the loss.
+LOSS_KINDS = frozenset({"cross_entropy", "mse"})
+
+
+@attrs.frozen
+class ForwardOp:
+    """A forward op as a model builder describes it (sizes in elements, not bytes)."""
+
+    name: str
+    kind: str
+    inputs: tuple[str, ...] = attrs.field(converter=tuple)
+    output_elements: int
+    flops: float
+    param_count: int = 0
+    workspace_elements: int = 0
+
+
+class ForwardGraph:
+    """Collects forward ops and the loss, then derives the training graph.
+
+    >>> fg = ForwardGraph("tiny", batch_size=1)
+    >>> x = fg.input("x", 8)
+    >>> h = fg.op("fc", "linear", [x], output_elements=4, flops=2 * 8 * 4, param_count=36)
+    >>> fg.loss("loss", h)
+    'loss'
+    >>> [op.name for op in fg.build().ops]
+    ['x', 'fc', 'loss', 'loss/grad', 'fc/grad']
+    """
+
+    def __init__(self, name: str, *, batch_size: int = 1, dtype_bytes: int = 4,
+                 metadata: dict | None = None) -> None:
+        if batch_size < 1:
+            raise GraphError(f"graph {name!r}: batch_size = {batch_size!r}: must be >= 1")
+        if dtype_bytes < 1:
+            raise GraphError(f"graph {name!r}: dtype_bytes = {dtype_bytes!r}: must be >= 1")
+        self.name = name
+        self.batch_size = batch_size
+        self.dtype_bytes = dtype_bytes
+        self.metadata = dict(metadata or {})
+        self._ops: list[ForwardOp] = []
+        self._names: set[str] = set()
+        self._loss: str | None = None
+
+    def _add(self, op: ForwardOp) -> str:
+        if op.name in self._names:
+            raise GraphError(f"op {op.name!r}: duplicate op name")
+        for name in op.inputs:
+            if name not in self._names:
+                raise GraphError(f"op {op.name!r}: input {name!r} does not exist")
+        if self._loss is not None:
+            raise GraphError(f"op {op.name!r}: added after the loss")
+        self._ops.append(op)
+        self._names.add(op.name)
+        return op.name
+
+    def input(self, name: str, elements_per_sample: int) -> str:
+        """The data input (one batch); it needs no gradient."""
+        return self._add(ForwardOp(name, "input", (), elements_per_sample * self.batch_size, 0.0))
+
+    def op(self, name: str, kind: str, inputs: Sequence[str], *, output_elements: int,
+           flops: float, param_count: int = 0, workspace_elements: int = 0) -> str:
+        """Add a forward op. Sizes are per batch (the caller multiplies by batch size)."""
+        if kind not in KINDS or kind in LOSS_KINDS:
+            known = ", ".join(sorted(set(KINDS) - LOSS_KINDS))
+            raise GraphError(f"op {name!r}: kind = {kind!r}: must be one of {known}")
+        if not inputs:
+            raise GraphError(f"op {name!r}: a {kind} op needs at least one input")
+        return self._add(ForwardOp(name, kind, tuple(inputs), output_elements, flops,
+                                   param_count, workspace_elements))
+
+    def loss(self, name: str, logits: str, *, kind: str = "cross_entropy",
+             flops: float | None = None) -> str:
+        """Add the loss on ``logits``; its output is a scalar."""
+        if kind not in LOSS_KINDS:
+            raise GraphError(f"op {name!r}: loss kind = {kind!r}: must be one of "
+                             f"{', '.join(sorted(LOSS_KINDS))}")
+        logits_elements = self._op(logits).output_elements
+        self._add(ForwardOp(name, kind, (logits,), 1,
+                            4.0 * logits_elements if flops is None else flops))
+        self._loss = name
+        return name
+
+    def _op(self, name: str) -> ForwardOp:
+        for op in self._ops:
+            if op.name == name:
+                return op
+        raise GraphError(f"op {name!r}: does not exist")
+
+    @property
+    def ops(self) -> tuple[ForwardOp, ...]:
+        return tuple(self._ops)
+
+    def build(self) -> TrainingGraph:
+        """Derive the backward ops and return the validated training graph."""
+        if self._loss is None:
+            raise GraphError(f"graph {self.name!r}: has no loss op")
+        return derive_training_graph(self.name, self._ops, self._loss,
+                                     dtype_bytes=self.dtype_bytes,
+                                     metadata={"batch_size": self.batch_size,
+                                               "dtype_bytes": self.dtype_bytes,
+                                               **self.metadata})
+
+
+def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
+                          dtype_bytes: int = 4, metadata: dict | None = None) -> TrainingGraph:
+    """Forward ops (in a valid order, ending with ``loss``) to a full training graph."""
+    by_name = {op.name: op for op in forward}
+    consumers: dict[str, list[str]] = {op.name: [] for op in forward}
+    for op in forward:
+        for u in dict.fromkeys(op.inputs):
+            consumers[u].append(op.name)
+
+    needs_grad: dict[str, bool] = {}
+    for op in forward:
+        needs_grad[op.name] = op.param_count > 0 or any(needs_grad[u] for u in op.inputs)
+    if not needs_grad[loss]:
+        raise GraphError(f"graph {name!r}: no op before the loss has parameters, "
+                         "so there is nothing to train")
+
+    def nbytes(elements: int) -> int:
+        return int(elements) * dtype_bytes
+
+    ops: list[Op] = []
+    inputs: dict[str, list[str]] = {}
+    for op in forward:
+        phase = Phase.LOSS if op.name == loss else Phase.FORWARD
+        ops.append(Op(op.name, op.kind, phase, flops=op.flops,
+                      output_bytes=dtype_bytes if phase is Phase.LOSS else nbytes(op.output_elements),
+                      workspace_bytes=nbytes(op.workspace_elements),
+                      param_bytes=nbytes(op.param_count)))
+        inputs[op.name] = list(dict.fromkeys(op.inputs))
+
+    for op in reversed(forward):
+        if not needs_grad[op.name]:
+            continue
+        rule = KINDS[op.kind]
+        unique_inputs = list(dict.fromkeys(op.inputs))
+        wants = tuple(needs_grad[u] for u in unique_inputs)
+        ctx = BackwardContext(
+            forward_flops=op.flops,
+            output_elements=op.output_elements,
+            input_elements=tuple(by_name[u].output_elements for u in unique_inputs),
+            inputs_needing_grad=wants,
+            has_params=op.param_count > 0,
+        )
+        fan_out = len(consumers[op.name])
+        flops = rule.backward_flops(ctx) + max(fan_out - 1, 0) * op.output_elements
+        if rule.passthrough:
+            out_elements = op.output_elements if any(wants) else 0
+        else:
+            out_elements = sum(e for e, w in zip(ctx.input_elements, wants) if w)
+
+        deps: list[str] = [grad_name(c) for c in consumers[op.name]]
+        if op.name == loss:
+            deps.append(op.name)
+        if rule.saves_inputs and (op.param_count > 0 or not rule.saves_inputs_only_with_params):
+            deps.extend(unique_inputs)
+        if rule.saves_output:
+            deps.append(op.name)
+        g = grad_name(op.name)
+        ops.append(Op(g, op.kind, Phase.BACKWARD, flops=flops,
+                      output_bytes=nbytes(out_elements),
+                      workspace_bytes=nbytes(op.workspace_elements), forward_of=op.name))
+        inputs[g] = list(dict.fromkeys(deps))
+
+    return TrainingGraph.from_ops(name, ops, inputs, metadata=metadata)
+
+
+def forward_macs(graph: TrainingGraph) -> float:
+    """Multiply-accumulates of one forward pass (convolutions, linear layers, matmuls)."""
+    return sum(op.flops / 2 for op in graph.ops
+               if op.phase is Phase.FORWARD and op.kind in MAC_KINDS)

@@ -1,0 +1,282 @@
+"""The training graph: ops, data-dependency edges, and a deterministic topological order.
+
+A :class:`TrainingGraph` is immutable and always valid: construction checks every rule and
+raises :class:`~poetsim.errors.GraphError` naming the op and the rule it breaks. Ops are
+stored in topological order; an edge ``(i, j)`` means op ``j`` reads the output of op
+``i``, so ``i < j`` always holds.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from poetsim.errors import GraphError
+from poetsim.graph.ops import Op, Phase
+
+__all__ = ["TrainingGraph", "ResidentMemory", "resident_memory", "topological_order"]
+
+
+def topological_order(names: Sequence[str], edges: Iterable[tuple[int, int]]) -> list[int]:
+    """Kahn's algorithm that always takes the lowest-index ready op.
+
+    The result is deterministic, and an order that is already topological is kept as is.
+    Raises :class:`GraphError` naming a cycle if there is one.
+    """
+    n = len(names)
+    succs: list[list[int]] = [[] for _ in range(n)]
+    indegree = [0] * n
+    for i, j in edges:
+        succs[i].append(j)
+        indegree[j] += 1
+    ready = [i for i in range(n) if indegree[i] == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for j in succs[i]:
+            indegree[j] -= 1
+            if indegree[j] == 0:
+                heapq.heappush(ready, j)
+    if len(order) < n:
+        raise GraphError(f"cycle through ops {_find_cycle(names, succs, indegree)}")
+    return order
+
+
+def _find_cycle(names: Sequence[str], succs: list[list[int]], indegree: list[int]) -> str:
+    """A readable cycle among the ops Kahn's algorithm could not order."""
+    remaining = {i for i, d in enumerate(indegree) if d > 0}
+    start = min(remaining)
+    path, seen = [start], {start: 0}
+    node = start
+    while True:
+        node = next(j for j in succs[node] if j in remaining)
+        if node in seen:
+            cycle = path[seen[node]:] + [node]
+            return " -> ".join(repr(names[i]) for i in cycle)
+        seen[node] = len(path)
+        path.append(node)
+
+
+def _as_tuple(value: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class TrainingGraph:
+    """A validated training graph (forward ops, one loss, backward ops).
+
+    Build one with :meth:`from_ops` (names, any order) or from a forward description with
+    :func:`poetsim.graph.autograd.derive_training_graph`.
+    """
+
+    name: str
+    ops: tuple[Op, ...] = attrs.field(converter=_as_tuple)
+    edges: tuple[tuple[int, int], ...] = attrs.field(converter=lambda e: tuple(sorted(map(tuple, e))))
+    metadata: Mapping[str, Any] = attrs.field(factory=dict, converter=dict, eq=False)
+    _index: dict[str, int] = attrs.field(init=False, repr=False, eq=False)
+    _preds: tuple[tuple[int, ...], ...] = attrs.field(init=False, repr=False, eq=False)
+    _succs: tuple[tuple[int, ...], ...] = attrs.field(init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        index: dict[str, int] = {}
+        for i, op in enumerate(self.ops):
+            if not isinstance(op, Op):
+                raise GraphError(f"graph {self.name!r}: entry {i} is not an Op")
+            if op.name in index:
+                raise GraphError(f"op {op.name!r}: duplicate op name")
+            index[op.name] = i
+        n = len(self.ops)
+        if n == 0:
+            raise GraphError(f"graph {self.name!r}: has no ops")
+        preds: list[list[int]] = [[] for _ in range(n)]
+        succs: list[list[int]] = [[] for _ in range(n)]
+        previous = None
+        for edge in self.edges:
+            i, j = edge
+            if not (0 <= i < n and 0 <= j < n):
+                raise GraphError(f"graph {self.name!r}: edge {edge} refers to a missing op")
+            if edge == previous:
+                raise GraphError(
+                    f"op {self.ops[j].name!r}: input {self.ops[i].name!r} listed twice "
+                    "(a duplicate edge would free the tensor twice)"
+                )
+            if i >= j:
+                raise GraphError(
+                    f"op {self.ops[j].name!r}: input {self.ops[i].name!r} does not come before "
+                    "it in the op order (use TrainingGraph.from_ops to sort)"
+                )
+            previous = edge
+            preds[j].append(i)
+            succs[i].append(j)
+        object.__setattr__(self, "_index", index)
+        object.__setattr__(self, "_preds", tuple(map(tuple, preds)))
+        object.__setattr__(self, "_succs", tuple(map(tuple, succs)))
+        self._check_phases()
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_ops(cls, name: str, ops: Sequence[Op], inputs: Mapping[str, Sequence[str]],
+                 metadata: Mapping[str, Any] | None = None) -> TrainingGraph:
+        """Build from ops in any order and each op's input names.
+
+        The ops are put in a deterministic topological order (the given order wherever it
+        is already valid).
+        """
+        position: dict[str, int] = {}
+        for i, op in enumerate(ops):
+            if op.name in position:
+                raise GraphError(f"op {op.name!r}: duplicate op name")
+            position[op.name] = i
+        for consumer in inputs:
+            if consumer not in position:
+                raise GraphError(f"op {consumer!r}: has inputs but is not an op of the graph")
+        edges: list[tuple[int, int]] = []
+        for op in ops:
+            seen: set[str] = set()
+            for producer in inputs.get(op.name, ()):
+                if producer not in position:
+                    raise GraphError(f"op {op.name!r}: input {producer!r} does not exist")
+                if producer in seen:
+                    raise GraphError(f"op {op.name!r}: input {producer!r} listed twice "
+                                     "(a duplicate edge would free the tensor twice)")
+                if producer == op.name:
+                    raise GraphError(f"op {op.name!r}: reads its own output (a cycle)")
+                seen.add(producer)
+                edges.append((position[producer], position[op.name]))
+        order = topological_order([op.name for op in ops], edges)
+        rank = {old: new for new, old in enumerate(order)}
+        return cls(
+            name=name,
+            ops=[ops[i] for i in order],
+            edges=[(rank[i], rank[j]) for i, j in edges],
+            metadata=metadata or {},
+        )
+
+    def _check_phases(self) -> None:
+        losses = [i for i, op in enumerate(self.ops) if op.phase is Phase.LOSS]
+        if len(losses) != 1:
+            names = [self.ops[i].name for i in losses]
+            raise GraphError(f"graph {self.name!r}: needs exactly one loss op, found {names}")
+        loss = losses[0]
+        ancestors = self.ancestors(loss)
+        descendants = self.descendants(loss)
+        differentiated: dict[str, str] = {}
+        for i, op in enumerate(self.ops):
+            if op.phase is Phase.FORWARD and i not in ancestors:
+                raise GraphError(f"op {op.name!r}: forward op does not reach the loss")
+            if op.phase is Phase.BACKWARD:
+                if i not in descendants:
+                    raise GraphError(f"op {op.name!r}: backward op does not depend on the loss")
+                target = self._index.get(op.forward_of)  # type: ignore[arg-type]
+                if target is None or self.ops[target].phase is Phase.BACKWARD:
+                    raise GraphError(f"op {op.name!r}: forward_of = {op.forward_of!r} is not a "
+                                     "forward or loss op of this graph")
+                if op.forward_of in differentiated:
+                    raise GraphError(f"op {op.name!r}: {op.forward_of!r} already has backward op "
+                                     f"{differentiated[op.forward_of]!r}")
+                differentiated[op.forward_of] = op.name  # type: ignore[index]
+            elif any(self.ops[p].phase is Phase.BACKWARD for p in self._preds[i]):
+                raise GraphError(f"op {op.name!r}: a {op.phase.value} op cannot read a backward op")
+
+    # ------------------------------------------------------------------ queries
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def index(self, name: str) -> int:
+        """Position of the op called ``name``."""
+        try:
+            return self._index[name]
+        except KeyError:
+            raise GraphError(f"graph {self.name!r}: no op named {name!r}") from None
+
+    def op(self, name: str) -> Op:
+        return self.ops[self.index(name)]
+
+    def predecessors(self, i: int) -> tuple[int, ...]:
+        """Ops whose outputs op ``i`` reads, ascending."""
+        return self._preds[i]
+
+    def successors(self, i: int) -> tuple[int, ...]:
+        """Ops that read the output of op ``i``, ascending."""
+        return self._succs[i]
+
+    def ancestors(self, i: int) -> set[int]:
+        seen: set[int] = set()
+        stack = list(self._preds[i])
+        while stack:
+            k = stack.pop()
+            if k not in seen:
+                seen.add(k)
+                stack.extend(self._preds[k])
+        return seen
+
+    def descendants(self, i: int) -> set[int]:
+        seen: set[int] = set()
+        stack = list(self._succs[i])
+        while stack:
+            k = stack.pop()
+            if k not in seen:
+                seen.add(k)
+                stack.extend(self._succs[k])
+        return seen
+
+    def indices(self, phase: Phase) -> list[int]:
+        return [i for i, op in enumerate(self.ops) if op.phase is phase]
+
+    @property
+    def loss_index(self) -> int:
+        return self.indices(Phase.LOSS)[0]
+
+    @property
+    def param_bytes(self) -> int:
+        """Bytes of all trainable parameters."""
+        return sum(op.param_bytes for op in self.ops)
+
+    @property
+    def flops(self) -> float:
+        """FLOPs of one training iteration with every op computed once."""
+        return sum(op.flops for op in self.ops)
+
+    def inputs_of(self, i: int) -> list[str]:
+        return [self.ops[p].name for p in self._preds[i]]
+
+
+@attrs.frozen
+class ResidentMemory:
+    """Memory that stays resident for the whole iteration, outside the activation budget."""
+
+    param_bytes: int
+    gradient_bytes: int
+    optimizer_state_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.param_bytes + self.gradient_bytes + self.optimizer_state_bytes
+
+
+#: Optimizer-state copies of the parameters kept by common optimizers.
+OPTIMIZER_STATE_COPIES = {"sgd": 0, "momentum": 1, "adam": 2}
+
+
+def resident_memory(graph: TrainingGraph, *, gradients: bool = True,
+                    optimizer: str = "sgd") -> ResidentMemory:
+    """Parameters, and optionally their gradients and optimizer state.
+
+    ``optimizer`` is ``sgd`` (no state), ``momentum`` (one copy) or ``adam`` (two copies).
+    """
+    if optimizer not in OPTIMIZER_STATE_COPIES:
+        raise GraphError(f"optimizer = {optimizer!r}: must be one of "
+                         f"{', '.join(OPTIMIZER_STATE_COPIES)}")
+    params = graph.param_bytes
+    return ResidentMemory(
+        param_bytes=params,
+        gradient_bytes=params if gradients else 0,
+        optimizer_state_bytes=params * OPTIMIZER_STATE_COPIES[optimizer],
+    )

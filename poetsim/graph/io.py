@@ -1,0 +1,176 @@
+"""The JSON graph file format: read, write, and fingerprint training graphs.
+
+A graph file holds a complete training graph, so that costs measured on a device can
+replace poetsim's analytic ones. The format (version 1)::
+
+    {
+      "format": "poetsim-graph",
+      "version": 1,
+      "name": "my_net",
+      "metadata": {"batch_size": 1, "dtype_bytes": 4},
+      "ops": [
+        {"name": "x", "kind": "input", "phase": "forward", "inputs": [],
+         "output_bytes": 3072},
+        {"name": "conv1", "kind": "conv2d", "phase": "forward", "inputs": ["x"],
+         "flops": 1769472, "output_bytes": 65536, "workspace_bytes": 432,
+         "param_bytes": 1728,
+         "measured": {"compute_time_s": 0.21, "compute_energy_j": 0.0023,
+                      "pageout_time_s": 0.6, "pageout_energy_j": 0.05}},
+        ...
+        {"name": "loss", "kind": "cross_entropy", "phase": "loss", "inputs": ["fc"],
+         "flops": 40, "output_bytes": 4},
+        {"name": "loss/grad", "kind": "cross_entropy", "phase": "backward",
+         "forward_of": "loss", "inputs": ["loss", "fc"], "flops": 30, "output_bytes": 40},
+        ...
+      ]
+    }
+
+Per op: ``name`` (unique), ``kind``, ``phase`` (``forward``, ``loss`` or ``backward``),
+``inputs`` (names of the ops whose outputs it reads; the data-dependency edges),
+``flops``, ``output_bytes``, and optionally ``workspace_bytes``, ``param_bytes`` (forward
+ops), ``forward_of`` (backward ops: the op they differentiate) and ``measured`` with any
+of ``compute_time_s``, ``compute_energy_j``, ``pagein_time_s``, ``pagein_energy_j``,
+``pageout_time_s``, ``pageout_energy_j``. ``flops`` may be left out (0) when the op has
+measured compute time and energy. Ops may appear in any order; poetsim sorts them
+topologically and deterministically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from poetsim.errors import GraphError, GraphFileError
+from poetsim.fileio import atomic_write_text
+from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.ops import MeasuredCosts, Op
+
+__all__ = ["FORMAT", "VERSION", "graph_fingerprint", "graph_from_dict", "graph_to_dict",
+           "read_graph", "write_graph"]
+
+FORMAT = "poetsim-graph"
+VERSION = 1
+
+_OP_KEYS = {"name", "kind", "phase", "inputs", "flops", "output_bytes", "workspace_bytes",
+            "param_bytes", "forward_of", "measured"}
+_MEASURED_KEYS = {"compute_time_s", "compute_energy_j", "pagein_time_s", "pagein_energy_j",
+                  "pageout_time_s", "pageout_energy_j"}
+
+
+def graph_to_dict(graph: TrainingGraph) -> dict[str, Any]:
+    """The graph as a JSON-ready document (ops in topological order)."""
+    ops = []
+    for i, op in enumerate(graph.ops):
+        entry: dict[str, Any] = {"name": op.name, "kind": op.kind, "phase": op.phase.value,
+                                 "inputs": graph.inputs_of(i), "flops": op.flops,
+                                 "output_bytes": op.output_bytes}
+        if op.workspace_bytes:
+            entry["workspace_bytes"] = op.workspace_bytes
+        if op.param_bytes:
+            entry["param_bytes"] = op.param_bytes
+        if op.forward_of is not None:
+            entry["forward_of"] = op.forward_of
+        if not op.measured.empty:
+            entry["measured"] = op.measured.as_dict()
+        ops.append(entry)
+    return {"format": FORMAT, "version": VERSION, "name": graph.name,
+            "metadata": dict(graph.metadata), "ops": ops}
+
+
+def _op_from_dict(raw: Any, position: int) -> tuple[Op, list[str]]:
+    where = f"ops[{position}]"
+    if not isinstance(raw, dict):
+        raise GraphError(f"{where}: must be an object")
+    name = raw.get("name")
+    label = f"op {name!r} ({where})" if isinstance(name, str) else where
+    unknown = sorted(set(raw) - _OP_KEYS)
+    if unknown:
+        raise GraphError(f"{label}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(_OP_KEYS))}")
+    for key in ("name", "kind", "phase", "output_bytes"):
+        if key not in raw:
+            raise GraphError(f"{label}: missing key {key!r}")
+    inputs = raw.get("inputs", [])
+    if not isinstance(inputs, list) or not all(isinstance(x, str) for x in inputs):
+        raise GraphError(f"{label}: inputs = {inputs!r}: must be a list of op names")
+    measured_raw = raw.get("measured", {})
+    if not isinstance(measured_raw, dict):
+        raise GraphError(f"{label}: measured = {measured_raw!r}: must be an object")
+    unknown = sorted(set(measured_raw) - _MEASURED_KEYS)
+    if unknown:
+        raise GraphError(f"{label}: unknown key 'measured.{unknown[0]}'; allowed: "
+                         f"{', '.join(sorted(_MEASURED_KEYS))}")
+    if raw["phase"] not in ("forward", "loss", "backward"):
+        raise GraphError(f"{label}: phase = {raw['phase']!r}: must be forward, loss or backward")
+    has_measured_compute = {"compute_time_s", "compute_energy_j"} <= set(measured_raw)
+    if "flops" not in raw and not has_measured_compute and raw["kind"] != "input":
+        raise GraphError(f"{label}: needs flops, or measured compute_time_s and compute_energy_j")
+    try:
+        op = Op(name=name, kind=raw["kind"], phase=raw["phase"], flops=raw.get("flops", 0.0),
+                output_bytes=raw["output_bytes"], workspace_bytes=raw.get("workspace_bytes", 0),
+                param_bytes=raw.get("param_bytes", 0), forward_of=raw.get("forward_of"),
+                measured=MeasuredCosts(**measured_raw))
+    except GraphError as err:
+        raise GraphError(f"{err} ({where})") from None
+    return op, inputs
+
+
+def graph_from_dict(data: Any) -> TrainingGraph:
+    """Validate a parsed graph document and build the graph."""
+    if not isinstance(data, dict):
+        raise GraphError("top level must be a JSON object")
+    if data.get("format") != FORMAT:
+        raise GraphError(f"format = {data.get('format')!r}: must be {FORMAT!r}")
+    if data.get("version") != VERSION:
+        raise GraphError(f"version = {data.get('version')!r}: this poetsim reads version {VERSION}")
+    unknown = sorted(set(data) - {"format", "version", "name", "metadata", "ops"})
+    if unknown:
+        raise GraphError(f"unknown top-level key {unknown[0]!r}")
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise GraphError(f"name = {name!r}: must be a non-empty string")
+    metadata = data.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise GraphError(f"metadata = {metadata!r}: must be an object")
+    raw_ops = data.get("ops")
+    if not isinstance(raw_ops, list) or not raw_ops:
+        raise GraphError("ops: must be a non-empty list")
+    ops: list[Op] = []
+    inputs: dict[str, list[str]] = {}
+    for position, raw in enumerate(raw_ops):
+        op, op_inputs = _op_from_dict(raw, position)
+        if op.name in inputs:
+            raise GraphError(f"op {op.name!r} (ops[{position}]): duplicate op name")
+        ops.append(op)
+        inputs[op.name] = op_inputs
+    return TrainingGraph.from_ops(name, ops, inputs, metadata=metadata)
+
+
+def read_graph(path: str | Path) -> TrainingGraph:
+    """Read a graph file; any problem raises a one-line :class:`GraphFileError`."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise GraphFileError(f"{path}: cannot read graph file: {err.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise GraphFileError(f"{path}: not valid JSON: {err}") from None
+    try:
+        return graph_from_dict(data)
+    except GraphError as err:
+        raise GraphFileError(f"{path}: {err}") from None
+
+
+def write_graph(graph: TrainingGraph, path: str | Path) -> None:
+    """Write ``graph`` as a graph file (atomically)."""
+    atomic_write_text(path, json.dumps(graph_to_dict(graph), indent=1) + "\n")
+
+
+def graph_fingerprint(graph: TrainingGraph) -> str:
+    """SHA-256 of the graph's content (ops, costs and edges; not its name or metadata)."""
+    doc = graph_to_dict(graph)
+    canonical = json.dumps(doc["ops"], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
