@@ -196,8 +196,8 @@ class Cpu:
     wakeup_energy_j: float = _number("J", "non_negative", (1e-12, 100.0))
     flops_per_j: float | None = _number(
         "FLOP/J", plausible=(1e3, 1e14), optional=True,
-        doc="compute energy as FLOP / flops_per_j (POET's FLOPS_PER_WATT); required for "
-            "profile 'paper', otherwise energy is active_power_w x time",
+        doc="compute energy as FLOP / flops_per_j (POET's FLOPS_PER_WATT); profile 'paper' "
+            "only (required there); physical boards use active_power_w x time",
     )
 
     def __attrs_post_init__(self) -> None:
@@ -364,6 +364,10 @@ class Board:
                                   "must be a non-empty identifier of letters, digits, '_' or '-'")
         if self.profile is Profile.PAPER and self.cpu.flops_per_j is None:
             raise BoardFieldError("cpu.flops_per_j", None, "is required for profile 'paper'")
+        if self.profile is Profile.PHYSICAL and self.cpu.flops_per_j is not None:
+            raise BoardFieldError("cpu.flops_per_j", self.cpu.flops_per_j,
+                                  "applies only to profile 'paper' (physical boards use "
+                                  "active_power_w x time)")
         for name in ("read_throughput_bytes_per_s", "write_throughput_bytes_per_s"):
             value = getattr(self.storage, name)
             if value > self.bus.bandwidth_bytes_per_s * (1 + 1e-9):

@@ -181,8 +181,6 @@ class TrainingGraph:
                     raise GraphError(f"op {op.name!r}: {op.forward_of!r} already has backward op "
                                      f"{differentiated[op.forward_of]!r}")
                 differentiated[op.forward_of] = op.name  # type: ignore[index]
-            elif any(self.ops[p].phase is Phase.BACKWARD for p in self._preds[i]):
-                raise GraphError(f"op {op.name!r}: a {op.phase.value} op cannot read a backward op")
 
     # ------------------------------------------------------------------ queries
 

@@ -1,0 +1,1 @@
+"""The poetsim command-line interface."""

@@ -1,0 +1,305 @@
+"""The ``poetsim`` command: argument parsing and printing only; the work is in the library.
+
+Every subcommand that prints results takes ``--json`` for machine-readable output. Errors
+print one line on stderr and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from poetsim import __version__
+from poetsim.boards import DEFAULT_BOARD, board_to_dict, builtin_board_names, get_board, load_board
+from poetsim.boards.spec import Board
+from poetsim.costs import op_costs
+from poetsim.errors import InputError, PoetsimError
+from poetsim.graph import TrainingGraph, read_graph, write_graph
+from poetsim.summary import cost_summary, graph_summary
+from poetsim.units import format_bytes, format_quantity
+from poetsim.zoo import DEFAULT_MODEL, build_model, model_description, model_names, model_options
+
+__all__ = ["main"]
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def _emit_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def _model_options(args: argparse.Namespace) -> dict[str, int]:
+    options: dict[str, int] = {}
+    for item in args.set or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InputError(f"--set {item!r}: expected KEY=VALUE, e.g. --set seq_len=64")
+        try:
+            options[key] = int(value)
+        except ValueError:
+            raise InputError(f"--set {item!r}: {key} must be a whole number") from None
+    if args.batch_size is not None:
+        options["batch_size"] = args.batch_size
+    return options
+
+
+def _graph_from_args(args: argparse.Namespace) -> TrainingGraph:
+    if getattr(args, "graph", None):
+        return read_graph(args.graph)
+    return build_model(args.model, **_model_options(args))
+
+
+def _add_model_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--batch-size", type=int, metavar="N", help="batch size (default 1)")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE",
+                        help="a model option, e.g. --set seq_len=64 (repeatable)")
+
+
+def _row(label: str, value: str) -> str:
+    return f"  {label:<34} {value}"
+
+
+# ----------------------------------------------------------------------------- boards
+
+def _cmd_boards_list(args: argparse.Namespace) -> None:
+    boards = [get_board(name) for name in builtin_board_names()]
+    if args.json:
+        _emit_json([{"name": b.name, "title": b.title, "profile": b.profile.value,
+                     "ram_bytes": b.ram.bytes, "storage": b.storage.kind.value,
+                     "dma_channels": b.dma.channels} for b in boards])
+        return
+    print(f"{'name':<20} {'profile':<9} {'RAM':>10}  {'storage':<9} {'DMA':>3}  title")
+    for b in boards:
+        print(f"{b.name:<20} {b.profile.value:<9} {format_bytes(b.ram.bytes):>10}  "
+              f"{b.storage.kind.value:<9} {b.dma.channels:>3}  {b.title}")
+
+
+def _print_board(board: Board) -> None:
+    doc = board_to_dict(board)
+    print(f"{board.name}: {board.title}  (profile: {board.profile.value})")
+    for section in ("cpu", "ram", "dma", "storage", "bus"):
+        print(f"[{section}]")
+        for key, value in doc[section].items():
+            if isinstance(value, dict):
+                print(f"  {key:<30} {value['value']:<14g} [{value['source']}] {value['ref']}")
+            else:
+                print(f"  {key:<30} {value}")
+    storage = board.storage
+    print("derived")
+    print(_row("ram usable", format_bytes(board.ram.usable_bytes)))
+    print(_row("storage wire rate", format_quantity(storage.wire_bytes_per_s, "B/s")))
+    print(_row("compute energy per FLOP",
+               format_quantity(1 / board.cpu.flops_per_j if board.cpu.flops_per_j
+                               else board.cpu.active_power_w / board.cpu.flops_per_s, "J")))
+    if board.notes:
+        print("notes")
+        for line in board.notes.strip().splitlines():
+            print(f"  {line}")
+
+
+def _cmd_boards_show(args: argparse.Namespace) -> None:
+    board = get_board(args.board)
+    if args.json:
+        _emit_json(board_to_dict(board))
+    else:
+        _print_board(board)
+
+
+def _cmd_boards_validate(args: argparse.Namespace) -> int:
+    results = []
+    failed = False
+    for path in args.files:
+        try:
+            board = load_board(path)
+            results.append({"file": path, "valid": True, "name": board.name})
+        except PoetsimError as err:
+            failed = True
+            results.append({"file": path, "valid": False, "error": str(err)})
+    if args.json:
+        _emit_json(results)
+    else:
+        for r in results:
+            print(f"{r['file']}: ok ({r['name']})" if r["valid"] else r["error"],
+                  file=sys.stdout if r["valid"] else sys.stderr)
+    return 1 if failed else 0
+
+
+# ----------------------------------------------------------------------------- models
+
+def _cmd_models_list(args: argparse.Namespace) -> None:
+    if args.json:
+        _emit_json([{"name": n, "description": model_description(n),
+                     "options": model_options(n)} for n in model_names()])
+        return
+    for name in model_names():
+        print(f"{name:<20} {model_description(name)}")
+
+
+def _cmd_models_show(args: argparse.Namespace) -> None:
+    graph = build_model(args.model, **_model_options(args))
+    summary = graph_summary(graph)
+    if args.json:
+        _emit_json({"description": model_description(args.model), **summary.as_dict()})
+        return
+    print(f"{summary.name}: {model_description(args.model)}")
+    options = ", ".join(f"{k}={v}" for k, v in summary.metadata.items() if k != "model")
+    print(_row("options", options))
+    print(_row("ops (forward+loss / backward)",
+               f"{summary.ops} ({summary.forward_ops} / {summary.backward_ops})"))
+    print(_row("parameters", f"{summary.parameters:,} ({format_bytes(summary.param_bytes)})"))
+    print(_row("forward MACs", format_quantity(summary.forward_macs, "MAC")))
+    print(_row("forward FLOPs", format_quantity(summary.forward_flops, "FLOP")))
+    print(_row("training FLOPs (one iteration)", format_quantity(summary.training_flops, "FLOP")))
+    print(_row("activation bytes (all forward)", format_bytes(summary.activation_bytes)))
+    print(_row("plain-schedule peak (activations)",
+               f"{format_bytes(summary.plain_peak_bytes)} at {summary.plain_peak_op}"))
+
+
+def _cmd_models_export(args: argparse.Namespace) -> None:
+    graph = build_model(args.model, **_model_options(args))
+    write_graph(graph, args.out)
+    if args.json:
+        _emit_json({"file": args.out, "ops": len(graph)})
+    else:
+        print(f"wrote {args.out} ({len(graph)} ops)")
+
+
+# ----------------------------------------------------------------------------- costs
+
+def _cmd_costs(args: argparse.Namespace) -> None:
+    graph = _graph_from_args(args)
+    board = get_board(args.board)
+    costs = op_costs(graph, board)
+    summary = cost_summary(graph, board, costs)
+    if args.json:
+        doc: dict[str, Any] = summary.as_dict()
+        if args.per_op:
+            doc["ops"] = [{
+                "op": op.name, "phase": op.phase.value, "kind": op.kind,
+                "output_bytes": op.output_bytes,
+                "compute_time_s": float(costs.compute_time_s[i]),
+                "compute_energy_j": float(costs.compute_energy_j[i]),
+                "pagein_time_s": float(costs.pagein_time_s[i]),
+                "pagein_energy_j": float(costs.pagein_energy_j[i]),
+                "pageout_time_s": float(costs.pageout_time_s[i]),
+                "pageout_energy_j": float(costs.pageout_energy_j[i]),
+            } for i, op in enumerate(graph.ops)]
+        _emit_json(doc)
+        return
+    s = summary
+    print(f"{graph.name} on {board.name} ({board.title}; profile {s.profile})")
+    print("one training iteration, every op computed once")
+    print(_row("compute time", f"{format_quantity(s.compute_time_s, 's')} "
+               f"(forward {format_quantity(s.forward_time_s, 's')}, "
+               f"backward {format_quantity(s.backward_time_s, 's')})"))
+    print(_row("compute energy", format_quantity(s.compute_energy_j, "J")))
+    print(_row("page every activation out+in", f"{format_quantity(s.page_all_time_s, 's')}, "
+               f"{format_quantity(s.page_all_energy_j, 'J')}"))
+    print("memory")
+    print(_row("RAM (usable)", f"{format_bytes(s.ram_bytes)} ({format_bytes(s.ram_usable_bytes)})"))
+    print(_row("resident: params + grads", format_bytes(s.resident_bytes)))
+    print(_row("plain-schedule activation peak", format_bytes(s.plain_peak_bytes)))
+    verdict = ("fits without remat or paging" if s.fits_without_remat_or_paging
+               else "needs remat or paging" if s.resident_fits
+               else "parameters alone do not fit")
+    print(_row("plain total vs usable RAM", f"{format_bytes(s.plain_total_bytes)}: {verdict}"))
+    print(_row("storage capacity", format_bytes(s.storage_capacity_bytes)))
+    if s.measured_ops:
+        print(_row("ops with measured costs", str(s.measured_ops)))
+    print("most energy-hungry ops")
+    for entry in s.top_energy_ops:
+        print(f"  {entry['op']:<34} {format_quantity(entry['compute_energy_j'], 'J'):>10} "
+              f"{format_quantity(entry['compute_time_s'], 's'):>10}  {entry['share']:6.1%}")
+    if args.per_op:
+        print(f"\n{'op':<34} {'out':>10} {'compute':>10} {'E_comp':>10} {'page-in':>10} "
+              f"{'E_in':>10} {'page-out':>10} {'E_out':>10}")
+        for i, op in enumerate(graph.ops):
+            print(f"{op.name:<34} {format_bytes(op.output_bytes):>10} "
+                  f"{format_quantity(costs.compute_time_s[i], 's', 3):>10} "
+                  f"{format_quantity(costs.compute_energy_j[i], 'J', 3):>10} "
+                  f"{format_quantity(costs.pagein_time_s[i], 's', 3):>10} "
+                  f"{format_quantity(costs.pagein_energy_j[i], 'J', 3):>10} "
+                  f"{format_quantity(costs.pageout_time_s[i], 's', 3):>10} "
+                  f"{format_quantity(costs.pageout_energy_j[i], 'J', 3):>10}")
+
+
+# ----------------------------------------------------------------------------- parser
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="poetsim",
+        description="Energy-optimal rematerialization and paging schedules for training on "
+                    "edge boards, checked in a simulation of the board.",
+    )
+    parser.add_argument("--version", action="version", version=f"poetsim {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def with_json(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        return p
+
+    boards = sub.add_parser("boards", help="list, show and validate board files")
+    boards_sub = boards.add_subparsers(dest="action", required=True, metavar="ACTION")
+    with_json(boards_sub.add_parser("list", help="list the built-in boards")).set_defaults(
+        func=_cmd_boards_list)
+    p = with_json(boards_sub.add_parser("show", help="print one board with the source of "
+                                                     "every number"))
+    p.add_argument("board", metavar="NAME|FILE")
+    p.set_defaults(func=_cmd_boards_show)
+    p = with_json(boards_sub.add_parser("validate", help="check board files"))
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.set_defaults(func=_cmd_boards_validate)
+
+    models = sub.add_parser("models", help="list and show the model zoo")
+    models_sub = models.add_subparsers(dest="action", required=True, metavar="ACTION")
+    with_json(models_sub.add_parser("list", help="list the models")).set_defaults(
+        func=_cmd_models_list)
+    p = with_json(models_sub.add_parser("show", help="op count, parameters, FLOPs and "
+                                                     "activation bytes of a model"))
+    p.add_argument("model", metavar="NAME")
+    _add_model_options(p)
+    p.set_defaults(func=_cmd_models_show)
+    p = with_json(models_sub.add_parser("export", help="write a model's training graph file"))
+    p.add_argument("model", metavar="NAME")
+    p.add_argument("--out", required=True, metavar="FILE", help="graph file to write (JSON)")
+    _add_model_options(p)
+    p.set_defaults(func=_cmd_models_export)
+
+    for name, help_text in (
+        ("costs", "cost summary of a model's training graph on a board"),
+        ("demo", "the built-in default job: the default model on the default board"),
+    ):
+        p = with_json(sub.add_parser(name, help=help_text))
+        source = p.add_mutually_exclusive_group()
+        source.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME",
+                            help=f"zoo model (default {DEFAULT_MODEL})")
+        source.add_argument("--graph", metavar="FILE", help="graph file (JSON) instead of a model")
+        p.add_argument("--board", default=DEFAULT_BOARD, metavar="NAME|FILE",
+                       help=f"built-in board or board file (default {DEFAULT_BOARD})")
+        p.add_argument("--per-op", action="store_true", help="also list every op's costs")
+        _add_model_options(p)
+        p.set_defaults(func=_cmd_costs)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        status = args.func(args)
+    except PoetsimError as err:
+        print(f"poetsim: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("poetsim: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    return int(status or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""The cost model: (training graph, board) -> time and energy of every op and transfer.
+
+This module is the only place where cost formulas live. The optimizer, the baselines and
+the simulator all read :class:`OpCosts`.
+
+Physical boards (``profile = "physical"``)
+-------------------------------------------
+Compute, op ``k``::
+
+    time_s   = max(flops_k / cpu.flops_per_s,  moved_bytes_k / ram.bandwidth_bytes_per_s)
+    energy_j = time_s * cpu.active_power_w
+
+a roofline: ``moved_bytes_k`` is what the op reads and writes (its inputs, its output and
+its parameters; a backward op also reads the weights and writes their gradients), so
+memory-bound ops (ReLU, add, batch norm) are not priced as if they were compute-bound.
+The data input op reads the batch from storage, so its "compute" is a page-in.
+
+Page-out (write) of a tensor of ``b`` bytes, and page-in (read) symmetrically::
+
+    rounded_bytes = ceil(b / block_bytes) * block_bytes
+    commands      = ceil(rounded_bytes / max_command_bytes)
+    time_s        = commands * write_latency_s + rounded_bytes / write_throughput_bytes_per_s
+    energy_j      = time_s * (write_power_w + mover_power_w)
+
+where ``mover_power_w`` is ``dma.active_power_w`` on a board with DMA and
+``cpu.active_power_w`` on one without (the CPU then moves every byte itself). On NOR flash
+a page-out first erases the sectors it covers (no pre-erased pool is assumed)::
+
+    sectors   = ceil(rounded_bytes / erase_sector_bytes)
+    time_s   += sectors * erase_time_s
+    energy_j += sectors * erase_time_s * erase_power_w
+
+A tensor of 0 bytes costs nothing to move. Idle power, wake-ups and bus contention are not
+per-op costs; the simulator accounts for them.
+
+Paper-profile boards (``profile = "paper"``)
+--------------------------------------------
+POET's published formulas (``poet/power_computation.py``), exactly::
+
+    compute time_s   = flops / cpu.flops_per_s
+    compute energy_j = flops / cpu.flops_per_j
+    page time_s      = latency_s + bytes / throughput_bytes_per_s     (once per tensor)
+    page energy_j    = page time_s * storage power (MEMORY_POWER)
+
+Measured costs
+--------------
+Any cost an op carries in ``op.measured`` (from a profiled graph file) replaces the
+analytic value of that cost alone.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import attrs
+import numpy as np
+
+from poetsim.boards.spec import Board, Profile, Storage, StorageKind
+from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.ops import Phase
+
+__all__ = ["OpCosts", "Transfer", "op_costs", "transfer_cost"]
+
+
+@attrs.frozen
+class Transfer:
+    """Time and energy of moving one tensor between RAM and storage."""
+
+    time_s: float
+    energy_j: float
+
+
+def transfer_cost(board: Board, nbytes: int, *, write: bool) -> Transfer:
+    """Cost of writing (page-out) or reading (page-in) ``nbytes`` on ``board``."""
+    storage = board.storage
+    latency = storage.write_latency_s if write else storage.read_latency_s
+    throughput = (storage.write_throughput_bytes_per_s if write
+                  else storage.read_throughput_bytes_per_s)
+    power = storage.write_power_w if write else storage.read_power_w
+    if board.profile is Profile.PAPER:
+        time_s = latency + nbytes / throughput
+        return Transfer(time_s, time_s * power)
+    if nbytes <= 0:
+        return Transfer(0.0, 0.0)
+    rounded = math.ceil(nbytes / storage.block_bytes) * storage.block_bytes
+    commands = math.ceil(rounded / storage.max_command_bytes)
+    time_s = commands * latency + rounded / throughput
+    mover_w = board.dma.active_power_w if board.dma.present else board.cpu.active_power_w
+    energy_j = time_s * (power + mover_w)
+    if write and storage.kind is StorageKind.QSPI_NOR:
+        erase_s = _erase_time_s(storage, rounded)
+        time_s += erase_s
+        energy_j += erase_s * storage.erase_power_w  # type: ignore[operator]
+    return Transfer(time_s, energy_j)
+
+
+def _erase_time_s(storage: Storage, rounded_bytes: int) -> float:
+    sectors = math.ceil(rounded_bytes / storage.erase_sector_bytes)  # type: ignore[operator]
+    return sectors * storage.erase_time_s  # type: ignore[operator]
+
+
+def _readonly(values: Any, dtype: Any = np.float64) -> np.ndarray:
+    array = np.array(values, dtype=dtype)
+    array.flags.writeable = False
+    return array
+
+
+def _frozen_array(dtype: Any = np.float64):
+    return attrs.field(converter=lambda v: _readonly(v, dtype), eq=attrs.cmp_using(eq=np.array_equal))
+
+
+@attrs.frozen
+class OpCosts:
+    """Per-op costs of one graph on one board, as read-only arrays indexed by op position.
+
+    ``pagein_*`` / ``pageout_*`` are for the op's output tensor. ``measured`` marks ops
+    with at least one profiled cost.
+    """
+
+    graph_name: str
+    board_name: str
+    compute_time_s: np.ndarray = _frozen_array()
+    compute_energy_j: np.ndarray = _frozen_array()
+    pagein_time_s: np.ndarray = _frozen_array()
+    pagein_energy_j: np.ndarray = _frozen_array()
+    pageout_time_s: np.ndarray = _frozen_array()
+    pageout_energy_j: np.ndarray = _frozen_array()
+    output_bytes: np.ndarray = _frozen_array(np.int64)
+    workspace_bytes: np.ndarray = _frozen_array(np.int64)
+    measured: np.ndarray = _frozen_array(bool)
+
+    def __len__(self) -> int:
+        return len(self.compute_time_s)
+
+
+def _moved_bytes(graph: TrainingGraph, k: int) -> int:
+    op = graph.ops[k]
+    moved = op.output_bytes + sum(graph.ops[p].output_bytes for p in graph.predecessors(k))
+    if op.phase is Phase.BACKWARD:
+        moved += 2 * graph.op(op.forward_of).param_bytes  # type: ignore[arg-type]
+    return moved + op.param_bytes
+
+
+def _compute(graph: TrainingGraph, board: Board, k: int) -> Transfer:
+    op = graph.ops[k]
+    cpu = board.cpu
+    if board.profile is Profile.PAPER:
+        return Transfer(op.flops / cpu.flops_per_s, op.flops / cpu.flops_per_j)  # type: ignore[operator]
+    if op.kind == "input":
+        return transfer_cost(board, op.output_bytes, write=False)
+    time_s = max(op.flops / cpu.flops_per_s,
+                 _moved_bytes(graph, k) / board.ram.bandwidth_bytes_per_s)
+    return Transfer(time_s, time_s * cpu.active_power_w)
+
+
+def op_costs(graph: TrainingGraph, board: Board) -> OpCosts:
+    """Costs of every op of ``graph`` on ``board`` (see the module docstring)."""
+    columns: dict[str, list[float]] = {name: [] for name in (
+        "compute_time_s", "compute_energy_j", "pagein_time_s", "pagein_energy_j",
+        "pageout_time_s", "pageout_energy_j")}
+    for k, op in enumerate(graph.ops):
+        compute = _compute(graph, board, k)
+        pagein = transfer_cost(board, op.output_bytes, write=False)
+        pageout = transfer_cost(board, op.output_bytes, write=True)
+        analytic = {
+            "compute_time_s": compute.time_s, "compute_energy_j": compute.energy_j,
+            "pagein_time_s": pagein.time_s, "pagein_energy_j": pagein.energy_j,
+            "pageout_time_s": pageout.time_s, "pageout_energy_j": pageout.energy_j,
+        }
+        analytic.update(op.measured.as_dict())
+        for name, value in analytic.items():
+            columns[name].append(value)
+    return OpCosts(
+        graph_name=graph.name,
+        board_name=board.name,
+        output_bytes=[op.output_bytes for op in graph.ops],
+        workspace_bytes=[op.workspace_bytes for op in graph.ops],
+        measured=[not op.measured.empty for op in graph.ops],
+        **columns,
+    )

@@ -1,0 +1,47 @@
+"""Activation memory of the plain schedule: every op once, in order, no remat, no paging.
+
+This is the reference point of relative RAM budgets ("50%" means half of this peak) and
+the accounting rule every part of poetsim shares:
+
+* while op ``k`` runs, RAM holds every tensor that is still live (computed earlier and
+  read by ``k`` or a later op), plus ``k``'s output and ``k``'s workspace;
+* after op ``k``, the tensors whose last reader was ``k`` are freed, and ``k``'s own output
+  too if nothing reads it.
+
+Parameters, gradients and optimizer state are outside this figure (see
+:func:`poetsim.graph.graph.resident_memory`).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from poetsim.graph.graph import TrainingGraph
+
+__all__ = ["PeakMemory", "plain_peak"]
+
+
+@attrs.frozen
+class PeakMemory:
+    """A peak of activation memory and the op during which it occurs."""
+
+    bytes: int
+    op_index: int
+    op_name: str
+
+
+def plain_peak(graph: TrainingGraph) -> PeakMemory:
+    """Peak activation bytes of the plain schedule, and where it occurs."""
+    last_use = [max(graph.successors(i), default=i) for i in range(len(graph))]
+    frees_after: list[list[int]] = [[] for _ in range(len(graph))]
+    for i, k in enumerate(last_use):
+        frees_after[k].append(i)
+    live = 0
+    best = PeakMemory(-1, 0, "")
+    for k, op in enumerate(graph.ops):
+        during = live + op.output_bytes + op.workspace_bytes
+        if during > best.bytes:
+            best = PeakMemory(during, k, op.name)
+        live += op.output_bytes
+        live -= sum(graph.ops[i].output_bytes for i in frees_after[k])
+    return best

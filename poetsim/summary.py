@@ -1,0 +1,144 @@
+"""Summaries of a model's training graph and of its costs on a board.
+
+Plain values with units in their names, ready for printing or for ``--json``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from poetsim.boards.spec import Board
+from poetsim.costs import OpCosts, op_costs
+from poetsim.graph.autograd import forward_macs
+from poetsim.graph.graph import TrainingGraph, resident_memory
+from poetsim.graph.memory import plain_peak
+from poetsim.graph.ops import Phase
+
+__all__ = ["CostSummary", "GraphSummary", "cost_summary", "graph_summary"]
+
+
+@attrs.frozen
+class GraphSummary:
+    """Size and work of one training iteration of a graph."""
+
+    name: str
+    ops: int
+    forward_ops: int
+    backward_ops: int
+    parameters: int
+    param_bytes: int
+    forward_flops: float
+    training_flops: float
+    forward_macs: float
+    activation_bytes: int
+    plain_peak_bytes: int
+    plain_peak_op: str
+    metadata: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+def graph_summary(graph: TrainingGraph) -> GraphSummary:
+    """Op counts, parameters, FLOPs, MACs and activation memory of ``graph``.
+
+    ``activation_bytes`` is the sum of the outputs of all forward ops and the loss (what
+    keeping every activation for the backward pass costs); ``plain_peak_bytes`` is the
+    peak of the plain schedule (:func:`poetsim.graph.memory.plain_peak`).
+    """
+    forward = [op for op in graph.ops if op.phase is not Phase.BACKWARD]
+    dtype_bytes = int(graph.metadata.get("dtype_bytes", 4))
+    peak = plain_peak(graph)
+    return GraphSummary(
+        name=graph.name,
+        ops=len(graph),
+        forward_ops=len(forward),
+        backward_ops=len(graph) - len(forward),
+        parameters=graph.param_bytes // dtype_bytes,
+        param_bytes=graph.param_bytes,
+        forward_flops=sum(op.flops for op in forward),
+        training_flops=graph.flops,
+        forward_macs=forward_macs(graph),
+        activation_bytes=sum(op.output_bytes for op in forward),
+        plain_peak_bytes=peak.bytes,
+        plain_peak_op=peak.op_name,
+        metadata=dict(graph.metadata),
+    )
+
+
+@attrs.frozen
+class CostSummary:
+    """One training iteration of a graph on a board, every op computed once."""
+
+    graph: str
+    board: str
+    profile: str
+    compute_time_s: float
+    compute_energy_j: float
+    forward_time_s: float
+    backward_time_s: float
+    page_all_time_s: float
+    page_all_energy_j: float
+    ram_bytes: int
+    ram_usable_bytes: int
+    resident_bytes: int
+    plain_peak_bytes: int
+    plain_total_bytes: int
+    fits_without_remat_or_paging: bool
+    resident_fits: bool
+    storage_capacity_bytes: int
+    activation_bytes: int
+    measured_ops: int
+    top_energy_ops: list[dict[str, Any]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+def cost_summary(graph: TrainingGraph, board: Board, costs: OpCosts | None = None, *,
+                 gradients: bool = True, optimizer: str = "sgd", top: int = 5) -> CostSummary:
+    """Totals of ``graph`` on ``board``.
+
+    ``page_all_*`` is what paging every forward activation out once and back in once
+    would cost (a yardstick for paging versus recomputing). ``resident_bytes`` holds the
+    parameters, their gradients (``gradients``) and the optimizer state.
+    """
+    costs = costs if costs is not None else op_costs(graph, board)
+    forward_idx = [i for i, op in enumerate(graph.ops) if op.phase is not Phase.BACKWARD]
+    backward_idx = graph.indices(Phase.BACKWARD)
+    paged = [i for i in forward_idx if graph.ops[i].phase is Phase.FORWARD]
+    resident = resident_memory(graph, gradients=gradients, optimizer=optimizer).total_bytes
+    peak = plain_peak(graph).bytes
+    usable = board.ram.usable_bytes
+    order = sorted(range(len(graph)), key=lambda i: (-costs.compute_energy_j[i], i))[:top]
+    total_energy = float(costs.compute_energy_j.sum())
+    return CostSummary(
+        graph=graph.name,
+        board=board.name,
+        profile=board.profile.value,
+        compute_time_s=float(costs.compute_time_s.sum()),
+        compute_energy_j=total_energy,
+        forward_time_s=float(costs.compute_time_s[forward_idx].sum()),
+        backward_time_s=float(costs.compute_time_s[backward_idx].sum()),
+        page_all_time_s=float(costs.pageout_time_s[paged].sum() + costs.pagein_time_s[paged].sum()),
+        page_all_energy_j=float(costs.pageout_energy_j[paged].sum()
+                                + costs.pagein_energy_j[paged].sum()),
+        ram_bytes=board.ram.bytes,
+        ram_usable_bytes=usable,
+        resident_bytes=resident,
+        plain_peak_bytes=peak,
+        plain_total_bytes=peak + resident,
+        fits_without_remat_or_paging=peak + resident <= usable,
+        resident_fits=resident <= usable,
+        storage_capacity_bytes=board.storage.capacity_bytes,
+        activation_bytes=sum(graph.ops[i].output_bytes for i in forward_idx),
+        measured_ops=int(costs.measured.sum()),
+        top_energy_ops=[{"op": graph.ops[i].name,
+                         "compute_time_s": float(costs.compute_time_s[i]),
+                         "compute_energy_j": float(costs.compute_energy_j[i]),
+                         "share": float(costs.compute_energy_j[i] / total_energy)
+                         if total_energy else 0.0}
+                        for i in order],
+    )

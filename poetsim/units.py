@@ -1,0 +1,55 @@
+"""Parsing and formatting of physical quantities (bytes, seconds, joules, watts)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from poetsim.errors import InputError
+
+__all__ = ["format_bytes", "format_quantity", "parse_bytes"]
+
+_BYTE_UNITS = {
+    "": 1, "b": 1,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30,
+}
+
+
+def parse_bytes(text: str, *, what: str = "size") -> int:
+    """``"256KiB"`` -> 262144, ``"1.5 MB"`` -> 1500000, ``"4096"`` -> 4096.
+
+    KB, MB and GB are powers of 1000; KiB, MiB and GiB powers of 1024.
+    """
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", text)
+    if not match or match.group(2).lower() not in _BYTE_UNITS:
+        raise InputError(f"{what} = {text!r}: expected a number of bytes such as 4096, 256KiB "
+                         "or 1.5MB")
+    value = float(match.group(1)) * _BYTE_UNITS[match.group(2).lower()]
+    if value <= 0 or not math.isfinite(value):
+        raise InputError(f"{what} = {text!r}: must be a positive number of bytes")
+    return math.ceil(value)
+
+
+def format_bytes(nbytes: float) -> str:
+    """Binary units for memory: ``262144`` -> ``"256.0 KiB"``."""
+    value = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+_PREFIXES = [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"),
+             (1e-6, "µ"), (1e-9, "n"), (1e-12, "p")]
+
+
+def format_quantity(value: float, unit: str, digits: int = 4) -> str:
+    """SI prefix formatting: ``format_quantity(0.0123, "J")`` -> ``"12.3 mJ"``."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g} {unit}"
+    for scale, prefix in _PREFIXES:
+        if abs(value) >= scale:
+            return f"{value / scale:.{digits}g} {prefix}{unit}"
+    return f"{value:.{digits}g} {unit}"

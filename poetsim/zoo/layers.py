@@ -1,0 +1,244 @@
+"""Shared helpers that add one layer to a :class:`~poetsim.graph.autograd.ForwardGraph`.
+
+Every helper takes the graph, an op name and its input :class:`Tensor` (an op name plus the
+per-sample shape of its output), adds one forward op and returns the output
+:class:`Tensor`. Shapes, FLOPs, parameter counts and workspace are computed by hand from
+the layer's hyper-parameters; nothing runs a framework.
+
+Conventions
+-----------
+* Shapes are per sample: ``(C, H, W)`` for images, ``(S, D)`` for token sequences,
+  ``(D,)`` for vectors. Element counts handed to the graph are per batch
+  (per-sample elements x ``fg.batch_size``).
+* FLOPs count a multiply-accumulate (MAC) as 2 FLOPs. Convolutions, linear layers and
+  matrix products have exactly ``2 x MACs`` FLOPs, so
+  :func:`~poetsim.graph.autograd.forward_macs` returns the MAC count; bias additions are
+  left out of the FLOPs but biases are counted as parameters.
+* Element-wise costs (forward, per element, estimates): ReLU 1 (per output element),
+  ReLU6 2, BatchNorm 7 (training mode: mean, variance, normalise, scale and shift),
+  LayerNorm 8, softmax 5, GELU 8, addition 1, max pooling ``k*k - 1`` per output element
+  (comparisons), average pooling 1 per input element.
+* Parameters: BatchNorm and LayerNorm have 2 per channel (scale and shift); BatchNorm's
+  running mean and variance are buffers, not trainable parameters, and are not counted.
+* Workspace: a convolution needs an im2col buffer of two columns, ``2 * Cin/groups * k*k``
+  elements, as CMSIS-NN's ``arm_convolve_s8`` processes two output pixels at a time. The
+  buffer is reused sample after sample, so it does not scale with the batch size. All
+  other ops are assumed to work without scratch memory (workspace 0).
+* Reshapes, flattening, head splitting and token selection are views and add no op.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from poetsim.errors import InputError
+from poetsim.graph.autograd import ForwardGraph
+
+__all__ = [
+    "Tensor", "add", "check_option", "new_graph", "attention", "avgpool", "batchnorm", "conv2d", "conv_out", "flatten",
+    "gelu", "layernorm", "linear", "matmul", "maxpool", "relu", "relu6", "softmax",
+]
+
+
+@attrs.frozen
+class Tensor:
+    """The output of an op: its name and per-sample shape."""
+
+    name: str
+    shape: tuple[int, ...] = attrs.field(converter=tuple)
+
+    @property
+    def elements(self) -> int:
+        """Elements of one sample."""
+        return math.prod(self.shape)
+
+
+def new_graph(model: str, batch_size: int, **options: int) -> ForwardGraph:
+    """An empty forward graph named ``model`` whose metadata records the options."""
+    return ForwardGraph(model, batch_size=batch_size,
+                        metadata={"model": model, "batch_size": batch_size, **options})
+
+
+def check_option(ok: bool, option: str, value: int, rule: str) -> None:
+    """Raise a one-line :class:`InputError` naming the option unless ``ok``."""
+    if not ok:
+        raise InputError(f"option {option} = {value!r}: {rule}")
+
+
+def conv_out(size: int, kernel: int, stride: int, padding: int) -> int:
+    """Output length of a convolution or pooling window along one axis."""
+    return (size + 2 * padding - kernel) // stride + 1
+
+
+def _batch(fg: ForwardGraph, elements: int) -> int:
+    return elements * fg.batch_size
+
+
+def flatten(x: Tensor) -> Tensor:
+    """View ``x`` as a vector (no op: flattening is free)."""
+    return Tensor(x.name, (x.elements,))
+
+
+# ----------------------------------------------------------------------- MAC layers
+
+
+def conv2d(fg: ForwardGraph, name: str, x: Tensor, out_channels: int, kernel: int, *,
+           stride: int = 1, padding: int | None = None, groups: int = 1,
+           bias: bool = False) -> Tensor:
+    """2-D convolution on ``(C, H, W)``; ``padding`` defaults to ``kernel // 2``.
+
+    MACs = ``Hout * Wout * Cout * (Cin / groups) * k * k`` per sample. Workspace is an
+    im2col buffer of 2 columns (``2 * Cin/groups * k * k`` elements, CMSIS-NN style),
+    independent of the batch size.
+    """
+    cin, h, w = x.shape
+    if cin % groups or out_channels % groups:
+        raise InputError(f"{name}: channels {cin}->{out_channels} not divisible by {groups}")
+    pad = kernel // 2 if padding is None else padding
+    ho, wo = conv_out(h, kernel, stride, pad), conv_out(w, kernel, stride, pad)
+    if ho < 1 or wo < 1:
+        raise InputError(f"{name}: input {h}x{w} is too small for a {kernel}x{kernel} "
+                         f"stride-{stride} convolution")
+    per_group = cin // groups * kernel * kernel
+    macs = ho * wo * out_channels * per_group
+    params = out_channels * per_group + (out_channels if bias else 0)
+    out = Tensor(name, (out_channels, ho, wo))
+    fg.op(name, "conv2d", [x.name], output_elements=_batch(fg, out.elements),
+          flops=2.0 * _batch(fg, macs), param_count=params,
+          workspace_elements=2 * per_group)
+    return out
+
+
+def linear(fg: ForwardGraph, name: str, x: Tensor, out_features: int, *,
+           bias: bool = True, tokens: int | None = None) -> Tensor:
+    """Fully connected layer on the last axis of ``x``.
+
+    MACs = ``tokens * in_features * out_features`` per sample, where ``tokens`` is the
+    product of the leading axes (1 for a vector). Passing ``tokens`` explicitly applies
+    the layer to only that many rows of ``x`` (e.g. the [CLS] token of a sequence); the
+    op still reads the whole tensor ``x``, as the selection is a view.
+    """
+    in_features = x.shape[-1]
+    rows = math.prod(x.shape[:-1]) if tokens is None else tokens
+    shape = ((*x.shape[:-1], out_features) if tokens is None
+             else ((tokens, out_features) if tokens > 1 else (out_features,)))
+    out = Tensor(name, shape)
+    params = in_features * out_features + (out_features if bias else 0)
+    fg.op(name, "linear", [x.name], output_elements=_batch(fg, out.elements),
+          flops=2.0 * _batch(fg, rows * in_features * out_features), param_count=params)
+    return out
+
+
+def matmul(fg: ForwardGraph, name: str, a: Tensor, b: Tensor, out_shape: tuple[int, ...],
+           macs_per_sample: int) -> Tensor:
+    """Product of two activations (no parameters); the caller gives shape and MACs."""
+    out = Tensor(name, out_shape)
+    fg.op(name, "matmul", [a.name, b.name], output_elements=_batch(fg, out.elements),
+          flops=2.0 * _batch(fg, macs_per_sample))
+    return out
+
+
+# ----------------------------------------------------------------------- element-wise
+
+
+def _elementwise(fg: ForwardGraph, name: str, kind: str, x: Tensor, flops_per_element: float,
+                 params: int = 0) -> Tensor:
+    out = Tensor(name, x.shape)
+    fg.op(name, kind, [x.name], output_elements=_batch(fg, out.elements),
+          flops=flops_per_element * _batch(fg, out.elements), param_count=params)
+    return out
+
+
+def relu(fg: ForwardGraph, name: str, x: Tensor) -> Tensor:
+    """ReLU: 1 FLOP per element."""
+    return _elementwise(fg, name, "relu", x, 1)
+
+
+def relu6(fg: ForwardGraph, name: str, x: Tensor) -> Tensor:
+    """ReLU6 (clamp to [0, 6]): 2 FLOPs per element."""
+    return _elementwise(fg, name, "relu6", x, 2)
+
+
+def gelu(fg: ForwardGraph, name: str, x: Tensor) -> Tensor:
+    """GELU: about 8 FLOPs per element (tanh approximation)."""
+    return _elementwise(fg, name, "gelu", x, 8)
+
+
+def softmax(fg: ForwardGraph, name: str, x: Tensor) -> Tensor:
+    """Softmax over the last axis: about 5 FLOPs per element (max, sub, exp, sum, div)."""
+    return _elementwise(fg, name, "softmax", x, 5)
+
+
+def batchnorm(fg: ForwardGraph, name: str, x: Tensor) -> Tensor:
+    """BatchNorm over the channel axis (axis 0) in training mode: ~7 FLOPs per element.
+
+    2 parameters per channel (scale and shift); running statistics are buffers.
+    """
+    return _elementwise(fg, name, "batchnorm", x, 7, params=2 * x.shape[0])
+
+
+def layernorm(fg: ForwardGraph, name: str, x: Tensor) -> Tensor:
+    """LayerNorm over the last axis: ~8 FLOPs per element, 2 parameters per feature."""
+    return _elementwise(fg, name, "layernorm", x, 8, params=2 * x.shape[-1])
+
+
+def add(fg: ForwardGraph, name: str, a: Tensor, b: Tensor) -> Tensor:
+    """Element-wise sum of two tensors of the same shape (a residual connection)."""
+    if a.shape != b.shape:
+        raise InputError(f"{name}: cannot add shapes {a.shape} and {b.shape}")
+    out = Tensor(name, a.shape)
+    fg.op(name, "add", [a.name, b.name], output_elements=_batch(fg, out.elements),
+          flops=1.0 * _batch(fg, out.elements))
+    return out
+
+
+# ----------------------------------------------------------------------- pooling
+
+
+def maxpool(fg: ForwardGraph, name: str, x: Tensor, kernel: int, *, stride: int | None = None,
+            padding: int = 0) -> Tensor:
+    """Max pooling on ``(C, H, W)``: ``k*k - 1`` comparisons per output element."""
+    c, h, w = x.shape
+    s = kernel if stride is None else stride
+    out = Tensor(name, (c, conv_out(h, kernel, s, padding), conv_out(w, kernel, s, padding)))
+    if min(out.shape) < 1:
+        raise InputError(f"{name}: input {h}x{w} is too small for {kernel}x{kernel} pooling")
+    fg.op(name, "maxpool", [x.name], output_elements=_batch(fg, out.elements),
+          flops=(kernel * kernel - 1) * _batch(fg, out.elements))
+    return out
+
+
+def avgpool(fg: ForwardGraph, name: str, x: Tensor) -> Tensor:
+    """Global average pooling ``(C, H, W) -> (C,)``: 1 FLOP per input element."""
+    out = Tensor(name, (x.shape[0],))
+    fg.op(name, "avgpool", [x.name], output_elements=_batch(fg, out.elements),
+          flops=1.0 * _batch(fg, x.elements))
+    return out
+
+
+# ----------------------------------------------------------------------- attention
+
+
+def attention(fg: ForwardGraph, prefix: str, x: Tensor, heads: int) -> Tensor:
+    """Multi-head self-attention on ``(S, D)``; returns the output projection.
+
+    Adds ``{prefix}.query``, ``.key``, ``.value`` (linear D->D each), ``.scores``
+    (matmul Q K^T per head: ``heads * S * S * D/heads`` MACs, the 1/sqrt(d) scale folded
+    in), ``.softmax``, ``.context`` (matmul softmax x V: same MACs) and ``.output``
+    (linear D->D). Splitting and merging heads are views.
+    """
+    seq, hidden = x.shape
+    if hidden % heads:
+        raise InputError(f"{prefix}: hidden {hidden} not divisible by heads {heads}")
+    head_dim = hidden // heads
+    q = linear(fg, f"{prefix}.query", x, hidden)
+    k = linear(fg, f"{prefix}.key", x, hidden)
+    v = linear(fg, f"{prefix}.value", x, hidden)
+    scores = matmul(fg, f"{prefix}.scores", q, k, (heads, seq, seq),
+                    heads * seq * seq * head_dim)
+    probs = softmax(fg, f"{prefix}.softmax", scores)
+    context = matmul(fg, f"{prefix}.context", probs, v, (seq, hidden),
+                     heads * seq * seq * head_dim)
+    return linear(fg, f"{prefix}.output", context, hidden)

@@ -1,0 +1,143 @@
+"""TrainingGraph: validation rules, deterministic topological order, queries."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from poetsim.errors import GraphError
+from poetsim.graph import Op, Phase, TrainingGraph, resident_memory, topological_order
+
+
+def fwd(name: str, **kw) -> Op:
+    return Op(name, kw.pop("kind", "relu"), Phase.FORWARD, **kw)
+
+
+def loss(name: str = "loss") -> Op:
+    return Op(name, "cross_entropy", Phase.LOSS, flops=1, output_bytes=4)
+
+
+def grad(name: str, of: str, **kw) -> Op:
+    return Op(name, "relu", Phase.BACKWARD, forward_of=of, **kw)
+
+
+def chain() -> tuple[list[Op], dict[str, list[str]]]:
+    ops = [fwd("x", kind="input", output_bytes=8), fwd("a", flops=2, output_bytes=8,
+                                                        param_bytes=4),
+           loss(), grad("loss/grad", "loss", output_bytes=8), grad("a/grad", "a")]
+    inputs = {"a": ["x"], "loss": ["a"], "loss/grad": ["loss", "a"], "a/grad": ["loss/grad", "x"]}
+    return ops, inputs
+
+
+def test_chain_builds_in_order():
+    ops, inputs = chain()
+    g = TrainingGraph.from_ops("chain", ops, inputs)
+    assert [op.name for op in g.ops] == ["x", "a", "loss", "loss/grad", "a/grad"]
+    assert g.predecessors(g.index("a/grad")) == (0, 3)
+    assert g.successors(0) == (1, 4)
+    assert g.loss_index == 2
+    assert g.param_bytes == 4
+
+
+def test_order_is_topological_and_deterministic():
+    ops, inputs = chain()
+    shuffled = list(reversed(ops))
+    g1 = TrainingGraph.from_ops("chain", shuffled, inputs)
+    g2 = TrainingGraph.from_ops("chain", shuffled, inputs)
+    assert [op.name for op in g1.ops] == [op.name for op in g2.ops]
+    assert all(i < j for i, j in g1.edges)
+    assert g1 == g2
+
+
+def test_topological_order_keeps_a_valid_order():
+    assert topological_order(["a", "b", "c"], [(0, 2), (1, 2)]) == [0, 1, 2]
+    assert topological_order(["a", "b", "c"], [(2, 0)]) == [1, 2, 0]
+
+
+def one_line(err: pytest.ExceptionInfo) -> str:
+    message = str(err.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("mutate, expected", [
+    (lambda ops, inp: ops.append(fwd("a", output_bytes=1)), "op 'a': duplicate op name"),
+    (lambda ops, inp: inp.__setitem__("a", ["nope"]), "op 'a': input 'nope' does not exist"),
+    (lambda ops, inp: inp.__setitem__("a", ["x", "x"]), "op 'a': input 'x' listed twice"),
+    (lambda ops, inp: inp.__setitem__("a", ["x", "a"]), "op 'a': reads its own output"),
+    (lambda ops, inp: inp.__setitem__("x", ["a"]), "cycle through ops"),
+    (lambda ops, inp: inp.__setitem__("ghost", ["x"]), "op 'ghost': has inputs but is not"),
+    (lambda ops, inp: ops.__setitem__(2, fwd("loss", output_bytes=4)), "exactly one loss op"),
+    (lambda ops, inp: (ops.append(fwd("dead", output_bytes=4)), inp.__setitem__("dead", ["x"])),
+     "op 'dead': forward op does not reach the loss"),
+    (lambda ops, inp: inp.__setitem__("a/grad", ["x"]),
+     "op 'a/grad': backward op does not depend on the loss"),
+    (lambda ops, inp: ops.__setitem__(4, grad("a/grad", "zzz")),
+     "op 'a/grad': forward_of = 'zzz' is not a forward or loss op"),
+    (lambda ops, inp: (ops.append(grad("a/grad2", "a")), inp.__setitem__("a/grad2", ["loss/grad"])),
+     "op 'a/grad2': 'a' already has backward op 'a/grad'"),
+    (lambda ops, inp: inp.__setitem__("loss", ["a", "loss/grad"]), "cycle through ops"),
+])
+def test_invalid_graphs_are_rejected_with_op_and_rule(mutate, expected):
+    ops, inputs = chain()
+    mutate(ops, inputs)
+    with pytest.raises(GraphError) as err:
+        TrainingGraph.from_ops("bad", ops, inputs)
+    assert expected in one_line(err)
+
+
+def test_cycle_message_names_the_ops():
+    ops, inputs = chain()
+    inputs["x"] = ["a"]
+    with pytest.raises(GraphError, match=r"'x' -> 'a' -> 'x'|'a' -> 'x' -> 'a'"):
+        TrainingGraph.from_ops("bad", ops, inputs)
+
+
+@pytest.mark.parametrize("field, value, rule", [
+    ("flops", -1.0, "must not be negative"),
+    ("flops", math.nan, "must be finite"),
+    ("flops", math.inf, "must be finite"),
+    ("output_bytes", -8, "must not be negative"),
+    ("output_bytes", 2.5, "must be a whole number"),
+    ("workspace_bytes", math.nan, "must be finite"),
+    ("param_bytes", "4", "must be a number"),
+])
+def test_bad_costs_name_op_field_and_rule(field, value, rule):
+    with pytest.raises(GraphError) as err:
+        fwd("conv1", **{field: value})
+    message = one_line(err)
+    assert "op 'conv1'" in message and field in message and rule in message
+
+
+def test_bad_measured_cost():
+    from poetsim.graph import MeasuredCosts
+    with pytest.raises(GraphError, match="op 'a': measured.compute_time_s = -1: must not be"):
+        fwd("a", measured=MeasuredCosts(compute_time_s=-1))
+
+
+def test_phase_rules_for_forward_of():
+    with pytest.raises(GraphError, match="needs forward_of"):
+        Op("g", "relu", Phase.BACKWARD)
+    with pytest.raises(GraphError, match="only for backward ops"):
+        Op("f", "relu", Phase.FORWARD, forward_of="x")
+    with pytest.raises(GraphError, match="param_bytes belongs to the forward op"):
+        Op("g", "relu", Phase.BACKWARD, forward_of="x", param_bytes=4)
+
+
+def test_direct_construction_requires_topological_edges():
+    ops, _ = chain()
+    with pytest.raises(GraphError, match="does not come before"):
+        TrainingGraph("bad", ops, [(1, 0)])
+    with pytest.raises(GraphError, match="refers to a missing op"):
+        TrainingGraph("bad", ops, [(0, 9)])
+
+
+def test_resident_memory_options(residual):
+    params = residual.param_bytes
+    assert params == (36 + 20) * 4
+    assert resident_memory(residual, gradients=False).total_bytes == params
+    assert resident_memory(residual).total_bytes == 2 * params
+    assert resident_memory(residual, optimizer="adam").total_bytes == 4 * params
+    with pytest.raises(GraphError, match="optimizer = 'lbfgs'"):
+        resident_memory(residual, optimizer="lbfgs")

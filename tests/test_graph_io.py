@@ -1,0 +1,107 @@
+"""Graph files: round trip, measured costs, fingerprints, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from poetsim.errors import GraphFileError
+from poetsim.graph import (
+    graph_fingerprint,
+    graph_from_dict,
+    graph_to_dict,
+    read_graph,
+    write_graph,
+)
+
+
+def test_round_trip(residual, tmp_path):
+    path = tmp_path / "g.json"
+    write_graph(residual, path)
+    again = read_graph(path)
+    assert again == residual
+    assert graph_fingerprint(again) == graph_fingerprint(residual)
+    assert [p.name for p in tmp_path.iterdir()] == ["g.json"]  # no temporary file left
+
+
+def test_measured_costs_round_trip_and_change_the_fingerprint(residual, tmp_path):
+    doc = graph_to_dict(residual)
+    doc["ops"][1]["measured"] = {"compute_time_s": 0.25, "compute_energy_j": 0.002,
+                                 "pageout_time_s": 0.01}
+    graph = graph_from_dict(doc)
+    assert graph.op("fc1").measured.compute_time_s == 0.25
+    path = tmp_path / "m.json"
+    write_graph(graph, path)
+    assert read_graph(path).op("fc1").measured.as_dict() == doc["ops"][1]["measured"]
+    assert graph_fingerprint(graph) != graph_fingerprint(residual)
+
+
+def test_ops_in_any_order(residual):
+    doc = graph_to_dict(residual)
+    doc["ops"].reverse()
+    assert graph_from_dict(doc) == residual
+
+
+def test_flops_optional_with_measured_compute(residual):
+    doc = graph_to_dict(residual)
+    op = doc["ops"][1]
+    del op["flops"]
+    op["measured"] = {"compute_time_s": 1.0, "compute_energy_j": 0.1}
+    assert graph_from_dict(doc).op("fc1").flops == 0
+
+
+def write(tmp_path, doc) -> str:
+    path = tmp_path / "bad.json"
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return str(path)
+
+
+def set_op(i, **kw):
+    def mutate(doc):
+        doc["ops"][i].update(kw)
+    return mutate
+
+
+def drop_key(i, key):
+    def mutate(doc):
+        del doc["ops"][i][key]
+    return mutate
+
+
+@pytest.mark.parametrize("mutate, expected", [
+    (set_op(1, flops=-5), "op 'fc1': flops = -5: must not be negative"),
+    (set_op(1, flops=math.nan), "op 'fc1': flops = nan: must be finite"),
+    (set_op(2, output_bytes=-1), "op 'r': output_bytes = -1"),
+    (set_op(1, inputs=["ghost"]), "op 'fc1': input 'ghost' does not exist"),
+    (set_op(1, inputs=["x", "x"]), "op 'fc1': input 'x' listed twice"),
+    (set_op(0, inputs=["s"]), "cycle through ops"),
+    (set_op(2, name="fc1"), "op 'fc1' (ops[2]): duplicate op name"),
+    (set_op(1, color="red"), "op 'fc1' (ops[1]): unknown key 'color'"),
+    (set_op(1, phase="sideways"), "phase = 'sideways'"),
+    (set_op(1, measured={"compute_time_s": -2}), "measured.compute_time_s = -2"),
+    (set_op(1, measured={"power_w": 1}), "unknown key 'measured.power_w'"),
+    (drop_key(1, "output_bytes"), "op 'fc1' (ops[1]): missing key 'output_bytes'"),
+    (drop_key(1, "flops"), "op 'fc1' (ops[1]): needs flops, or measured"),
+    (lambda d: d.update(format="onnx"), "format = 'onnx'"),
+    (lambda d: d.update(version=7), "version = 7"),
+    (lambda d: d.update(ops=[]), "ops: must be a non-empty list"),
+])
+def test_bad_graph_files(residual, tmp_path, mutate, expected):
+    doc = graph_to_dict(residual)
+    mutate(doc)
+    path = write(tmp_path, doc)
+    with pytest.raises(GraphFileError) as err:
+        read_graph(path)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(path)
+    assert expected in message
+
+
+def test_unreadable_and_malformed_files(tmp_path):
+    with pytest.raises(GraphFileError, match="cannot read graph file"):
+        read_graph(tmp_path / "missing.json")
+    with pytest.raises(GraphFileError, match="not valid JSON"):
+        read_graph(write(tmp_path, "{ops: ["))
