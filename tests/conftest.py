@@ -25,3 +25,32 @@ def residual_graph() -> TrainingGraph:
 @pytest.fixture
 def residual() -> TrainingGraph:
     return residual_graph()
+
+
+def make_board(profile: str = "physical", *, dma_channels: int = 1, storage_kind: str = "sd_spi",
+               **storage_overrides) -> "Board":
+    """A small, round-numbered board for cost and simulator tests."""
+    from poetsim.boards import Board, Bus, Cpu, Dma, Ram, Storage
+
+    storage = dict(
+        kind=storage_kind, bus_clock_hz=16e6, bus_width_bits=1, double_data_rate=False,
+        read_throughput_bytes_per_s=1e6, write_throughput_bytes_per_s=0.5e6,
+        read_latency_s=1e-3, write_latency_s=2e-3, block_bytes=512, max_command_bytes=4096,
+        read_power_w=0.1, write_power_w=0.2, idle_power_w=0.001, sleep_power_w=0.0001,
+        wakeup_latency_s=1e-3, wakeup_energy_j=1e-4, auto_sleep_timeout_s=5e-3,
+        capacity_bytes=1 << 30,
+    )
+    if storage_kind == "qspi_nor":
+        storage.update(erase_sector_bytes=4096, erase_time_s=0.05, erase_power_w=0.08,
+                       endurance_cycles=100_000)
+    storage.update(storage_overrides)
+    return Board(
+        name="testboard", title="test board", profile=profile,
+        cpu=Cpu(core="test", clock_hz=64e6, flops_per_s=1e6, active_power_w=0.01,
+                idle_power_w=0.005, sleep_power_w=1e-5, wakeup_latency_s=1e-5,
+                wakeup_energy_j=1e-7, flops_per_j=1e8 if profile == "paper" else None),
+        ram=Ram(bytes=1 << 20, reserved_bytes=1 << 14, bandwidth_bytes_per_s=1e7),
+        dma=Dma(channels=dma_channels, active_power_w=0.002, idle_power_w=0.0),
+        storage=Storage(**storage),
+        bus=Bus(bandwidth_bytes_per_s=1e8, contention_model="fair_share", compute_slowdown=1.1),
+    )

@@ -144,7 +144,8 @@ def _cmd_models_show(args: argparse.Namespace) -> None:
     if args.json:
         _emit_json({"description": model_description(args.model), **summary.as_dict()})
         return
-    print(f"{summary.name}: {model_description(args.model)}")
+    overridden = bool(args.set) or args.batch_size is not None
+    print(summary.name if overridden else f"{summary.name}: {model_description(args.model)}")
     options = ", ".join(f"{k}={v}" for k, v in summary.metadata.items() if k != "model")
     print(_row("options", options))
     print(_row("ops (forward+loss / backward)",

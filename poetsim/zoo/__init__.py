@@ -131,4 +131,7 @@ def build_model(name: str, **options: Any) -> TrainingGraph:
             raise InputError(f"model {name}: unknown option {option!r} = {value!r}; "
                              f"options: {', '.join(known)}")
         checked[option] = _as_positive_int(name, option, value)
-    return model.builder(**checked)
+    try:
+        return model.builder(**checked)
+    except InputError as error:  # inconsistent options: say which model
+        raise type(error)(f"model {name}: {error}") from None

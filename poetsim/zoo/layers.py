@@ -37,8 +37,9 @@ from poetsim.errors import InputError
 from poetsim.graph.autograd import ForwardGraph
 
 __all__ = [
-    "Tensor", "add", "check_option", "new_graph", "attention", "avgpool", "batchnorm", "conv2d", "conv_out", "flatten",
-    "gelu", "layernorm", "linear", "matmul", "maxpool", "relu", "relu6", "softmax",
+    "Tensor", "add", "attention", "avgpool", "batchnorm", "check_option", "conv2d", "conv_out",
+    "flatten", "gelu", "layernorm", "linear", "matmul", "maxpool", "new_graph", "relu", "relu6",
+    "softmax",
 ]
 
 
