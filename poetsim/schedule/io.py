@@ -1,0 +1,495 @@
+"""Schedule files: a readable versioned JSON format, and a compact binary one for the device.
+
+JSON (version 1)
+----------------
+Steps name their op, so a reader can follow the file without the graph::
+
+    {
+      "format": "poetsim-schedule",
+      "version": 1,
+      "graph": "residual",
+      "graph_fingerprint": "5f1c...64 hex digits",
+      "metadata": {"method": "plain"},
+      "ops": ["x", "fc1", "r", ...],
+      "steps": [
+        ["compute", "x", 0],
+        ["compute", "fc1", 1],
+        ["page_out", "fc1", 1],
+        ["free", "fc1", 1],
+        ...
+      ]
+    }
+
+Each step is ``[action, op name, stage]`` with ``action`` one of ``compute``,
+``page_out``, ``page_in``, ``free`` (see :mod:`poetsim.schedule.ops` for their meaning).
+``ops`` lists the graph's op names in graph order; it maps names to the op indices of
+:class:`~poetsim.schedule.ops.Step` when the file is read without the graph. Read with a
+graph, the file's fingerprint must equal the graph's. Any problem raises a one-line
+:class:`ScheduleFileError` naming the file, the position (``steps[12]``) and a rule code in
+brackets, e.g. ``plan.json: steps[12]: op 'conv9' is not in the ops list [unknown_op]``.
+
+Binary (version 1)
+------------------
+Little-endian (the byte order of Cortex-M and Cortex-A cores), laid out so that the step
+words are naturally aligned::
+
+    offset  size  field
+    0       4     magic b"POET"
+    4       1     version (1)
+    5       1     flags: bit 0 = 32-bit step words, bit 1 = stage section present
+    6       2     reserved, 0
+    8       4     op count of the graph (uint32)
+    12      4     step count (uint32)
+    16      8     first 8 bytes of the graph fingerprint (the first 16 hex digits)
+    24      ...   steps: one word each
+    ...     ...   stage section (if flag bit 1)
+    end-4   4     CRC-32 (zlib) of all bytes before it
+
+A step word holds the action in its top 2 bits (compute 0, page_out 1, page_in 2, free 3)
+and the op index in the rest: 16-bit words (14-bit index) when the graph has at most
+16384 ops, 32-bit words (30-bit index) otherwise.
+
+Stages are kept, run-length encoded, by default: the section is a LEB128 varint run count,
+then per run of equal stages the zigzag-varint change of stage from the previous run (the
+first from 0) and the varint run length. A schedule whose stage advances with each
+COMPUTE costs two bytes per stage. The device does not need stages; ``stages=False``
+drops the section, and decoding then gives every step stage 0. The binary form never
+holds metadata, the graph name or the full fingerprint: the decoder is given the graph
+(or its fingerprint) and checks the 8-byte prefix.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from poetsim.errors import InputError
+from poetsim.fileio import atomic_write_bytes, atomic_write_text
+from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.io import graph_fingerprint
+from poetsim.schedule.check import ScheduleError
+from poetsim.schedule.ops import Action, Schedule, Step
+
+__all__ = [
+    "BINARY_MAGIC", "BINARY_VERSION", "FORMAT", "VERSION", "ScheduleFileError",
+    "decode_binary", "encode_binary", "read_schedule", "read_schedule_binary",
+    "schedule_from_dict", "schedule_to_dict", "write_schedule", "write_schedule_binary",
+]
+
+FORMAT = "poetsim-schedule"
+VERSION = 1
+BINARY_MAGIC = b"POET"
+BINARY_VERSION = 1
+
+_KEYS = ("format", "version", "graph", "graph_fingerprint", "metadata", "ops", "steps")
+_HEADER = struct.Struct("<4sBBHII8s")
+_CRC = struct.Struct("<I")
+_FLAG_WIDE = 0x01
+_FLAG_STAGES = 0x02
+_NARROW_OPS = 1 << 14
+_WIDE_OPS = 1 << 30
+_CODES = {Action.COMPUTE: 0, Action.PAGE_OUT: 1, Action.PAGE_IN: 2, Action.FREE: 3}
+_ACTIONS = {code: action for action, code in _CODES.items()}
+
+
+class ScheduleFileError(InputError):
+    """A schedule file or binary cannot be read; the message names source, position, rule."""
+
+    def __init__(self, message: str, rule: str = "", position: int | None = None) -> None:
+        super().__init__(message)
+        self.rule = rule
+        self.position = position
+
+
+class _Problem(Exception):
+    """Internal: a problem found while decoding, before the source is prefixed."""
+
+    def __init__(self, where: str, detail: str, rule: str, position: int | None = None) -> None:
+        super().__init__(detail)
+        self.where, self.detail, self.rule, self.position = where, detail, rule, position
+
+    def error(self, source: str) -> ScheduleFileError:
+        parts = [source, self.where, self.detail] if self.where else [source, self.detail]
+        return ScheduleFileError(f"{': '.join(parts)} [{self.rule}]", self.rule, self.position)
+
+
+def _check_fits(schedule: Schedule, graph: TrainingGraph) -> None:
+    expected = graph_fingerprint(graph)
+    if schedule.graph_fingerprint != expected:
+        raise ScheduleError(
+            f"schedule for graph {schedule.graph_name!r} (fingerprint "
+            f"{schedule.graph_fingerprint[:12]!r}) does not fit graph {graph.name!r} "
+            f"(fingerprint {expected[:12]!r}) [fingerprint_mismatch]")
+    n = len(graph.ops)
+    for position, step in enumerate(schedule.steps):
+        if step.op >= n:
+            raise ScheduleError(f"step {position} ({step.describe()}): op index {step.op} is "
+                                f"not an op of graph {graph.name!r} ({n} ops) [unknown_op]")
+
+
+# ---------------------------------------------------------------------------- JSON
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if hasattr(value, "tolist"):  # numpy arrays
+        return value.tolist()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    raise TypeError(f"{type(value).__name__} is not JSON-serializable")
+
+
+def schedule_to_dict(schedule: Schedule, graph: TrainingGraph) -> dict[str, Any]:
+    """The schedule as a JSON-ready document (raises :class:`ScheduleError` if it does not
+    fit ``graph``)."""
+    _check_fits(schedule, graph)
+    names = [op.name for op in graph.ops]
+    return {
+        "format": FORMAT, "version": VERSION, "graph": schedule.graph_name,
+        "graph_fingerprint": schedule.graph_fingerprint, "metadata": dict(schedule.metadata),
+        "ops": names,
+        "steps": [[step.action.value, names[step.op], step.stage] for step in schedule.steps],
+    }
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(", ", ": "), default=_json_default, allow_nan=True)
+
+
+def _render(doc: dict[str, Any]) -> str:
+    """One key per line, one step per line: diff-friendly and easy to follow."""
+    lines = [f"  {json.dumps(key)}: {_dumps(doc[key])}" for key in _KEYS if key != "steps"]
+    steps = ",\n".join(f"    {_dumps(step)}" for step in doc["steps"])
+    lines.append(f'  "steps": [\n{steps}\n  ]' if steps else '  "steps": []')
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+def write_schedule(schedule: Schedule, graph: TrainingGraph, path: str | Path) -> None:
+    """Write ``schedule`` (made for ``graph``) as a JSON schedule file, atomically."""
+    doc = schedule_to_dict(schedule, graph)
+    try:
+        text = _render(doc)
+    except (TypeError, ValueError) as err:
+        raise ScheduleError(f"schedule metadata cannot be written as JSON: {err}") from None
+    atomic_write_text(path, text)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _steps_from_list(raw_steps: Any, index: dict[str, int]) -> list[Step]:
+    if not isinstance(raw_steps, list):
+        raise _Problem("steps", f"{type(raw_steps).__name__}: must be a list", "bad_format")
+    actions = {a.value: a for a in Action}
+    steps: list[Step] = []
+    for i, raw in enumerate(raw_steps):
+        where = f"steps[{i}]"
+        if not isinstance(raw, list) or len(raw) != 3:
+            raise _Problem(where, f"{_short(raw)}: must be [action, op name, stage]",
+                           "bad_step", i)
+        action, name, stage = raw
+        if action not in actions:
+            raise _Problem(where, f"action {_short(action)}: must be one of "
+                                  f"{', '.join(actions)}", "unknown_action", i)
+        if not isinstance(name, str) or name not in index:
+            raise _Problem(where, f"op {_short(name)} is not in the ops list", "unknown_op", i)
+        if not _is_int(stage) or stage < 0:
+            raise _Problem(where, f"stage {_short(stage)}: must be a non-negative integer",
+                           "bad_stage", i)
+        steps.append(Step(actions[action], index[name], stage))
+    return steps
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    try:
+        text = json.dumps(value, default=repr)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _from_dict(data: Any, graph: TrainingGraph | None) -> Schedule:
+    if not isinstance(data, dict):
+        raise _Problem("", "top level must be a JSON object", "bad_format")
+    if data.get("format") != FORMAT:
+        raise _Problem("", f"format = {_short(data.get('format'))}: must be {FORMAT!r}",
+                       "bad_format")
+    if data.get("version") != VERSION:
+        raise _Problem("", f"version = {_short(data.get('version'))}: this poetsim reads "
+                           f"version {VERSION}", "unsupported_version")
+    unknown = sorted(set(data) - set(_KEYS))
+    if unknown:
+        raise _Problem("", f"unknown top-level key {unknown[0]!r}; allowed: {', '.join(_KEYS)}",
+                       "bad_format")
+    missing = [key for key in _KEYS if key not in data]
+    if missing:
+        raise _Problem("", f"missing key {missing[0]!r}", "bad_format")
+    name, fingerprint, metadata = data["graph"], data["graph_fingerprint"], data["metadata"]
+    if not isinstance(name, str):
+        raise _Problem("graph", f"{_short(name)}: must be a string", "bad_format")
+    if not isinstance(fingerprint, str) or not fingerprint:
+        raise _Problem("graph_fingerprint", f"{_short(fingerprint)}: must be a non-empty string",
+                       "bad_format")
+    if not isinstance(metadata, dict):
+        raise _Problem("metadata", f"{_short(metadata)}: must be an object", "bad_format")
+    names = data["ops"]
+    if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
+        raise _Problem("ops", "must be a list of op names", "bad_format")
+    index: dict[str, int] = {}
+    for i, op_name in enumerate(names):
+        if op_name in index:
+            raise _Problem(f"ops[{i}]", f"duplicate op name {op_name!r}", "bad_format")
+        index[op_name] = i
+    if graph is not None:
+        expected = graph_fingerprint(graph)
+        if fingerprint != expected:
+            raise _Problem("", f"made for graph {name!r} with fingerprint {fingerprint[:12]!r}, "
+                               f"not for graph {graph.name!r} (fingerprint {expected[:12]!r})",
+                           "fingerprint_mismatch")
+        graph_names = [op.name for op in graph.ops]
+        if names != graph_names:
+            at = next((i for i, (a, b) in enumerate(zip(names, graph_names)) if a != b),
+                      min(len(names), len(graph_names)))
+            raise _Problem(f"ops[{at}]", f"the ops list does not match graph {graph.name!r} "
+                                         "although the fingerprint does", "ops_mismatch")
+    steps = _steps_from_list(data["steps"], index)
+    return Schedule(name, fingerprint, steps, metadata)
+
+
+def schedule_from_dict(data: Any, graph: TrainingGraph | None = None, *,
+                       source: str = "schedule") -> Schedule:
+    """Validate a parsed schedule document; with ``graph``, check it was made for it."""
+    try:
+        return _from_dict(data, graph)
+    except _Problem as problem:
+        raise problem.error(source) from None
+
+
+def read_schedule(path: str | Path, graph: TrainingGraph | None = None) -> Schedule:
+    """Read a JSON schedule file; with ``graph``, check the fingerprint matches.
+
+    Any problem raises a one-line :class:`ScheduleFileError` naming the file.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ScheduleFileError(f"{path}: cannot read schedule file: {err.strerror} [unreadable]",
+                                "unreadable") from None
+    except UnicodeDecodeError:
+        raise ScheduleFileError(f"{path}: not a text file (a binary schedule? use "
+                                "read_schedule_binary) [not_json]", "not_json") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ScheduleFileError(f"{path}: not valid JSON: {err} [not_json]", "not_json") from None
+    return schedule_from_dict(data, graph, source=str(path))
+
+
+# ---------------------------------------------------------------------------- binary
+
+
+def _varint(value: int, out: bytearray) -> None:
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return
+
+
+def _zigzag(value: int) -> int:
+    return value * 2 if value >= 0 else -value * 2 - 1
+
+
+def _unzigzag(value: int) -> int:
+    return value >> 1 if not value & 1 else -((value + 1) >> 1)
+
+
+def _stage_runs(steps: Sequence[Step]) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    for step in steps:
+        if runs and runs[-1][0] == step.stage:
+            runs[-1] = (step.stage, runs[-1][1] + 1)
+        else:
+            runs.append((step.stage, 1))
+    return runs
+
+
+def _fingerprint_prefix(fingerprint: str) -> bytes:
+    try:
+        prefix = bytes.fromhex(fingerprint[:16])
+    except ValueError:
+        prefix = b""
+    if len(prefix) != 8:
+        raise ScheduleError(f"graph fingerprint {fingerprint[:20]!r}: must start with 16 hex "
+                            "digits (a SHA-256 digest from graph_fingerprint)")
+    return prefix
+
+
+def encode_binary(schedule: Schedule, graph: TrainingGraph | None = None, *,
+                  stages: bool = True) -> bytes:
+    """The compact binary form of ``schedule`` (layout in the module docstring).
+
+    The op count in the header is ``len(graph)``, or without a graph the highest op index
+    + 1 (the same for any valid schedule, which computes every op). ``stages=False`` drops
+    the stage section.
+    """
+    if graph is not None:
+        _check_fits(schedule, graph)
+        op_count = len(graph.ops)
+    else:
+        op_count = max((step.op for step in schedule.steps), default=-1) + 1
+    if op_count > _WIDE_OPS:
+        raise ScheduleError(f"graph has {op_count} ops: the binary format holds at most "
+                            f"{_WIDE_OPS}")
+    if len(schedule.steps) >= 1 << 32:
+        raise ScheduleError(f"{len(schedule.steps)} steps: the binary format holds fewer "
+                            "than 2**32")
+    wide = op_count > _NARROW_OPS
+    flags = (_FLAG_WIDE if wide else 0) | (_FLAG_STAGES if stages else 0)
+    out = bytearray(_HEADER.pack(BINARY_MAGIC, BINARY_VERSION, flags, 0, op_count,
+                                 len(schedule.steps),
+                                 _fingerprint_prefix(schedule.graph_fingerprint)))
+    shift, fmt = (30, "<I") if wide else (14, "<H")
+    words = [(_CODES[step.action] << shift) | step.op for step in schedule.steps]
+    out += struct.pack(f"{fmt[0]}{len(words)}{fmt[1]}", *words)
+    if stages:
+        runs = _stage_runs(schedule.steps)
+        _varint(len(runs), out)
+        previous = 0
+        for stage, length in runs:
+            _varint(_zigzag(stage - previous), out)
+            _varint(length, out)
+            previous = stage
+    out += _CRC.pack(zlib.crc32(out))
+    return bytes(out)
+
+
+class _Reader:
+    def __init__(self, data: bytes, start: int, end: int) -> None:
+        self.data, self.pos, self.end = data, start, end
+
+    def varint(self) -> int:
+        value, shift = 0, 0
+        while True:
+            if self.pos >= self.end:
+                raise _Problem("stage section", "ends inside a number", "bad_stages")
+            byte = self.data[self.pos]
+            self.pos += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+            if shift > 63:
+                raise _Problem("stage section", "number longer than 64 bits", "bad_stages")
+
+
+def _decode(data: bytes, fingerprint: str, op_count_expected: int | None) -> list[Step]:
+    minimum = _HEADER.size + _CRC.size
+    if data[:4] != BINARY_MAGIC and not (len(data) < 4 and BINARY_MAGIC.startswith(data)):
+        raise _Problem("", f"starts with {bytes(data[:4])!r}, not {BINARY_MAGIC!r}: not a "
+                           "poetsim binary schedule", "bad_magic")
+    if len(data) < minimum:
+        raise _Problem("", f"{len(data)} bytes: truncated (header and checksum need "
+                           f"{minimum})", "truncated")
+    (stored_crc,) = _CRC.unpack_from(data, len(data) - _CRC.size)
+    if zlib.crc32(data[: -_CRC.size]) != stored_crc:
+        raise _Problem("", "checksum mismatch: the data is corrupted or truncated",
+                       "checksum_mismatch")
+    magic, version, flags, reserved, op_count, step_count, prefix = _HEADER.unpack_from(data)
+    if version != BINARY_VERSION:
+        raise _Problem("", f"version {version}: this poetsim reads version {BINARY_VERSION}",
+                       "unsupported_version")
+    if flags & ~(_FLAG_WIDE | _FLAG_STAGES) or reserved:
+        raise _Problem("", f"header flags 0x{flags:02x} / reserved {reserved}: unknown bits set",
+                       "bad_header")
+    if prefix.hex() != fingerprint[:16]:
+        raise _Problem("", f"made for a graph with fingerprint {prefix.hex()!r}..., not "
+                           f"{fingerprint[:16]!r}...", "fingerprint_mismatch")
+    if op_count_expected is not None and op_count != op_count_expected:
+        raise _Problem("", f"made for a graph of {op_count} ops, the graph has "
+                           f"{op_count_expected}", "op_count_mismatch")
+    wide = bool(flags & _FLAG_WIDE)
+    word, shift = (4, 30) if wide else (2, 14)
+    body_end = len(data) - _CRC.size
+    steps_end = _HEADER.size + step_count * word
+    if steps_end > body_end:
+        raise _Problem("", f"{step_count} steps announced but only "
+                           f"{(body_end - _HEADER.size) // word} present", "truncated")
+    words = struct.unpack_from(f"<{step_count}{'I' if wide else 'H'}", data, _HEADER.size)
+    mask = (1 << shift) - 1
+    stage_of = [0] * step_count
+    if flags & _FLAG_STAGES:
+        reader = _Reader(data, steps_end, body_end)
+        runs = reader.varint()
+        position, stage = 0, 0
+        for _ in range(runs):
+            stage += _unzigzag(reader.varint())
+            length = reader.varint()
+            if stage < 0 or length == 0 or position + length > step_count:
+                raise _Problem("stage section", f"run at step {position} (stage {stage}, "
+                               f"length {length}) is invalid", "bad_stages")
+            stage_of[position:position + length] = [stage] * length
+            position += length
+        if position != step_count:
+            raise _Problem("stage section", f"covers {position} of {step_count} steps",
+                           "bad_stages")
+        steps_end = reader.pos
+    if steps_end != body_end:
+        raise _Problem("", f"{body_end - steps_end} unexpected bytes after the steps",
+                       "trailing_bytes")
+    steps: list[Step] = []
+    for i, value in enumerate(words):
+        op = value & mask
+        if op >= op_count:
+            raise _Problem(f"steps[{i}]", f"op index {op} is outside the graph's {op_count} "
+                                          "ops", "unknown_op", i)
+        steps.append(Step(_ACTIONS[value >> shift], op, stage_of[i]))
+    return steps
+
+
+def decode_binary(data: bytes, graph: TrainingGraph | str, *, graph_name: str | None = None,
+                  source: str = "binary schedule") -> Schedule:
+    """Decode :func:`encode_binary`'s output for ``graph`` (a graph, or its fingerprint).
+
+    The binary holds only the first 8 bytes of the fingerprint; they must match. The
+    schedule gets the graph's name (or ``graph_name``), its full fingerprint and empty
+    metadata. Problems raise a one-line :class:`ScheduleFileError` starting with ``source``.
+    """
+    if isinstance(graph, TrainingGraph):
+        fingerprint, op_count = graph_fingerprint(graph), len(graph.ops)
+        name = graph.name if graph_name is None else graph_name
+    else:
+        fingerprint, op_count, name = graph, None, graph_name or ""
+    try:
+        steps = _decode(bytes(data), fingerprint, op_count)
+    except _Problem as problem:
+        raise problem.error(source) from None
+    return Schedule(name, fingerprint, steps, {})
+
+
+def write_schedule_binary(schedule: Schedule, path: str | Path,
+                          graph: TrainingGraph | None = None, *, stages: bool = True) -> None:
+    """Write :func:`encode_binary`'s output to ``path``, atomically."""
+    atomic_write_bytes(path, encode_binary(schedule, graph, stages=stages))
+
+
+def read_schedule_binary(path: str | Path, graph: TrainingGraph | str, *,
+                         graph_name: str | None = None) -> Schedule:
+    """Read a binary schedule file (see :func:`decode_binary`)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ScheduleFileError(f"{path}: cannot read schedule file: {err.strerror} [unreadable]",
+                                "unreadable") from None
+    return decode_binary(data, graph, graph_name=graph_name, source=str(path))

@@ -1,0 +1,226 @@
+"""The schedule: the executable op list that the optimizer, the baselines and the simulator share.
+
+A :class:`Schedule` is a sequence of :class:`Step` s for one
+:class:`~poetsim.graph.graph.TrainingGraph`. Every step applies one :class:`Action` to one
+*tensor*; as in the graph, op ``k`` produces exactly one tensor (its output), so "tensor
+``k``" means the output of ``graph.ops[k]``. This module docstring is the contract; the
+independent checker (:func:`poetsim.schedule.check.check_schedule`) implements it rule by
+rule and names each rule by the code given in brackets.
+
+State
+-----
+Replaying a schedule tracks two sets of tensors, both empty at the start:
+
+* the **resident set**: tensors held in RAM (the activation memory);
+* the **storage set**: tensors of which a copy is on secondary storage (SD card, flash).
+
+Tensors in neither set are just not available; a tensor may be in both.
+
+Steps, in list order (each one finishes before the next starts)
+---------------------------------------------------------------
+``COMPUTE k``
+    Runs op ``k``. Every input of op ``k`` (``graph.predecessors(k)``) must be resident
+    [``input_not_resident``], and tensor ``k`` itself must not be resident
+    [``already_resident``]. While the op runs, RAM holds every resident tensor plus
+    ``output_bytes[k]`` plus ``workspace_bytes[k]`` (the workspace is released when the op
+    ends). Afterwards tensor ``k`` is resident. The storage set does not change: a copy of
+    ``k`` on storage stays valid, because recomputing gives the same values. A COMPUTE of an
+    op that was computed before is a *recomputation* (rematerialization).
+``PAGE_OUT k``
+    Copies tensor ``k`` to storage. It must be resident [``not_resident``] and must not
+    already have a copy on storage [``redundant_page_out``]: every tensor is written at most
+    once per iteration. Tensor ``k`` stays resident; only a later ``FREE k`` releases its
+    RAM. With a storage capacity, the storage set's bytes must fit [``storage_full``].
+``PAGE_IN k``
+    Reads tensor ``k`` back. It must be on storage [``not_on_storage``] and not resident
+    [``already_resident``]. It becomes resident, and its page-in buffer counts in RAM from
+    this step on. The storage copy stays.
+``FREE k``
+    Releases tensor ``k`` from RAM. It must be resident [``not_resident``]. Its storage
+    copy, if any, stays (storage is never released within an iteration).
+
+Every step's op must be an op of the graph [``unknown_op``], and the schedule must be made
+for this graph: its ``graph_fingerprint`` equals
+:func:`poetsim.graph.io.graph_fingerprint` of the graph [``fingerprint_mismatch``]. When the
+list ends, every op of the graph must have been computed at least once
+[``never_computed``]; tensors may stay resident at the end (the next iteration starts from
+scratch).
+
+Memory
+------
+The accounting is exactly that of :mod:`poetsim.graph.memory`: the activation RAM in use
+is the sum of ``output_bytes`` over the resident set, plus, during a COMPUTE, the op's
+output and workspace. Its peak over the schedule is reached either during a COMPUTE or
+right after a PAGE_IN. A RAM budget bounds this activation figure plus the fixed resident
+region (parameters, gradients, optimizer state) at every point [``budget_exceeded``].
+Paging and freeing take effect at their step, in list order.
+
+Stages
+------
+Each step carries ``stage``, the MILP stage (timestep ``t``) it belongs to, ``>= 0``.
+Stages are informational: they tie a step to the optimizer's ``R``/``S``/``M`` matrices
+and let traces and plots be laid out per stage. Producers should emit them in non-decreasing
+order; the checker does not require it and the list order alone defines execution.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from poetsim.errors import InputError
+
+if TYPE_CHECKING:
+    from poetsim.graph.graph import TrainingGraph
+
+__all__ = ["Action", "Schedule", "Step"]
+
+
+class Action(enum.Enum):
+    """What a step does to its tensor (see the module docstring for the exact rules)."""
+
+    COMPUTE = "compute"
+    PAGE_OUT = "page_out"
+    PAGE_IN = "page_in"
+    FREE = "free"
+
+
+def _to_action(value: Any) -> Action:
+    if isinstance(value, Action):
+        return value
+    try:
+        return Action(value)
+    except ValueError:
+        allowed = ", ".join(a.value for a in Action)
+        raise InputError(f"action = {value!r}: must be one of {allowed}") from None
+
+
+def _whole(field: str) -> Any:
+    def check(instance: Any, attribute: Any, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InputError(f"step {field} = {value!r}: must be an integer")
+        if value < 0:
+            raise InputError(f"step {field} = {value!r}: must not be negative")
+    return check
+
+
+@attrs.frozen
+class Step:
+    """One entry of a schedule: apply ``action`` to the output tensor of ``graph.ops[op]``.
+
+    ``stage`` is the MILP stage (timestep) the step belongs to.
+    """
+
+    action: Action = attrs.field(converter=_to_action)
+    op: int = attrs.field(validator=_whole("op"))
+    stage: int = attrs.field(default=0, validator=_whole("stage"))
+
+    def describe(self, graph: TrainingGraph | None = None) -> str:
+        """``compute 'conv1', stage 3``; the op index instead of its name without a graph."""
+        if graph is not None and self.op < len(graph.ops):
+            what = repr(graph.ops[self.op].name)
+        else:
+            what = f"#{self.op}"
+        return f"{self.action.value} {what}, stage {self.stage}"
+
+
+def _steps(value: Iterable[Any]) -> tuple[Step, ...]:
+    steps = tuple(value)
+    for i, step in enumerate(steps):
+        if not isinstance(step, Step):
+            raise InputError(f"steps[{i}] = {step!r}: must be a Step")
+    return steps
+
+
+def _string(field: str) -> Any:
+    def check(instance: Any, attribute: Any, value: Any) -> None:
+        if not isinstance(value, str):
+            raise InputError(f"schedule {field} = {value!r}: must be a string")
+    return check
+
+
+@attrs.frozen
+class Schedule:
+    """An executable op list for one training graph.
+
+    Parameters
+    ----------
+    graph_name:
+        Name of the graph the schedule was made for (informational).
+    graph_fingerprint:
+        :func:`poetsim.graph.io.graph_fingerprint` of that graph; the checker and the
+        readers refuse a schedule whose fingerprint differs from the graph's.
+    steps:
+        The steps, in execution order.
+    metadata:
+        Free JSON-ready facts about the schedule: ``method``, ``board``, budget semantics,
+        predicted energy / time / peak, solver status, ... Compared by ``==`` but not
+        hashed.
+    """
+
+    graph_name: str = attrs.field(validator=_string("graph_name"))
+    graph_fingerprint: str = attrs.field(validator=_string("graph_fingerprint"))
+    steps: tuple[Step, ...] = attrs.field(converter=_steps)
+    metadata: Mapping[str, Any] = attrs.field(factory=dict, converter=dict, hash=False)
+
+    @classmethod
+    def for_graph(cls, graph: TrainingGraph, steps: Iterable[Step],
+                  metadata: Mapping[str, Any] | None = None) -> Schedule:
+        """A schedule of ``steps`` labelled with ``graph``'s name and fingerprint."""
+        from poetsim.graph.io import graph_fingerprint
+
+        return cls(graph.name, graph_fingerprint(graph), steps, metadata or {})
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __iter__(self) -> Iterator[Step]:
+        return iter(self.steps)
+
+    def counts(self) -> dict[Action, int]:
+        """Number of steps per action (every action present, zeros included)."""
+        found = Counter(step.action for step in self.steps)
+        return {action: found[action] for action in Action}
+
+    def count(self, action: Action | str) -> int:
+        action = _to_action(action)
+        return sum(1 for step in self.steps if step.action is action)
+
+    @property
+    def computes(self) -> int:
+        return self.count(Action.COMPUTE)
+
+    @property
+    def page_outs(self) -> int:
+        return self.count(Action.PAGE_OUT)
+
+    @property
+    def page_ins(self) -> int:
+        return self.count(Action.PAGE_IN)
+
+    @property
+    def frees(self) -> int:
+        return self.count(Action.FREE)
+
+    def recomputations(self) -> int:
+        """COMPUTE steps beyond the first of each op."""
+        computed = [step.op for step in self.steps if step.action is Action.COMPUTE]
+        return len(computed) - len(set(computed))
+
+    def recomputed_ops(self) -> dict[int, int]:
+        """Op index -> number of its recomputations, for the ops computed more than once."""
+        found = Counter(step.op for step in self.steps if step.action is Action.COMPUTE)
+        return {op: n - 1 for op, n in sorted(found.items()) if n > 1}
+
+    @property
+    def stages(self) -> int:
+        """Number of stages spanned (highest stage + 1; 0 for an empty schedule)."""
+        return max((step.stage for step in self.steps), default=-1) + 1
+
+    def with_metadata(self, **updates: Any) -> Schedule:
+        """A copy with ``updates`` merged into the metadata."""
+        return attrs.evolve(self, metadata={**self.metadata, **updates})

@@ -1,0 +1,98 @@
+"""The poetsim command: every subcommand runs, --json parses, errors are one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from poetsim.cli.main import main
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def run_json(capsys, *argv: str):
+    status, out, err = run(capsys, *argv, "--json")
+    assert status == 0, err
+    return json.loads(out)
+
+
+def test_help_lists_subcommands(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("boards", "models", "costs", "demo"):
+        assert command in out
+
+
+def test_boards_list_and_show(capsys):
+    boards = run_json(capsys, "boards", "list")
+    names = {b["name"] for b in boards}
+    assert {"nrf52840", "mkr1000", "rpi4", "jetson_tx2", "poet_nrf52840"} <= names
+    status, out, _ = run(capsys, "boards", "show", "nrf52840")
+    assert status == 0
+    assert "clock_hz" in out and "[datasheet]" in out and "storage wire rate" in out
+    doc = run_json(capsys, "boards", "show", "nrf52840")
+    assert doc["cpu"]["clock_hz"]["source"] in ("datasheet", "paper", "measured", "estimate")
+
+
+def test_boards_validate(capsys, tmp_path):
+    from poetsim.boards import builtin_board_dir
+    good = str(builtin_board_dir() / "nrf52840.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text((builtin_board_dir() / "nrf52840.toml").read_text()
+                   .replace("[storage]", "[storage]\nspeed = 3", 1))
+    status, out, err = run(capsys, "boards", "validate", good, str(bad))
+    assert status == 1
+    assert "ok (nrf52840)" in out
+    assert err.count("\n") == 1 and "unknown key 'storage.speed'" in err and str(bad) in err
+
+
+def test_models_list_and_show(capsys):
+    models = run_json(capsys, "models", "list")
+    assert "resnet18_cifar" in {m["name"] for m in models}
+    status, out, _ = run(capsys, "models", "show", "resnet18_cifar")
+    assert status == 0 and "parameters" in out and "11,173,962" in out
+    doc = run_json(capsys, "models", "show", "bert", "--set", "blocks=2", "--batch-size", "2")
+    assert doc["metadata"]["blocks"] == 2 and doc["metadata"]["batch_size"] == 2
+    assert doc["ops"] == doc["forward_ops"] + doc["backward_ops"]
+
+
+def test_models_export_then_costs_from_graph_file(capsys, tmp_path):
+    path = tmp_path / "mlp.json"
+    status, out, _ = run(capsys, "models", "export", "mlp", "--out", str(path))
+    assert status == 0 and path.exists()
+    from_file = run_json(capsys, "costs", "--graph", str(path), "--board", "nrf52840")
+    from_zoo = run_json(capsys, "costs", "--model", "mlp", "--board", "nrf52840")
+    assert from_file["compute_energy_j"] == from_zoo["compute_energy_j"]
+
+
+def test_costs_and_demo(capsys):
+    doc = run_json(capsys, "costs", "--model", "mlp", "--board", "rpi4", "--per-op")
+    assert doc["compute_energy_j"] > 0 and doc["compute_time_s"] > 0
+    assert len(doc["ops"]) == 41 or len(doc["ops"]) > 10
+    assert all(k.endswith(("_s", "_j", "_bytes")) or k in ("op", "phase", "kind")
+               for k in doc["ops"][0])
+    status, out, _ = run(capsys, "demo")
+    assert status == 0
+    assert "resnet18_cifar on nrf52840" in out and "compute energy" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["models", "show", "resnet19"], "unknown model 'resnet19'"),
+    (["models", "show", "bert", "--set", "heads=5"], "heads = 5"),
+    (["models", "show", "bert", "--set", "heads"], "expected KEY=VALUE"),
+    (["costs", "--board", "nrf52841"], "unknown board 'nrf52841'"),
+    (["costs", "--board", "/nonexistent/board.toml"], "cannot read board file"),
+    (["costs", "--graph", "/nonexistent/graph.json"], "cannot read graph file"),
+])
+def test_errors_are_one_line_with_status_2(capsys, argv, message):
+    status, out, err = run(capsys, *argv)
+    assert status == 2
+    assert err.startswith("poetsim: error: ") and err.count("\n") == 1
+    assert message in err
