@@ -512,9 +512,8 @@ def test_board_errors_are_value_errors(tmp_path):
         load_board(write_doc(tmp_path, doc))
 
 
-# ----------------------------------------------------------------------------- validator gaps
-# Documented gaps of poetsim/boards (not changed here). strict=True: when the validator is
-# fixed these start passing, the xfail turns into a failure, and the mark should be removed.
+# ----------------------------------------------------------------------------- type slips
+# Values of the right unit but the wrong type or an implausible size.
 
 VALIDATOR_GAPS = [
     ("fractional-count", "nrf52840", _set("ram", "bytes", 262144.5),
@@ -541,16 +540,13 @@ VALIDATOR_GAPS = [
 
 @pytest.mark.parametrize(
     ("base", "mutate", "fragments"),
-    [pytest.param(b, m, f, id=i, marks=pytest.mark.xfail(strict=True, reason=r))
-     for i, b, m, f, r in VALIDATOR_GAPS])
+    [pytest.param(b, m, f, id=i) for i, b, m, f, _ in VALIDATOR_GAPS])
 def test_validator_gap(tmp_path, base, mutate, fragments):
     doc = copy.deepcopy(builtin_doc(base))
     mutate(doc)
     assert_board_error(write_doc(tmp_path, doc), *fragments)
 
 
-@pytest.mark.xfail(strict=True, reason="load_board does not check that name equals the file "
-                   "stem, which device_models/README.md requires")
 def test_name_must_equal_file_stem(tmp_path):
     doc = builtin_doc("nrf52840")
     assert_board_error(write_doc(tmp_path, doc, stem="my_board"), "name = 'nrf52840'")
@@ -560,7 +556,7 @@ def test_numeric_fields_declare_units_and_rules():
     """Every numeric field of every section carries the metadata the loader relies on."""
     for cls in SECTIONS.values():
         for field in numeric_fields(cls):
-            assert field.metadata["rule"] in ("positive", "non_negative", "count")
+            assert field.metadata["rule"] in ("positive", "non_negative", "count", "factor")
             low, high = field.metadata["plausible"]
             assert low <= high
         assert all(isinstance(f, attrs.Attribute) for f in attrs.fields(cls))

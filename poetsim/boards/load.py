@@ -52,7 +52,11 @@ def load_board(path: str | Path) -> Board:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise BoardError(f"{path}: not valid TOML: {err}") from None
-    return board_from_dict(data, origin=str(path))
+    board = board_from_dict(data, origin=str(path))
+    if board.name != path.stem:
+        raise BoardError(f"{path}: name = {board.name!r}: must equal the file name "
+                         f"{path.stem!r} (without .toml)")
+    return board
 
 
 def _unknown(origin: str, key: str, allowed: list[str]) -> BoardError:
@@ -110,8 +114,6 @@ def _section(origin: str, name: str, cls: type, raw: Any, sources: dict[str, Sou
         return cls(**kwargs)
     except BoardFieldError as err:
         raise BoardError(f"{origin}: {err.within(name)}") from None
-    except TypeError as err:  # attrs type validators (e.g. a string field given a number)
-        raise BoardError(f"{origin}: [{name}]: {err.args[0]}") from None
 
 
 def board_from_dict(data: dict[str, Any], origin: str = "<board>") -> Board:
@@ -122,7 +124,8 @@ def board_from_dict(data: dict[str, Any], origin: str = "<board>") -> Board:
     for key in _REQUIRED_TOP:
         if key not in data:
             raise _missing(origin, key, "every board file has it")
-    if data["schema_version"] != SCHEMA_VERSION:
+    version = data["schema_version"]
+    if not isinstance(version, int) or isinstance(version, bool) or version != SCHEMA_VERSION:
         raise BoardError(
             f"{origin}: schema_version = {data['schema_version']!r}: this poetsim reads "
             f"version {SCHEMA_VERSION}"

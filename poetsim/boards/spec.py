@@ -12,7 +12,8 @@ Validation happens at construction: a field outside its range raises
 
 Each numeric field declares, in its metadata,
 
-* ``rule``: ``"positive"`` (> 0), ``"non_negative"`` (>= 0) or ``"count"`` (integer >= 0),
+* ``rule``: ``"positive"`` (> 0), ``"non_negative"`` (>= 0), ``"count"`` (integer >= 0)
+  or ``"factor"`` (>= 1),
 * ``plausible``: a ``(low, high)`` range; a value outside it is almost always a unit slip
   (MHz written into ``clock_hz``, mW into ``_w``) and is rejected as such.
 """
@@ -113,16 +114,21 @@ class ContentionModel(enum.Enum):
 
 _INF = math.inf
 
+#: SD Physical Layer Simplified Specification: SPI mode is 25 MHz default, 50 MHz high speed.
+SD_SPI_MAX_CLOCK_HZ = 50e6
+
 
 def _check_number(rule: str, plausible: tuple[float, float], unit: str):
     def validate(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
         name = attribute.name
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise BoardFieldError(name, value, f"must be a number in {unit}")
-        if rule == "count" and not (isinstance(value, int) or float(value).is_integer()):
-            raise BoardFieldError(name, value, "must be a whole number")
         if math.isnan(value) or math.isinf(value):
             raise BoardFieldError(name, value, "must be finite")
+        if rule == "count" and not isinstance(value, int):
+            raise BoardFieldError(name, value, "must be a whole number")
+        if rule == "factor" and value < 1:
+            raise BoardFieldError(name, value, "must be >= 1 (a factor, 1 = no effect)")
         if rule == "positive" and value <= 0:
             raise BoardFieldError(name, value, f"must be > 0 {unit}")
         if rule in ("non_negative", "count") and value < 0:
@@ -142,12 +148,26 @@ def _number(unit: str, rule: str = "positive", plausible: tuple[float, float] = 
     """A numeric field with its unit, range rule and plausible range in metadata."""
     check = _check_number(rule, plausible, unit)
     meta = {"unit": unit, "rule": rule, "plausible": plausible, "doc": doc, "optional": optional}
-    convert = int if rule == "count" else None
+    convert = _whole if rule == "count" else None
     if optional:
         return attrs.field(default=None, validator=attrs.validators.optional(check),
-                           converter=attrs.converters.optional(convert) if convert else None,
-                           metadata=meta)
+                           converter=convert, metadata=meta)
     return attrs.field(validator=check, converter=convert, metadata=meta)
+
+
+def _whole(value: Any) -> Any:
+    """``4096.0`` -> ``4096``; anything else is left for the validator to judge."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _typed(kind: type, what: str):
+    """A plain (unsourced) field of type ``kind``, with a BoardFieldError on mismatch."""
+    def validate(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if not isinstance(value, kind) or (kind is str and not value.strip()):
+            raise BoardFieldError(attribute.name, value, f"must be {what}")
+    return attrs.field(validator=validate)
 
 
 def numeric_fields(cls: type) -> list[attrs.Attribute]:
@@ -156,6 +176,7 @@ def numeric_fields(cls: type) -> list[attrs.Attribute]:
 
 
 _POWER = (1e-9, 500.0)       # from nanowatts to a large SBC
+_DEVICE_POWER = (1e-9, 20.0)  # a storage device or DMA engine, never tens of watts
 _LATENCY = (1e-9, 10.0)
 _THROUGHPUT = (1e2, 1e11)
 _BYTES = (1, 1e13)
@@ -183,7 +204,7 @@ def _choice(enum_cls: type[enum.Enum], name: str):
 class Cpu:
     """The processor that runs the training ops."""
 
-    core: str = attrs.field(validator=attrs.validators.instance_of(str))
+    core: str = _typed(str, "a non-empty string")
     clock_hz: float = _number("Hz", plausible=(1e4, 1e10))
     flops_per_s: float = _number("FLOP/s", plausible=(1e3, 1e15),
                                  doc="effective fp32 throughput on training kernels")
@@ -237,9 +258,9 @@ class Dma:
     """DMA engine. ``channels = 0`` means none: the CPU moves every byte itself."""
 
     channels: int = _number("channels", "count", (0, 64))
-    active_power_w: float = _number("W", "non_negative", _POWER,
+    active_power_w: float = _number("W", "non_negative", _DEVICE_POWER,
                                     doc="extra power while a transfer runs")
-    idle_power_w: float = _number("W", "non_negative", _POWER)
+    idle_power_w: float = _number("W", "non_negative", _DEVICE_POWER)
 
     @property
     def present(self) -> bool:
@@ -253,7 +274,7 @@ class Storage:
     kind: StorageKind = _choice(StorageKind, "kind")
     bus_clock_hz: float = _number("Hz", plausible=(1e4, 1e10))
     bus_width_bits: int = _number("bits", "count", (1, 64))
-    double_data_rate: bool = attrs.field(validator=attrs.validators.instance_of(bool))
+    double_data_rate: bool = _typed(bool, "true or false")
     read_throughput_bytes_per_s: float = _number("B/s", plausible=_THROUGHPUT,
                                                  doc="sustained multi-block read")
     write_throughput_bytes_per_s: float = _number("B/s", plausible=_THROUGHPUT,
@@ -263,10 +284,10 @@ class Storage:
     block_bytes: int = _number("B", "count", (1, 1 << 26), doc="transfers round up to blocks")
     max_command_bytes: int = _number("B", "count", _BYTES,
                                      doc="largest transfer one command moves")
-    read_power_w: float = _number("W", "non_negative", _POWER)
-    write_power_w: float = _number("W", "non_negative", _POWER)
-    idle_power_w: float = _number("W", "non_negative", _POWER)
-    sleep_power_w: float = _number("W", "non_negative", _POWER)
+    read_power_w: float = _number("W", "non_negative", _DEVICE_POWER)
+    write_power_w: float = _number("W", "non_negative", _DEVICE_POWER)
+    idle_power_w: float = _number("W", "non_negative", _DEVICE_POWER)
+    sleep_power_w: float = _number("W", "non_negative", _DEVICE_POWER)
     wakeup_latency_s: float = _number("s", "non_negative", _LATENCY, doc="sleep to ready")
     wakeup_energy_j: float = _number("J", "non_negative", (1e-12, 100.0))
     auto_sleep_timeout_s: float = _number("s", "non_negative", (1e-9, 3600.0),
@@ -276,7 +297,7 @@ class Storage:
                                              doc="NOR only: erase granularity")
     erase_time_s: float | None = _number("s", "non_negative", _LATENCY, optional=True,
                                          doc="NOR only: time to erase one sector")
-    erase_power_w: float | None = _number("W", "non_negative", _POWER, optional=True)
+    erase_power_w: float | None = _number("W", "non_negative", _DEVICE_POWER, optional=True)
     endurance_cycles: int | None = _number("cycles", "count", (1, 1e12), optional=True,
                                            doc="NOR only: erase cycles per sector")
 
@@ -287,6 +308,10 @@ class Storage:
         if self.kind is StorageKind.SD_SPI and self.bus_width_bits != 1:
             raise BoardFieldError("bus_width_bits", self.bus_width_bits,
                                   "must be 1 for kind 'sd_spi' (SPI moves one bit per clock)")
+        if self.kind is StorageKind.SD_SPI and self.bus_clock_hz > SD_SPI_MAX_CLOCK_HZ:
+            raise BoardFieldError("bus_clock_hz", self.bus_clock_hz,
+                                  f"SD cards in SPI mode run at most {SD_SPI_MAX_CLOCK_HZ:g} Hz "
+                                  "(SD Physical Layer spec, high speed)")
         wire = self.wire_bytes_per_s
         for name in ("read_throughput_bytes_per_s", "write_throughput_bytes_per_s"):
             value = getattr(self, name)
@@ -329,7 +354,7 @@ class Bus:
 
     bandwidth_bytes_per_s: float = _number("B/s", plausible=_THROUGHPUT)
     contention_model: ContentionModel = _choice(ContentionModel, "contention_model")
-    compute_slowdown: float = _number("x", plausible=(1.0, 100.0),
+    compute_slowdown: float = _number("x", "factor", plausible=(1.0, 100.0),
                                       doc="compute time factor while DMA is active (>= 1)")
 
 
@@ -346,8 +371,8 @@ class Board:
     ``sources`` maps every dotted numeric key (``"cpu.clock_hz"``) to its :class:`Source`.
     """
 
-    name: str = attrs.field(validator=attrs.validators.instance_of(str))
-    title: str = attrs.field(validator=attrs.validators.instance_of(str))
+    name: str = _typed(str, "a non-empty string")
+    title: str = _typed(str, "a non-empty string")
     profile: Profile = _choice(Profile, "profile")
     cpu: Cpu = attrs.field(validator=attrs.validators.instance_of(Cpu))
     ram: Ram = attrs.field(validator=attrs.validators.instance_of(Ram))

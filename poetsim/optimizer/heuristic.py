@@ -1,0 +1,164 @@
+"""A fast greedy stage plan: the optimizer's starting point and its fallback.
+
+The greedy walks the stages in order. Stage ``t`` computes op ``t`` after bringing back
+what it needs: a missing input is paged in if a copy is on storage (and paging it in is
+cheaper than recomputing it), otherwise recomputed, recursively. At the end of each stage it
+keeps every tensor a later op reads, then looks one stage ahead: if the next stage would
+exceed the RAM budget, it evicts tensors the next stage does not read, cheapest per byte
+first, either paging them out now (to page them in later) or dropping them (to recompute
+them later). It never proves anything; the MILP does that. It only needs to be fast and to
+find a feasible plan whenever an easy one exists.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from poetsim.costs import OpCosts
+from poetsim.graph.graph import TrainingGraph
+from poetsim.optimizer.plan import StagePlan
+
+__all__ = ["greedy_plan", "plain_plan"]
+
+
+def plain_plan(graph: TrainingGraph) -> StagePlan:
+    """Every op once, every tensor kept until its last reader: checkpoint-all."""
+    n = len(graph)
+    m = StagePlan.empty(n)
+    for t in range(n):
+        m["compute"][t, t] = True
+        for i in range(t):
+            if max(graph.successors(i), default=-1) >= t:
+                m["keep"][t, i] = True
+    return StagePlan(**m)
+
+
+class _Greedy:
+    def __init__(self, graph: TrainingGraph, costs: OpCosts, budget_bytes: int, *,
+                 remat: bool, paging: bool, by_time: bool) -> None:
+        self.graph = graph
+        self.n = len(graph)
+        self.size = costs.output_bytes
+        self.workspace = costs.workspace_bytes
+        self.budget = budget_bytes
+        self.remat = remat
+        self.paging = paging
+        if by_time:
+            self.c_compute, self.c_in, self.c_out = (
+                costs.compute_time_s, costs.pagein_time_s, costs.pageout_time_s)
+        else:
+            self.c_compute, self.c_in, self.c_out = (
+                costs.compute_energy_j, costs.pagein_energy_j, costs.pageout_energy_j)
+        self.last_reader = [max(graph.successors(i), default=-1) for i in range(self.n)]
+
+    def closure(self, t: int, resident: set[int], stored: set[int]) -> tuple[list[int], list[int]] | None:
+        """Ops to compute and tensors to page in for stage ``t``; None if impossible."""
+        graph = self.graph
+        computes, page_ins = {t}, set()
+        stack = [t]
+        while stack:
+            k = stack.pop()
+            for u in graph.predecessors(k):
+                if u in resident or u in computes or u in page_ins:
+                    continue
+                inputs_ready = all(p in resident for p in graph.predecessors(u))
+                if u in stored and (not self.remat or not inputs_ready
+                                    or self.c_in[u] <= self.c_compute[u]):
+                    page_ins.add(u)
+                elif self.remat:
+                    computes.add(u)
+                    stack.append(u)
+                else:
+                    return None
+        return sorted(computes), sorted(page_ins)
+
+    def stage_peak(self, start: set[int], page_ins: list[int], computes: list[int],
+                   keep_after: set[int]) -> int:
+        graph, size = self.graph, self.size
+        last: dict[int, int] = {}
+        for k in computes:
+            for u in graph.predecessors(k):
+                last[u] = k
+            last.setdefault(k, k)
+        mem = int(sum(size[i] for i in start) + sum(size[i] for i in page_ins))
+        peak = mem
+        for k in computes:
+            mem += int(size[k])
+            peak = max(peak, mem + int(self.workspace[k]))
+            mem -= int(sum(size[i] for i, j in last.items() if j == k and i not in keep_after))
+        return peak
+
+    def eviction_cost(self, v: int, keep: set[int], stored: set[int]) -> tuple[float, bool]:
+        """Cheapest way to give up tensor ``v`` for now: (cost, page it out?)."""
+        options: list[tuple[float, bool]] = []
+        if v in stored:
+            options.append((float(self.c_in[v]), False))
+        elif self.paging:
+            options.append((float(self.c_out[v] + self.c_in[v]), True))
+        if self.remat:
+            cost = float(self.c_compute[v])
+            for u in self.graph.predecessors(v):
+                if u not in keep and u not in stored:
+                    cost += float(self.c_compute[u])
+            options.append((cost, False))
+        return min(options) if options else (np.inf, False)
+
+    def run(self) -> StagePlan | None:
+        graph, n, size = self.graph, self.n, self.size
+        m = StagePlan.empty(n)
+        resident: set[int] = set()
+        stored: set[int] = set()
+        for t in range(n):
+            m["keep"][t, sorted(resident)] = True
+            m["stored"][t, sorted(stored)] = True
+            plan = self.closure(t, resident, stored)
+            if plan is None:
+                return None
+            computes, page_ins = plan
+            m["compute"][t, computes] = True
+            m["page_in"][t, page_ins] = True
+            in_ram = resident | set(computes) | set(page_ins)
+            keep = {i for i in in_ram if self.last_reader[i] > t}
+            if t == 0 and self.stage_peak(set(), [], computes, keep) > self.budget:
+                return None
+            newly_stored: set[int] = set()
+            if t + 1 < n:
+                nxt = self.closure(t + 1, keep, stored)
+                if nxt is None:
+                    return None
+                c2, p2 = nxt
+                after = {i for i in keep | set(c2) | set(p2) if self.last_reader[i] > t + 1}
+                deficit = self.stage_peak(keep, p2, c2, after) - self.budget
+                if deficit > 0:
+                    read = set(c2) | {u for k in c2 for u in graph.predecessors(k)}
+                    candidates = []
+                    for v in keep - read:
+                        if size[v] == 0:
+                            continue
+                        cost, page = self.eviction_cost(v, keep, stored)
+                        if np.isfinite(cost):
+                            # cheapest per byte first; among equals, the one needed last
+                            candidates.append((cost / size[v], -self.last_reader[v], v, page))
+                    for _, _, v, page in sorted(candidates):
+                        if deficit <= 0:
+                            break
+                        keep.discard(v)
+                        deficit -= int(size[v])
+                        if page:
+                            m["page_out"][t, v] = True
+                            newly_stored.add(v)
+                    if deficit > 0:
+                        return None
+            resident = keep
+            stored |= newly_stored
+        return StagePlan(**m)
+
+
+def greedy_plan(graph: TrainingGraph, costs: OpCosts, budget_bytes: int, *, remat: bool = True,
+                paging: bool = True, by_time: bool = False) -> StagePlan | None:
+    """A feasible plan within ``budget_bytes`` of activation memory, or None.
+
+    ``by_time`` ranks evictions by the time they cost instead of the energy, which helps
+    when the deadline is tight.
+    """
+    return _Greedy(graph, costs, budget_bytes, remat=remat, paging=paging, by_time=by_time).run()

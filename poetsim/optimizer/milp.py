@@ -1,0 +1,355 @@
+"""The POET MILP in PySCIPOpt: build, warm-start, solve, and read back a stage plan.
+
+Formulation (paper Algorithm 1 on Checkmate's frontier-advancing stages; notation of
+:mod:`poetsim.optimizer.plan`), for stages ``t`` and tensors ``i``:
+
+* binaries ``R[t,i]`` (compute), ``S[t,i]`` (keep in RAM), ``Min[t,i]`` (page in),
+  ``Mout[t,i]`` (page out); ``R[t,t] = 1``. Storage is never released within an iteration,
+  so ``S_AUX[t,i] = sum_{t' < t} Mout[t',i]`` is an expression, not a variable, and every
+  tensor is written at most once.
+* dependencies: ``R[t,k] <= R[t,u] + S[t,u] + Min[t,u]`` for every input ``u`` of ``k``;
+  retention: ``S[t+1,i] <= S[t,i] + R[t,i] + Min[t,i]``; one way in:
+  ``R[t,i] + S[t,i] + Min[t,i] <= 1``; page-in needs a stored copy:
+  ``Min[t,i] <= S_AUX[t,i]``; page-out needs the tensor in RAM: ``Mout[t,i] <= S[t,i] + R[t,i]``.
+* memory, Checkmate's recurrence over the ops that can run in stage ``t`` (index order):
+  ``U[t,first] = sum_i (S[t,i] + Min[t,i]) m_i + R[t,first] m_first``,
+  ``U[t,next] = U[t,k] - sum_i F[t,i,k] m_i + R[t,next] m_next`` and
+  ``U[t,k] + R[t,k] w_k <= budget``. The free indicator ``F[t,i,k]`` (tensor ``i`` freed
+  after op ``k``) is continuous in ``[0, 1]`` with only upper bounds:
+  ``F <= R[t,k]`` (an op that did not run frees nothing), ``F <= 1 - S[t+1,i]`` and
+  ``F <= 1 - R[t,j]`` for every later reader ``j`` of ``i`` in the stage. At integer
+  ``R, S`` these bounds are 0 or 1 and freeing only helps, so the relaxation is exact.
+* deadline: with DMA each stage lasts ``T_t >= compute_t`` and ``T_t >= transfers_t``;
+  without DMA ``T_t = compute_t + transfers_t``; ``sum_t T_t <= deadline``.
+* storage capacity: ``sum_{t,i} Mout[t,i] m_i <= capacity``.
+* objective: ``sum R E_compute + Min E_pagein + Mout E_pageout``.
+
+Reductions that keep the model exact: a variable exists only where it can be nonzero
+(lower triangle; tensor ``i`` matters in stage ``t`` only while ``t`` is at most the index
+of ``i``'s last descendant; page-outs of empty tensors are pointless), and the ablations
+remove whole families (remat-only: no ``Min``/``Mout``; paging-only: ``R`` is the identity,
+and then a tensor is only kept up to its last reader). The restricted mode (a named,
+labelled option) also forbids recomputing backward ops and recomputes a forward op at most
+once.
+
+Scaling: memory is counted in units of ``unit_bytes`` (sizes rounded up, the budget down,
+so a plan feasible in units is feasible in bytes); energy is scaled so that the plain
+schedule costs 1000; times are divided by the deadline.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import reduce
+from typing import Any
+
+import attrs
+import numpy as np
+from pyscipopt import Model, quicksum
+
+from poetsim.costs import OpCosts
+from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.ops import Phase
+from poetsim.optimizer.plan import StagePlan
+
+__all__ = ["Formulation", "MilpModel", "build_milp"]
+
+_OBJECTIVE_SCALE = 1000.0
+_MAX_MEMORY_UNITS = 1_000_000
+
+
+@attrs.frozen
+class Formulation:
+    """Which decisions the model may take."""
+
+    remat: bool = True
+    paging: bool = True
+    restricted: bool = False
+
+
+def _memory_unit(sizes: np.ndarray, budget_bytes: int) -> int:
+    values = [int(v) for v in sizes if v > 0] + [int(budget_bytes)]
+    unit = reduce(math.gcd, values) or 1
+    if budget_bytes / unit > _MAX_MEMORY_UNITS:
+        unit = math.ceil(budget_bytes / _MAX_MEMORY_UNITS)
+    return unit
+
+
+class MilpModel:
+    """A built SCIP model with its variable maps."""
+
+    def __init__(self, graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
+                 deadline_s: float | None, formulation: Formulation, *, overlap: bool,
+                 storage_capacity_bytes: int | None, energy_reference_j: float) -> None:
+        self.graph = graph
+        self.costs = costs
+        self.n = n = len(graph)
+        self.formulation = formulation
+        self.overlap = overlap
+        self.deadline_s = deadline_s
+        self.unit_bytes = _memory_unit(np.concatenate([costs.output_bytes, costs.workspace_bytes]),
+                                       budget_bytes)
+        self.budget_units = budget_bytes // self.unit_bytes
+        self.energy_scale = _OBJECTIVE_SCALE / energy_reference_j if energy_reference_j > 0 else 1.0
+        self.model = Model(f"poet_{graph.name}")
+        self.model.hideOutput()
+        self.R: dict[tuple[int, int], Any] = {}
+        self.S: dict[tuple[int, int], Any] = {}
+        self.Min: dict[tuple[int, int], Any] = {}
+        self.Mout: dict[tuple[int, int], Any] = {}
+        self.F: dict[tuple[int, int, int], Any] = {}
+        self.U: dict[tuple[int, int], Any] = {}
+        self.T: dict[int, Any] = {}
+
+        self.last_reader = [max(graph.successors(i), default=i) for i in range(n)]
+        self.last_desc = [max(graph.descendants(i), default=i) for i in range(n)]
+        self.mem = [math.ceil(int(b) / self.unit_bytes) for b in costs.output_bytes]
+        self.ws = [math.ceil(int(b) / self.unit_bytes) for b in costs.workspace_bytes]
+        self._create_variables()
+        self._add_constraints(storage_capacity_bytes)
+
+    # ------------------------------------------------------------------ variables
+
+    def _horizon(self, i: int) -> int:
+        """Last stage in which tensor ``i`` can still be read."""
+        if self.formulation.remat:
+            return self.last_desc[i]
+        return self.last_reader[i]
+
+    def recomputable(self, i: int) -> bool:
+        f = self.formulation
+        if not f.remat:
+            return False
+        return not (f.restricted and self.graph.ops[i].phase is Phase.BACKWARD)
+
+    def _create_variables(self) -> None:
+        m, n, c = self.model, self.n, self.costs
+        e = self.energy_scale
+        for i in range(n):
+            horizon = self._horizon(i)
+            pageable = self.formulation.paging and self.mem[i] > 0
+            for t in range(i + 1, horizon + 1):
+                self.S[t, i] = m.addVar(vtype="B", name=f"S_{t}_{i}")
+                if self.recomputable(i):
+                    self.R[t, i] = m.addVar(vtype="B", name=f"R_{t}_{i}",
+                                            obj=e * float(c.compute_energy_j[i]))
+                if pageable:
+                    self.Min[t, i] = m.addVar(vtype="B", name=f"Min_{t}_{i}",
+                                              obj=e * float(c.pagein_energy_j[i]))
+            if pageable:
+                for t in range(i, horizon):
+                    self.Mout[t, i] = m.addVar(vtype="B", name=f"Mout_{t}_{i}",
+                                               obj=e * float(c.pageout_energy_j[i]))
+        for var in self.S.values():
+            m.chgVarBranchPriority(var, 3)
+        for var in (*self.Mout.values(), *self.Min.values()):
+            m.chgVarBranchPriority(var, 2)
+        for var in self.R.values():
+            m.chgVarBranchPriority(var, 1)
+
+    def r(self, t: int, i: int) -> Any:
+        """R[t,i] as a variable or the constant it is fixed to."""
+        if i == t:
+            return 1
+        return self.R.get((t, i), 0)
+
+    def runnable(self, t: int) -> list[int]:
+        return [k for k in range(t + 1) if k == t or (t, k) in self.R]
+
+    # ------------------------------------------------------------------ constraints
+
+    def _add_constraints(self, storage_capacity_bytes: int | None) -> None:
+        m, n, graph = self.model, self.n, self.graph
+        S, Min, Mout = self.S, self.Min, self.Mout
+
+        def stored(t: int, i: int) -> Any:
+            return quicksum(Mout[tt, i] for tt in range(i, t) if (tt, i) in Mout)
+
+        for t in range(n):
+            runnable = self.runnable(t)
+            for k in runnable:
+                for u in graph.predecessors(k):
+                    supply = [v for v in (self.R.get((t, u)), S.get((t, u)), Min.get((t, u)))
+                              if v is not None]
+                    if k == t:
+                        m.addCons(quicksum(supply) >= 1, name=f"dep_{t}_{u}_{k}")
+                    else:
+                        m.addCons(self.R[t, k] <= quicksum(supply), name=f"dep_{t}_{u}_{k}")
+            for i in range(t):
+                parts = [v for v in (self.R.get((t, i)), S.get((t, i)), Min.get((t, i)))
+                         if v is not None]
+                if len(parts) > 1:
+                    m.addCons(quicksum(parts) <= 1, name=f"one_{t}_{i}")
+                if (t, i) in Min:
+                    m.addCons(Min[t, i] <= stored(t, i), name=f"pin_{t}_{i}")
+            for i in range(t + 1):
+                if (t, i) in Mout:
+                    m.addCons(Mout[t, i] <= S.get((t, i), 0) + self.r(t, i), name=f"pout_{t}_{i}")
+                if (t + 1, i) in S and i != t:
+                    source = [v for v in (S.get((t, i)), Min.get((t, i)), self.R.get((t, i)))
+                              if v is not None]
+                    m.addCons(S[t + 1, i] <= quicksum(source), name=f"keep_{t}_{i}")
+            self._add_memory(t, runnable)
+        for i in range(n):
+            writes = [Mout[t, i] for t in range(n) if (t, i) in Mout]
+            if len(writes) > 1:
+                m.addCons(quicksum(writes) <= 1, name=f"once_{i}")
+            if self.formulation.restricted and graph.ops[i].phase is not Phase.BACKWARD:
+                recomputes = [self.R[t, i] for t in range(n) if (t, i) in self.R]
+                if len(recomputes) > 1:
+                    m.addCons(quicksum(recomputes) <= 1, name=f"twice_{i}")
+        if storage_capacity_bytes is not None and Mout:
+            total = sum(int(b) for b in self.costs.output_bytes)
+            if total > storage_capacity_bytes:
+                m.addCons(quicksum(v * int(self.costs.output_bytes[i])
+                                   for (t, i), v in Mout.items()) <= storage_capacity_bytes,
+                          name="capacity")
+        self._add_deadline()
+
+    def _free_pairs(self, t: int, runnable: list[int]) -> list[tuple[int, int, list[int]]]:
+        """(tensor i, op k, later readers of i in the stage) for every possible free."""
+        graph = self.graph
+        run = set(runnable)
+        pairs = []
+        for k in runnable:
+            for i in (*graph.predecessors(k), k):
+                later = [j for j in graph.successors(i) if j > k and j in run]
+                pairs.append((i, k, later))
+        return pairs
+
+    def _add_memory(self, t: int, runnable: list[int]) -> None:
+        m, S, Min = self.model, self.S, self.Min
+        start_terms = [self.mem[i] * S[t, i] for i in range(t) if (t, i) in S]
+        start_terms += [self.mem[i] * Min[t, i] for i in range(t) if (t, i) in Min]
+        frees_after: dict[int, list[tuple[int, Any]]] = {}
+        for i, k, later in self._free_pairs(t, runnable):
+            if self.mem[i] == 0:
+                continue
+            f = m.addVar(vtype="C", lb=0.0, ub=1.0, name=f"F_{t}_{i}_{k}")
+            self.F[t, i, k] = f
+            if k != t:
+                m.addCons(f <= self.R[t, k], name=f"fr_{t}_{i}_{k}")
+            if (t + 1, i) in S:
+                m.addCons(f <= 1 - S[t + 1, i], name=f"fs_{t}_{i}_{k}")
+            for j in later:
+                m.addCons(f <= 1 - self.r(t, j), name=f"fl_{t}_{i}_{k}_{j}")
+            frees_after.setdefault(k, []).append((i, f))
+        previous = None
+        for k in runnable:
+            u = m.addVar(vtype="C", lb=0.0, name=f"U_{t}_{k}")
+            self.U[t, k] = u
+            produced = self.mem[k] * self.r(t, k)
+            if previous is None:
+                m.addCons(u == quicksum(start_terms) + produced, name=f"u_{t}_{k}")
+            else:
+                freed = quicksum(self.mem[i] * f for i, f in frees_after.get(previous, ()))
+                m.addCons(u == self.U[t, previous] - freed + produced, name=f"u_{t}_{k}")
+            m.addCons(u + self.ws[k] * self.r(t, k) <= self.budget_units, name=f"mem_{t}_{k}")
+            previous = k
+
+    def _add_deadline(self) -> None:
+        if self.deadline_s is None or not math.isfinite(self.deadline_s):
+            return
+        m, c, n = self.model, self.costs, self.n
+        scale = 1.0 / self.deadline_s
+        stage_terms = []
+        for t in range(n):
+            compute = quicksum(scale * float(c.compute_time_s[k]) * self.r(t, k)
+                               for k in self.runnable(t))
+            transfer = quicksum([scale * float(c.pagein_time_s[i]) * v
+                                 for (tt, i), v in self.Min.items() if tt == t]
+                                + [scale * float(c.pageout_time_s[i]) * v
+                                   for (tt, i), v in self.Mout.items() if tt == t])
+            if self.overlap:
+                T = m.addVar(vtype="C", lb=0.0, name=f"T_{t}")
+                self.T[t] = T
+                m.addCons(T >= compute, name=f"tc_{t}")
+                m.addCons(T >= transfer, name=f"tt_{t}")
+                stage_terms.append(T)
+            else:
+                stage_terms.append(compute + transfer)
+        # A hair under 1, so that SCIP's feasibility tolerance cannot push a plan past it.
+        m.addCons(quicksum(stage_terms) <= 1.0 - 1e-7, name="deadline")
+
+    # ------------------------------------------------------------------ solutions
+
+    @property
+    def binaries(self) -> int:
+        return len(self.R) + len(self.S) + len(self.Min) + len(self.Mout)
+
+    def plan_from_solution(self, sol: Any) -> StagePlan:
+        n = self.n
+        mats = StagePlan.empty(n)
+        for t in range(n):
+            mats["compute"][t, t] = True
+        for name, family in (("compute", self.R), ("keep", self.S), ("page_in", self.Min),
+                             ("page_out", self.Mout)):
+            for (t, i), var in family.items():
+                if self.model.getSolVal(sol, var) > 0.5:
+                    mats[name][t, i] = True
+        for t in range(1, n):
+            mats["stored"][t] = mats["stored"][t - 1] | mats["page_out"][t - 1]
+        return StagePlan(**mats)
+
+    def fits(self, plan: StagePlan) -> bool:
+        """Whether every decision of ``plan`` has a variable (or constant) in this model."""
+        n = self.n
+        for name, family in (("compute", self.R), ("keep", self.S), ("page_in", self.Min),
+                             ("page_out", self.Mout)):
+            matrix = getattr(plan, name)
+            for t, i in zip(*np.nonzero(matrix)):
+                if name == "compute" and t == i:
+                    continue
+                if (int(t), int(i)) not in family:
+                    return False
+        return n == plan.n
+
+    def add_warm_start(self, plan: StagePlan) -> bool:
+        """Offer ``plan`` to SCIP as a complete solution; True if SCIP accepted it."""
+        if not self.fits(plan):
+            return False
+        m = self.model
+        sol = m.createSol()
+        for name, family in (("compute", self.R), ("keep", self.S), ("page_in", self.Min),
+                             ("page_out", self.Mout)):
+            matrix = getattr(plan, name)
+            for (t, i), var in family.items():
+                m.setSolVal(sol, var, 1.0 if matrix[t, i] else 0.0)
+        # Continuous variables: frees as large as allowed, memory by the recurrence.
+        freed: dict[tuple[int, int, int], float] = {}
+        for (t, i, k) in self.F:
+            keep_next = bool(plan.keep[t + 1, i]) if t + 1 < self.n else False
+            later = any(plan.compute[t, j] for j in self.graph.successors(i) if j > k)
+            freed[t, i, k] = 1.0 if (plan.compute[t, k] and not keep_next and not later) else 0.0
+        for key, var in self.F.items():
+            m.setSolVal(sol, var, freed[key])
+        frees_after: dict[tuple[int, int], float] = {}
+        for (t, i, k), value in freed.items():
+            frees_after[t, k] = frees_after.get((t, k), 0.0) + self.mem[i] * value
+        for t in range(self.n):
+            level = float(sum(self.mem[i] for i in range(t) if plan.keep[t, i] or plan.page_in[t, i]))
+            previous = None
+            for k in self.runnable(t):
+                if previous is not None:
+                    level -= frees_after.get((t, previous), 0.0)
+                level += self.mem[k] * (1 if plan.compute[t, k] else 0)
+                m.setSolVal(sol, self.U[t, k], level)
+                previous = k
+        if self.T:
+            c = self.costs
+            scale = 1.0 / self.deadline_s  # type: ignore[operator]
+            for t, var in self.T.items():
+                compute = float(plan.compute[t].astype(float) @ c.compute_time_s) * scale
+                transfer = float(plan.page_in[t].astype(float) @ c.pagein_time_s
+                                 + plan.page_out[t].astype(float) @ c.pageout_time_s) * scale
+                m.setSolVal(sol, var, max(compute, transfer))
+        return bool(m.addSol(sol, free=True))
+
+
+def build_milp(graph: TrainingGraph, costs: OpCosts, budget_bytes: int, deadline_s: float | None,
+               formulation: Formulation, *, overlap: bool, storage_capacity_bytes: int | None,
+               energy_reference_j: float) -> MilpModel:
+    """Build the SCIP model for one solve."""
+    return MilpModel(graph, costs, budget_bytes, deadline_s, formulation, overlap=overlap,
+                     storage_capacity_bytes=storage_capacity_bytes,
+                     energy_reference_j=energy_reference_j)

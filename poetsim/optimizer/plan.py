@@ -1,0 +1,206 @@
+"""Stage plans: the optimizer's decision matrices, their exact accounting, and lowering.
+
+A :class:`StagePlan` is POET's solution in matrix form, over Checkmate's
+frontier-advancing stages: stage ``t`` computes op ``t`` for the first time, after
+recomputing whatever it needs. For stage ``t`` (row) and tensor ``i`` (column):
+
+* ``compute[t, i]`` (POET's ``R``): op ``i`` runs in stage ``t``; ``compute[t, t]`` is
+  always set and ``compute[t, i]`` is clear for ``i > t``. Ops of a stage run in index order.
+* ``keep[t, i]`` (``S_RAM``): tensor ``i`` is resident when stage ``t`` starts.
+* ``stored[t, i]`` (``S_AUX``): a copy of tensor ``i`` is on storage when stage ``t`` starts.
+* ``page_in[t, i]`` (``M_in``): tensor ``i`` is read back at the start of stage ``t``.
+* ``page_out[t, i]`` (``M_out``): tensor ``i`` is written during stage ``t``, as soon as it
+  is in RAM (at the start if kept, right after it is computed otherwise).
+
+Memory accounting (shared, byte for byte, by the MILP, :func:`evaluate_plan` and the
+schedule checker after :func:`lower_plan`): stage ``t`` starts with its kept and paged-in
+tensors; each op adds its output (and, while it runs, its workspace); after op ``k``, a
+tensor read by ``k`` (or ``k``'s own output) is freed when no later op of the stage reads it
+and it is not kept into stage ``t + 1``. Tensors that are neither read in the stage nor kept
+are freed when the stage ends.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from poetsim.costs import OpCosts
+from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.io import graph_fingerprint
+from poetsim.schedule import Action, Schedule, Step
+
+__all__ = ["PlanMetrics", "StagePlan", "evaluate_plan", "lower_plan", "plan_violations"]
+
+_MATRICES = ("compute", "keep", "stored", "page_in", "page_out")
+
+
+def _bool_matrix(value: np.ndarray) -> np.ndarray:
+    array = np.array(value, dtype=bool)
+    array.flags.writeable = False
+    return array
+
+
+@attrs.frozen
+class StagePlan:
+    """The five n x n decision matrices (see the module docstring)."""
+
+    compute: np.ndarray = attrs.field(converter=_bool_matrix, eq=attrs.cmp_using(np.array_equal))
+    keep: np.ndarray = attrs.field(converter=_bool_matrix, eq=attrs.cmp_using(np.array_equal))
+    stored: np.ndarray = attrs.field(converter=_bool_matrix, eq=attrs.cmp_using(np.array_equal))
+    page_in: np.ndarray = attrs.field(converter=_bool_matrix, eq=attrs.cmp_using(np.array_equal))
+    page_out: np.ndarray = attrs.field(converter=_bool_matrix, eq=attrs.cmp_using(np.array_equal))
+
+    @property
+    def n(self) -> int:
+        return self.compute.shape[0]
+
+    @classmethod
+    def empty(cls, n: int) -> dict[str, np.ndarray]:
+        """Writable zero matrices to fill in before building a plan."""
+        return {name: np.zeros((n, n), dtype=bool) for name in _MATRICES}
+
+
+def plan_violations(graph: TrainingGraph, plan: StagePlan) -> list[str]:
+    """Structural rules of the MILP that ``plan`` breaks (empty when it is consistent)."""
+    n = len(graph)
+    R, S, A, Min, Mout = plan.compute, plan.keep, plan.stored, plan.page_in, plan.page_out
+    problems: list[str] = []
+    for t in range(n):
+        if not R[t, t]:
+            problems.append(f"stage {t}: op {t} is not computed")
+        if R[t, t + 1:].any() or S[t, t:].any() or Min[t, t:].any() or Mout[t, t + 1:].any():
+            problems.append(f"stage {t}: decision about an op not reached yet")
+        available = S[t] | Min[t]
+        for k in np.flatnonzero(R[t]):
+            for u in graph.predecessors(int(k)):
+                if not (R[t, u] or available[u]):
+                    problems.append(f"stage {t}: op {k} needs tensor {u}")
+        if (R[t] & S[t]).any() or (Min[t] & S[t]).any() or (Min[t] & R[t]).any():
+            problems.append(f"stage {t}: tensor made resident twice")
+        if (Min[t] & ~A[t]).any():
+            problems.append(f"stage {t}: page-in of a tensor not on storage")
+        if (Mout[t] & ~(S[t] | R[t])).any() or (Mout[t] & A[t]).any():
+            problems.append(f"stage {t}: page-out of a tensor not in RAM or already stored")
+        if t + 1 < n:
+            if (S[t + 1] & ~(S[t] | R[t] | Min[t])).any():
+                problems.append(f"stage {t + 1}: keeps a tensor that was not in RAM")
+            if (A[t + 1] != (A[t] | Mout[t])).any():
+                problems.append(f"stage {t + 1}: storage set does not follow the page-outs")
+    if S[0].any() or A[0].any():
+        problems.append("stage 0: starts with tensors in RAM or on storage")
+    return problems
+
+
+def _frees(graph: TrainingGraph, plan: StagePlan, t: int) -> tuple[dict[int, list[int]], list[int]]:
+    """Tensors freed after each op of stage ``t``, and those freed when the stage ends."""
+    n = len(graph)
+    R = plan.compute[t]
+    keep_next = plan.keep[t + 1] if t + 1 < n else np.zeros(n, dtype=bool)
+    last_reader: dict[int, int] = {}
+    for k in np.flatnonzero(R):
+        k = int(k)
+        for u in graph.predecessors(k):
+            last_reader[u] = k
+        last_reader.setdefault(k, k)
+    after: dict[int, list[int]] = {}
+    for i, k in sorted(last_reader.items()):
+        if not keep_next[i]:
+            after.setdefault(k, []).append(i)
+    in_ram = plan.keep[t] | plan.page_in[t] | R
+    at_end = [int(i) for i in np.flatnonzero(in_ram & ~keep_next) if int(i) not in last_reader]
+    return after, at_end
+
+
+@attrs.frozen
+class PlanMetrics:
+    """Energy, time and memory of a plan under the optimizer's model."""
+
+    energy_j: float
+    compute_energy_j: float
+    pagein_energy_j: float
+    pageout_energy_j: float
+    time_s: float
+    compute_time_s: float
+    transfer_time_s: float
+    peak_ram_bytes: int
+    peak_stage: int
+    peak_op: int
+    recomputations: int
+    page_ins: int
+    page_outs: int
+    peak_storage_bytes: int
+
+
+def stage_times(costs: OpCosts, plan: StagePlan, *, overlap: bool) -> np.ndarray:
+    """Time of each stage: compute and transfers overlap (DMA) or add up (no DMA)."""
+    compute = plan.compute.astype(float) @ costs.compute_time_s
+    transfer = (plan.page_in.astype(float) @ costs.pagein_time_s
+                + plan.page_out.astype(float) @ costs.pageout_time_s)
+    return np.maximum(compute, transfer) if overlap else compute + transfer
+
+
+def evaluate_plan(graph: TrainingGraph, costs: OpCosts, plan: StagePlan, *,
+                  overlap: bool) -> PlanMetrics:
+    """Exact accounting of ``plan`` (see the module docstring)."""
+    size = costs.output_bytes
+    workspace = costs.workspace_bytes
+    peak, peak_stage, peak_op = -1, 0, 0
+    for t in range(plan.n):
+        after, _ = _frees(graph, plan, t)
+        mem = int(size[plan.keep[t] | plan.page_in[t]].sum())
+        for k in np.flatnonzero(plan.compute[t]):
+            k = int(k)
+            mem += int(size[k])
+            if mem + int(workspace[k]) > peak:
+                peak, peak_stage, peak_op = mem + int(workspace[k]), t, k
+            mem -= int(sum(size[i] for i in after.get(k, ())))
+    R = plan.compute.astype(float)
+    e_compute = float((R @ costs.compute_energy_j).sum())
+    e_in = float((plan.page_in.astype(float) @ costs.pagein_energy_j).sum())
+    e_out = float((plan.page_out.astype(float) @ costs.pageout_energy_j).sum())
+    compute_t = float((R @ costs.compute_time_s).sum())
+    transfer_t = float((plan.page_in.astype(float) @ costs.pagein_time_s).sum()
+                       + (plan.page_out.astype(float) @ costs.pageout_time_s).sum())
+    stored_final = plan.stored[-1] | plan.page_out[-1]
+    return PlanMetrics(
+        energy_j=e_compute + e_in + e_out,
+        compute_energy_j=e_compute,
+        pagein_energy_j=e_in,
+        pageout_energy_j=e_out,
+        time_s=float(stage_times(costs, plan, overlap=overlap).sum()),
+        compute_time_s=compute_t,
+        transfer_time_s=transfer_t,
+        peak_ram_bytes=peak,
+        peak_stage=peak_stage,
+        peak_op=peak_op,
+        recomputations=int(plan.compute.sum()) - plan.n,
+        page_ins=int(plan.page_in.sum()),
+        page_outs=int(plan.page_out.sum()),
+        peak_storage_bytes=int(size[stored_final].sum()),
+    )
+
+
+def lower_plan(graph: TrainingGraph, plan: StagePlan, *, metadata: dict | None = None) -> Schedule:
+    """Turn a plan into the executable op list (paper Algorithm 2), deterministically.
+
+    Per stage: page-ins; page-outs of tensors kept from before; then each op in index order,
+    its page-out right after it if planned, and the frees its completion allows; finally the
+    frees of tensors the stage neither read nor keeps.
+    """
+    steps: list[Step] = []
+    for t in range(plan.n):
+        after, at_end = _frees(graph, plan, t)
+        for i in np.flatnonzero(plan.page_in[t]):
+            steps.append(Step(Action.PAGE_IN, int(i), t))
+        for i in np.flatnonzero(plan.page_out[t] & plan.keep[t]):
+            steps.append(Step(Action.PAGE_OUT, int(i), t))
+        for k in np.flatnonzero(plan.compute[t]):
+            k = int(k)
+            steps.append(Step(Action.COMPUTE, k, t))
+            if plan.page_out[t, k] and not plan.keep[t, k]:
+                steps.append(Step(Action.PAGE_OUT, k, t))
+            steps.extend(Step(Action.FREE, i, t) for i in after.get(k, ()))
+        steps.extend(Step(Action.FREE, i, t) for i in at_end)
+    return Schedule(graph_name=graph.name, graph_fingerprint=graph_fingerprint(graph),
+                    steps=tuple(steps), metadata=metadata or {})

@@ -1,0 +1,368 @@
+"""Solving: budgets and deadlines in user terms, heuristics, the MILP, honest status.
+
+:func:`solve` is the optimizer's public entry point. It turns a RAM budget ("50%",
+"256KiB", a byte count) and a deadline ("1.5x", seconds) into the MILP's terms, rules out
+requests no schedule can meet (and says why in one line), starts SCIP from the best greedy
+plan, and returns a :class:`SolveResult` whose status is never better than what was proven:
+
+* ``optimal``: SCIP proved the schedule optimal for the exact formulation;
+* ``feasible``: a schedule with SCIP's bound and the gap (time or gap limit, or a
+  restricted formulation, whose result is labelled as such);
+* ``infeasible``: proven: no schedule meets the request;
+* ``no_solution``: the limit ended the search before any schedule was found.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from poetsim.boards.spec import Board
+from poetsim.costs import OpCosts, op_costs
+from poetsim.errors import InputError
+from poetsim.graph.graph import TrainingGraph, resident_memory
+from poetsim.graph.io import graph_fingerprint
+from poetsim.graph.memory import plain_peak
+from poetsim.optimizer.heuristic import greedy_plan, plain_plan
+from poetsim.optimizer.milp import Formulation, build_milp
+from poetsim.optimizer.plan import PlanMetrics, StagePlan, evaluate_plan, lower_plan
+from poetsim.schedule import Schedule, check_schedule
+from poetsim.units import parse_bytes
+
+__all__ = ["Budget", "SolveResult", "SolveStatus", "minimum_ram_bytes", "parse_deadline",
+           "resolve_budget", "solve"]
+
+
+class SolveStatus(enum.Enum):
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"
+    INFEASIBLE = "infeasible"
+    NO_SOLUTION = "no_solution"
+
+
+@attrs.frozen
+class Budget:
+    """A RAM budget in both semantics.
+
+    ``activation_bytes`` is what the MILP bounds (activations and working buffers, the
+    paper's mu_RAM); ``resident_bytes`` (parameters, gradients, optimizer state) lives
+    beside it. ``total_memory`` says which one the user's figure referred to.
+    """
+
+    activation_bytes: int
+    resident_bytes: int
+    total_memory: bool
+    requested: str
+
+    @property
+    def total_bytes(self) -> int:
+        return self.activation_bytes + self.resident_bytes
+
+    @property
+    def semantics(self) -> str:
+        return ("total: parameters, gradients and activations" if self.total_memory
+                else "activations and working buffers (parameters and gradients beside it)")
+
+
+def resolve_budget(graph: TrainingGraph, ram: str | int, *, total_memory: bool = False,
+                   gradients: bool = True, optimizer: str = "sgd") -> Budget:
+    """``"50%"`` (of the plain schedule's peak, same semantics), ``"256KiB"`` or bytes."""
+    resident = resident_memory(graph, gradients=gradients, optimizer=optimizer).total_bytes
+    reference = plain_peak(graph).bytes + (resident if total_memory else 0)
+    text = str(ram).strip()
+    if text.endswith("%"):
+        try:
+            fraction = float(text[:-1]) / 100
+        except ValueError:
+            raise InputError(f"ram = {text!r}: expected a percentage such as 50%") from None
+        if not (0 < fraction) or not math.isfinite(fraction):
+            raise InputError(f"ram = {text!r}: must be a positive percentage")
+        figure = math.floor(fraction * reference)
+    else:
+        figure = parse_bytes(text, what="ram")
+    activation = figure - resident if total_memory else figure
+    return Budget(activation_bytes=activation, resident_bytes=resident,
+                  total_memory=total_memory, requested=text)
+
+
+def parse_deadline(deadline: str | float | None, plain_time_s: float) -> float | None:
+    """``"1.5x"`` (of the plain schedule's compute time), ``"2.5"`` or ``"2.5s"``, or None."""
+    if deadline is None:
+        return None
+    text = str(deadline).strip()
+    match = re.fullmatch(r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(x|s)?", text)
+    if not match:
+        raise InputError(f"deadline = {text!r}: expected a factor such as 1.5x or seconds such "
+                         "as 2.5s")
+    value = float(match.group(1))
+    if value <= 0:
+        raise InputError(f"deadline = {text!r}: must be positive")
+    return value * plain_time_s if match.group(2) == "x" else value
+
+
+def minimum_ram_bytes(graph: TrainingGraph) -> tuple[int, str]:
+    """The largest working set of one op (its inputs, output and workspace), and the op.
+
+    No schedule can run in less activation memory; with paging, every schedule that
+    pages everything else out reaches it.
+    """
+    best, where = -1, ""
+    for k, op in enumerate(graph.ops):
+        need = (sum(graph.ops[u].output_bytes for u in graph.predecessors(k))
+                + op.output_bytes + op.workspace_bytes)
+        if need > best:
+            best, where = need, op.name
+    return best, where
+
+
+@attrs.frozen
+class SolveResult:
+    """Everything a solve produced, with units in the names."""
+
+    status: SolveStatus
+    message: str
+    graph_name: str
+    board_name: str
+    method: str
+    restricted: bool
+    budget: Budget
+    deadline_s: float | None
+    schedule: Schedule | None = None
+    plan: StagePlan | None = attrs.field(default=None, repr=False)
+    metrics: PlanMetrics | None = None
+    objective_j: float | None = None
+    bound_j: float | None = None
+    gap: float | None = None
+    binaries: int = 0
+    build_time_s: float = 0.0
+    solve_time_s: float = 0.0
+    warm_start: str | None = None
+    plain_energy_j: float = 0.0
+    plain_time_s: float = 0.0
+
+    @property
+    def has_schedule(self) -> bool:
+        return self.schedule is not None
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready figures (no schedule steps)."""
+        m = self.metrics
+        return {
+            "status": self.status.value,
+            "message": self.message,
+            "graph": self.graph_name,
+            "board": self.board_name,
+            "method": self.method,
+            "restricted_formulation": self.restricted,
+            "budget_semantics": self.budget.semantics,
+            "budget_activation_bytes": self.budget.activation_bytes,
+            "resident_bytes": self.budget.resident_bytes,
+            "budget_total_bytes": self.budget.total_bytes,
+            "deadline_s": self.deadline_s,
+            "energy_j": m.energy_j if m else None,
+            "compute_energy_j": m.compute_energy_j if m else None,
+            "pagein_energy_j": m.pagein_energy_j if m else None,
+            "pageout_energy_j": m.pageout_energy_j if m else None,
+            "time_s": m.time_s if m else None,
+            "peak_ram_bytes": m.peak_ram_bytes if m else None,
+            "peak_total_bytes": m.peak_ram_bytes + self.budget.resident_bytes if m else None,
+            "recomputations": m.recomputations if m else None,
+            "page_ins": m.page_ins if m else None,
+            "page_outs": m.page_outs if m else None,
+            "bound_j": self.bound_j,
+            "gap": self.gap,
+            "binaries": self.binaries,
+            "build_time_s": self.build_time_s,
+            "solve_time_s": self.solve_time_s,
+            "warm_start": self.warm_start,
+            "plain_energy_j": self.plain_energy_j,
+            "plain_time_s": self.plain_time_s,
+            "energy_overhead": (m.energy_j / self.plain_energy_j - 1
+                                if m and self.plain_energy_j else None),
+        }
+
+
+def _method(remat: bool, paging: bool) -> str:
+    if remat and paging:
+        return "poet"
+    return "remat-only" if remat else "paging-only"
+
+
+def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline: float | None,
+                    formulation: Formulation, overlap: bool
+                    ) -> tuple[StagePlan | None, PlanMetrics | None, str | None]:
+    """The cheapest greedy plan that meets the budget and the deadline."""
+    candidates: list[tuple[str, StagePlan | None]] = [("plain", plain_plan(graph))]
+    variants = []
+    if formulation.remat and formulation.paging:
+        variants.append((True, True))
+    if formulation.paging:
+        variants.append((False, True))
+    if formulation.remat:
+        variants.append((True, False))
+    for remat, paging in variants:
+        for by_time in (False, True):
+            name = f"greedy-{_method(remat, paging)}{'-time' if by_time else ''}"
+            candidates.append((name, greedy_plan(graph, costs, budget, remat=remat,
+                                                 paging=paging, by_time=by_time)))
+    best: tuple[StagePlan | None, PlanMetrics | None, str | None] = (None, None, None)
+    for name, plan in candidates:
+        if plan is None:
+            continue
+        metrics = evaluate_plan(graph, costs, plan, overlap=overlap)
+        if metrics.peak_ram_bytes > budget:
+            continue
+        if deadline is not None and metrics.time_s > deadline:
+            continue
+        if best[1] is None or metrics.energy_j < best[1].energy_j:
+            best = (plan, metrics, name)
+    return best
+
+
+def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
+          deadline: str | float | None = None, remat: bool = True, paging: bool = True,
+          restricted: bool = False, total_memory: bool = False, gradients: bool = True,
+          optimizer: str = "sgd", time_limit_s: float = 60.0, gap_limit: float = 0.0,
+          threads: int = 1, seed: int = 0,
+          progress: Callable[[dict[str, float]], None] | None = None) -> SolveResult:
+    """Find the least-energy schedule of ``graph`` on ``board`` within ``ram`` and ``deadline``.
+
+    ``remat=False`` / ``paging=False`` are the paper's ablations. ``restricted`` selects
+    the faster restricted formulation (labelled in the result). ``total_memory`` makes
+    the budget include parameters and gradients. Never reports ``optimal`` unless SCIP
+    proved it for the exact formulation.
+    """
+    if time_limit_s <= 0:
+        raise InputError(f"time_limit_s = {time_limit_s!r}: must be positive")
+    if not (0 <= gap_limit < 1):
+        raise InputError(f"gap_limit = {gap_limit!r}: must be in [0, 1)")
+    if threads < 1:
+        raise InputError(f"threads = {threads!r}: must be at least 1")
+    costs = op_costs(graph, board)
+    budget = resolve_budget(graph, ram, total_memory=total_memory, gradients=gradients,
+                            optimizer=optimizer)
+    plain_time = float(costs.compute_time_s.sum())
+    plain_energy = float(costs.compute_energy_j.sum())
+    deadline_s = parse_deadline(deadline, plain_time)
+    formulation = Formulation(remat=remat, paging=paging and board.storage.capacity_bytes > 0,
+                              restricted=restricted)
+    overlap = board.dma.present
+    base = dict(graph_name=graph.name, board_name=board.name, method=_method(remat, paging),
+                restricted=restricted, budget=budget, deadline_s=deadline_s,
+                plain_energy_j=plain_energy, plain_time_s=plain_time)
+
+    usable = board.ram.usable_bytes
+    if budget.resident_bytes >= usable and total_memory:
+        return SolveResult(SolveStatus.INFEASIBLE, (
+            f"parameters, gradients and optimizer state need {budget.resident_bytes} B, more than "
+            f"the {usable} B of usable RAM on {board.name}: no schedule can help"), **base)
+    min_ram, min_op = minimum_ram_bytes(graph)
+    if budget.activation_bytes < min_ram:
+        return SolveResult(SolveStatus.INFEASIBLE, (
+            f"the RAM budget allows {budget.activation_bytes} B of activations, but op {min_op!r} "
+            f"alone needs {min_ram} B (inputs, output and workspace); the smallest RAM any "
+            f"schedule can use is {min_ram + budget.resident_bytes} B with the resident "
+            f"{budget.resident_bytes} B"), **base)
+    if deadline_s is not None and deadline_s < plain_time:
+        return SolveResult(SolveStatus.INFEASIBLE, (
+            f"the deadline {deadline_s:.6g} s is shorter than computing every op once "
+            f"({plain_time:.6g} s), the shortest possible time"), **base)
+
+    started = time.perf_counter()
+    plan, metrics, heuristic = _best_heuristic(graph, costs, budget.activation_bytes, deadline_s,
+                                               formulation, overlap)
+    milp = build_milp(graph, costs, budget.activation_bytes, deadline_s, formulation,
+                      overlap=overlap, storage_capacity_bytes=board.storage.capacity_bytes,
+                      energy_reference_j=plain_energy)
+    build_time = time.perf_counter() - started
+    warm = None
+    if plan is not None and milp.add_warm_start(plan):
+        warm = heuristic
+    model = milp.model
+    model.setParam("limits/time", float(time_limit_s))
+    model.setParam("limits/gap", float(gap_limit))
+    model.setParam("randomization/randomseedshift", int(seed))
+    model.setParam("parallel/maxnthreads", int(threads))
+    if progress is not None:
+        _attach_progress(model, milp.energy_scale, progress)
+    started = time.perf_counter()
+    if threads > 1:
+        model.solveConcurrent()
+    else:
+        model.optimize()
+    solve_time = time.perf_counter() - started
+    scip_status = model.getStatus()
+    scale = milp.energy_scale
+    bound = model.getDualbound() / scale if scip_status != "infeasible" else None
+    if model.getNSols() > 0:
+        best_plan = milp.plan_from_solution(model.getBestSol())
+        best_metrics = evaluate_plan(graph, costs, best_plan, overlap=overlap)
+        if metrics is None or best_metrics.energy_j <= metrics.energy_j:
+            plan, metrics = best_plan, best_metrics
+    timing = dict(binaries=milp.binaries, build_time_s=build_time, solve_time_s=solve_time,
+                  warm_start=warm)
+    if plan is None or metrics is None:
+        if scip_status == "infeasible":
+            return SolveResult(SolveStatus.INFEASIBLE, (
+                "SCIP proved that no schedule meets the RAM budget and the deadline "
+                f"together (each alone is possible: smallest RAM {min_ram} B of activations, "
+                f"shortest time {plain_time:.6g} s)"), **base, **timing)
+        return SolveResult(SolveStatus.NO_SOLUTION, (
+            f"no schedule found within {time_limit_s:g} s (SCIP status {scip_status}); "
+            "a longer time limit may find one"), **base, bound_j=bound, **timing)
+
+    schedule = lower_plan(graph, plan, metadata={})
+    check = check_schedule(graph, schedule, budget_bytes=budget.activation_bytes,
+                           storage_capacity_bytes=board.storage.capacity_bytes)
+    if not check.valid or check.peak_ram_bytes != metrics.peak_ram_bytes:
+        raise AssertionError(f"optimizer produced a schedule the checker rejects: "
+                             f"{check.violation.message if check.violation else 'peak differs'}")
+    objective = metrics.energy_j
+    gap = None
+    if bound is not None and objective > 0:
+        gap = max(0.0, (objective - bound) / objective)
+    proven = scip_status == "optimal" and not restricted
+    if proven:
+        status, message = SolveStatus.OPTIMAL, "optimal (proven by SCIP)"
+    else:
+        status = SolveStatus.FEASIBLE
+        why = {"timelimit": f"time limit {time_limit_s:g} s", "gaplimit": "gap limit",
+               "optimal": "optimal within the restricted formulation"}.get(scip_status,
+                                                                         scip_status)
+        message = (f"feasible, gap {gap:.2%} to SCIP's bound ({why})" if gap is not None
+                   else f"feasible ({why})")
+        if restricted:
+            message += "; restricted formulation: not proven optimal for the exact problem"
+    metadata = {
+        "method": base["method"], "status": status.value, "board": board.name,
+        "graph_fingerprint": graph_fingerprint(graph), "restricted": restricted,
+        "budget_semantics": budget.semantics, "budget_activation_bytes": budget.activation_bytes,
+        "resident_bytes": budget.resident_bytes, "deadline_s": deadline_s,
+        "predicted_energy_j": metrics.energy_j, "predicted_time_s": metrics.time_s,
+        "predicted_peak_ram_bytes": metrics.peak_ram_bytes, "gap": gap, "bound_j": bound,
+    }
+    schedule = attrs.evolve(schedule, metadata=metadata)
+    return SolveResult(status, message, **base, schedule=schedule, plan=plan, metrics=metrics,
+                       objective_j=objective, bound_j=bound, gap=gap, **timing)
+
+
+def _attach_progress(model: Any, scale: float, callback: Callable[[dict[str, float]], None]) -> None:
+    from pyscipopt import SCIP_EVENTTYPE, Eventhdlr
+
+    class Progress(Eventhdlr):
+        def eventinit(self):
+            self.model.catchEvent(SCIP_EVENTTYPE.BESTSOLFOUND, self)
+
+        def eventexec(self, event):
+            primal = self.model.getPrimalbound() / scale
+            dual = self.model.getDualbound() / scale
+            callback({"incumbent_j": primal, "bound_j": dual,
+                      "gap": self.model.getGap(), "time_s": self.model.getSolvingTime()})
+
+    model.includeEventhdlr(Progress(), "poetsim_progress", "reports new incumbents")
