@@ -19,6 +19,8 @@ from poetsim.costs import op_costs
 from poetsim.errors import InputError, PoetsimError
 from poetsim.graph import TrainingGraph, read_graph, write_graph
 from poetsim.summary import cost_summary, graph_summary
+from poetsim.optimizer import SolveStatus, solve
+from poetsim.schedule import write_schedule, write_schedule_binary
 from poetsim.units import format_bytes, format_quantity
 from poetsim.zoo import DEFAULT_MODEL, build_model, model_description, model_names, model_options
 
@@ -227,6 +229,66 @@ def _cmd_costs(args: argparse.Namespace) -> None:
                   f"{format_quantity(costs.pageout_energy_j[i], 'J', 3):>10}")
 
 
+# ----------------------------------------------------------------------------- solve
+
+def _progress_printer(quiet: bool):
+    if quiet:
+        return None
+
+    def report(p: dict[str, float]) -> None:
+        gap = f"{p['gap']:.2%}" if p["gap"] < 1e6 else "-"
+        print(f"  [{p['time_s']:7.1f} s] incumbent {format_quantity(p['incumbent_j'], 'J')}, "
+              f"bound {format_quantity(p['bound_j'], 'J')}, gap {gap}", file=sys.stderr)
+    return report
+
+
+def _cmd_solve(args: argparse.Namespace) -> int:
+    graph = _graph_from_args(args)
+    board = get_board(args.board)
+    result = solve(graph, board, ram=args.ram, deadline=args.deadline, remat=not args.no_remat,
+                   paging=not args.no_paging, restricted=args.restricted,
+                   total_memory=args.total_memory, time_limit_s=args.time_limit,
+                   gap_limit=args.gap, threads=args.threads, seed=args.seed,
+                   progress=_progress_printer(args.json))
+    written = []
+    if result.schedule is not None:
+        if args.out:
+            write_schedule(result.schedule, graph, args.out)
+            written.append(args.out)
+        if args.binary:
+            write_schedule_binary(result.schedule, args.binary, graph)
+            written.append(args.binary)
+    if args.json:
+        _emit_json({**result.summary(), "files": written})
+    else:
+        s = result.summary()
+        print(f"{graph.name} on {board.name}: {s['method']}: {result.message}")
+        print(_row("budget", f"{format_bytes(s['budget_activation_bytes'])} of activations "
+                             f"(+ {format_bytes(s['resident_bytes'])} resident) [{result.budget.semantics}]"))
+        if s["deadline_s"] is not None:
+            print(_row("deadline", format_quantity(s["deadline_s"], "s")))
+        if result.metrics is not None:
+            print(_row("energy", f"{format_quantity(s['energy_j'], 'J')} "
+                                 f"({s['energy_overhead']:+.2%} vs every op once)"))
+            print(_row("  compute / page-in / page-out",
+                       f"{format_quantity(s['compute_energy_j'], 'J')} / "
+                       f"{format_quantity(s['pagein_energy_j'], 'J')} / "
+                       f"{format_quantity(s['pageout_energy_j'], 'J')}"))
+            if s["bound_j"] is not None:
+                print(_row("SCIP bound", format_quantity(s["bound_j"], "J")))
+            print(_row("time (optimizer model)", format_quantity(s["time_s"], "s")))
+            print(_row("peak activation RAM", format_bytes(s["peak_ram_bytes"])))
+            print(_row("recomputations / page-ins / page-outs",
+                       f"{s['recomputations']} / {s['page_ins']} / {s['page_outs']}"))
+        print(_row("binaries after reduction", str(s["binaries"])))
+        print(_row("build / solve time", f"{s['build_time_s']:.2f} s / {s['solve_time_s']:.2f} s"))
+        if s["warm_start"]:
+            print(_row("warm start", s["warm_start"]))
+        for path in written:
+            print(_row("wrote", path))
+    return 0 if result.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE) else 1
+
+
 # ----------------------------------------------------------------------------- parser
 
 def build_parser() -> argparse.ArgumentParser:
@@ -268,6 +330,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="FILE", help="graph file to write (JSON)")
     _add_model_options(p)
     p.set_defaults(func=_cmd_models_export)
+
+    p = with_json(sub.add_parser("solve", help="find the least-energy schedule (POET MILP, SCIP)"))
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME",
+                        help=f"zoo model (default {DEFAULT_MODEL})")
+    source.add_argument("--graph", metavar="FILE", help="graph file (JSON) instead of a model")
+    p.add_argument("--board", default=DEFAULT_BOARD, metavar="NAME|FILE",
+                   help=f"built-in board or board file (default {DEFAULT_BOARD})")
+    p.add_argument("--ram", default="100%", metavar="50%|256KiB|BYTES",
+                   help="RAM budget: a percentage of the plain schedule's peak, or a size")
+    p.add_argument("--deadline", metavar="1.5x|SECONDS",
+                   help="time budget: a factor of the plain compute time, or seconds")
+    ablation = p.add_mutually_exclusive_group()
+    ablation.add_argument("--no-remat", action="store_true", help="paging only (ablation)")
+    ablation.add_argument("--no-paging", action="store_true", help="recomputation only (ablation)")
+    p.add_argument("--restricted", action="store_true",
+                   help="faster restricted formulation (backward ops once, forward ops at most "
+                        "twice); its result is labelled and never reported optimal")
+    p.add_argument("--total-memory", action="store_true",
+                   help="the budget also holds parameters and gradients")
+    p.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="default 60 s")
+    p.add_argument("--gap", type=float, default=0.0, metavar="G",
+                   help="stop at this relative gap, e.g. 0.01 (default 0: prove optimality)")
+    p.add_argument("--threads", type=int, default=1, metavar="N")
+    p.add_argument("--seed", type=int, default=0, metavar="N")
+    p.add_argument("--out", metavar="FILE", help="write the schedule (JSON)")
+    p.add_argument("--binary", metavar="FILE", help="write the compact binary schedule")
+    _add_model_options(p)
+    p.set_defaults(func=_cmd_solve)
 
     for name, help_text in (
         ("costs", "cost summary of a model's training graph on a board"),

@@ -107,6 +107,8 @@ class MilpModel:
         self.ws = [math.ceil(int(b) / self.unit_bytes) for b in costs.workspace_bytes]
         self._create_variables()
         self._add_constraints(storage_capacity_bytes)
+        # Every op runs once in its own stage: a constant part of the objective.
+        self.model.addObjoffset(self.energy_scale * float(costs.compute_energy_j.sum()))
 
     # ------------------------------------------------------------------ variables
 

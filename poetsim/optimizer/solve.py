@@ -266,9 +266,9 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
     if budget.activation_bytes < min_ram:
         return SolveResult(SolveStatus.INFEASIBLE, (
             f"the RAM budget allows {budget.activation_bytes} B of activations, but op {min_op!r} "
-            f"alone needs {min_ram} B (inputs, output and workspace); the smallest RAM any "
-            f"schedule can use is {min_ram + budget.resident_bytes} B with the resident "
-            f"{budget.resident_bytes} B"), **base)
+            f"alone needs {min_ram} B (its inputs, output and workspace at once), the smallest "
+            f"activation RAM any schedule can use ({min_ram + budget.resident_bytes} B with the "
+            f"{budget.resident_bytes} B resident)"), **base)
     if deadline_s is not None and deadline_s < plain_time:
         return SolveResult(SolveStatus.INFEASIBLE, (
             f"the deadline {deadline_s:.6g} s is shorter than computing every op once "
@@ -299,7 +299,8 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
     solve_time = time.perf_counter() - started
     scip_status = model.getStatus()
     scale = milp.energy_scale
-    bound = model.getDualbound() / scale if scip_status != "infeasible" else None
+    dual = model.getDualbound()
+    bound = dual / scale if scip_status != "infeasible" and abs(dual) < 1e19 else None
     if model.getNSols() > 0:
         best_plan = milp.plan_from_solution(model.getBestSol())
         best_metrics = evaluate_plan(graph, costs, best_plan, overlap=overlap)
@@ -336,7 +337,7 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
                "optimal": "optimal within the restricted formulation"}.get(scip_status,
                                                                          scip_status)
         message = (f"feasible, gap {gap:.2%} to SCIP's bound ({why})" if gap is not None
-                   else f"feasible ({why})")
+                   else f"feasible, no bound yet ({why}; the root LP did not finish)")
         if restricted:
             message += "; restricted formulation: not proven optimal for the exact problem"
     metadata = {
