@@ -35,7 +35,7 @@ def plain_plan(graph: TrainingGraph) -> StagePlan:
 
 class _Greedy:
     def __init__(self, graph: TrainingGraph, costs: OpCosts, budget_bytes: int, *,
-                 remat: bool, paging: bool, by_time: bool) -> None:
+                 remat: bool, paging: bool, by_time: bool, cascade: bool) -> None:
         self.graph = graph
         self.n = len(graph)
         self.size = costs.output_bytes
@@ -43,6 +43,7 @@ class _Greedy:
         self.budget = budget_bytes
         self.remat = remat
         self.paging = paging
+        self.cascade = cascade
         if by_time:
             self.c_compute, self.c_in, self.c_out = (
                 costs.compute_time_s, costs.pagein_time_s, costs.pageout_time_s)
@@ -50,6 +51,10 @@ class _Greedy:
             self.c_compute, self.c_in, self.c_out = (
                 costs.compute_energy_j, costs.pagein_energy_j, costs.pageout_energy_j)
         self.last_reader = [max(graph.successors(i), default=-1) for i in range(self.n)]
+        # A dropped tensor pins its inputs: they may be paged but not dropped, so that
+        # bringing it back is one recomputation, not a cascade.
+        self.dropped: dict[int, tuple[int, ...]] = {}
+        self.pins = [0] * self.n
 
     def closure(self, t: int, resident: set[int], stored: set[int]) -> tuple[list[int], list[int]] | None:
         """Ops to compute and tensors to page in for stage ``t``; None if impossible."""
@@ -95,12 +100,14 @@ class _Greedy:
             options.append((float(self.c_in[v]), False))
         elif self.paging:
             options.append((float(self.c_out[v] + self.c_in[v]), True))
-        if self.remat:
-            cost = float(self.c_compute[v])
-            for u in self.graph.predecessors(v):
-                if u not in keep and u not in stored:
-                    cost += float(self.c_compute[u])
-            options.append((cost, False))
+        if self.remat and v not in stored:
+            preds = self.graph.predecessors(v)
+            if self.cascade:
+                cost = float(self.c_compute[v]) + sum(
+                    float(self.c_compute[u]) for u in preds if u not in keep and u not in stored)
+                options.append((cost, False))
+            elif not self.pins[v] and all(u in keep for u in preds):
+                options.append((float(self.c_compute[v]), False))
         return min(options) if options else (np.inf, False)
 
     def run(self) -> StagePlan | None:
@@ -115,6 +122,9 @@ class _Greedy:
             if plan is None:
                 return None
             computes, page_ins = plan
+            for v in computes:
+                for u in self.dropped.pop(v, ()):
+                    self.pins[u] -= 1
             m["compute"][t, computes] = True
             m["page_in"][t, page_ins] = True
             in_ram = resident | set(computes) | set(page_ins)
@@ -147,6 +157,10 @@ class _Greedy:
                         if page:
                             m["page_out"][t, v] = True
                             newly_stored.add(v)
+                        elif v not in stored:
+                            self.dropped[v] = graph.predecessors(v)
+                            for u in self.dropped[v]:
+                                self.pins[u] += 1
                     if deficit > 0:
                         return None
             resident = keep
@@ -155,10 +169,14 @@ class _Greedy:
 
 
 def greedy_plan(graph: TrainingGraph, costs: OpCosts, budget_bytes: int, *, remat: bool = True,
-                paging: bool = True, by_time: bool = False) -> StagePlan | None:
+                paging: bool = True, by_time: bool = False,
+                cascade: bool = False) -> StagePlan | None:
     """A feasible plan within ``budget_bytes`` of activation memory, or None.
 
     ``by_time`` ranks evictions by the time they cost instead of the energy, which helps
-    when the deadline is tight.
+    when the deadline is tight. ``cascade`` lets a dropped tensor's inputs be dropped too
+    (needed when recomputation is the only option); without it, bringing a tensor back is
+    always a single recomputation.
     """
-    return _Greedy(graph, costs, budget_bytes, remat=remat, paging=paging, by_time=by_time).run()
+    return _Greedy(graph, costs, budget_bytes, remat=remat, paging=paging, by_time=by_time,
+                   cascade=cascade).run()

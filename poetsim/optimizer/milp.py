@@ -32,14 +32,18 @@ and then a tensor is only kept up to its last reader). The restricted mode (a na
 labelled option) also forbids recomputing backward ops and recomputes a forward op at most
 once.
 
-Scaling: memory is counted in units of ``unit_bytes`` (sizes rounded up, the budget down,
-so a plan feasible in units is feasible in bytes); energy is scaled so that the plain
-schedule costs 1000; times are divided by the deadline.
+Scaling: memory is counted in units of ``unit_bytes``, the gcd of all sizes when that keeps
+the budget under ten million units (exact); otherwise sizes are rounded up and the budget
+down (``exact_memory`` is then false: every plan found is safe, but SCIP's bound and
+infeasibility proofs hold for the rounded model only, so :func:`~poetsim.optimizer.solve`
+does not report them as proofs). Energy is scaled so that the plain schedule costs 1000;
+times are divided by the deadline.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from functools import reduce
 from typing import Any
 
@@ -52,10 +56,14 @@ from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.ops import Phase
 from poetsim.optimizer.plan import StagePlan
 
-__all__ = ["Formulation", "MilpModel", "build_milp"]
+__all__ = ["BuildTimeout", "Formulation", "MilpModel", "build_milp"]
+
+
+class BuildTimeout(Exception):
+    """Building the model took longer than the time allowed for the whole solve."""
 
 _OBJECTIVE_SCALE = 1000.0
-_MAX_MEMORY_UNITS = 1_000_000
+_MAX_MEMORY_UNITS = 10_000_000
 
 
 @attrs.frozen
@@ -67,12 +75,18 @@ class Formulation:
     restricted: bool = False
 
 
-def _memory_unit(sizes: np.ndarray, budget_bytes: int) -> int:
+def _memory_unit(sizes: np.ndarray, budget_bytes: int) -> tuple[int, bool]:
+    """Bytes per memory unit, and whether counting in such units is exact.
+
+    The gcd of all sizes is exact. When it would leave the budget above
+    ``_MAX_MEMORY_UNITS`` units, sizes are rounded up to coarser units: still safe (a plan
+    that fits in units fits in bytes) but no longer exact near the budget.
+    """
     values = [int(v) for v in sizes if v > 0] + [int(budget_bytes)]
     unit = reduce(math.gcd, values) or 1
     if budget_bytes / unit > _MAX_MEMORY_UNITS:
-        unit = math.ceil(budget_bytes / _MAX_MEMORY_UNITS)
-    return unit
+        return math.ceil(budget_bytes / _MAX_MEMORY_UNITS), False
+    return unit, True
 
 
 class MilpModel:
@@ -80,15 +94,17 @@ class MilpModel:
 
     def __init__(self, graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
                  deadline_s: float | None, formulation: Formulation, *, overlap: bool,
-                 storage_capacity_bytes: int | None, energy_reference_j: float) -> None:
+                 storage_capacity_bytes: int | None, energy_reference_j: float,
+                 build_deadline: float | None = None) -> None:
+        self.build_deadline = build_deadline
         self.graph = graph
         self.costs = costs
         self.n = n = len(graph)
         self.formulation = formulation
         self.overlap = overlap
         self.deadline_s = deadline_s
-        self.unit_bytes = _memory_unit(np.concatenate([costs.output_bytes, costs.workspace_bytes]),
-                                       budget_bytes)
+        self.unit_bytes, self.exact_memory = _memory_unit(
+            np.concatenate([costs.output_bytes, costs.workspace_bytes]), budget_bytes)
         self.budget_units = budget_bytes // self.unit_bytes
         self.energy_scale = _OBJECTIVE_SCALE / energy_reference_j if energy_reference_j > 0 else 1.0
         self.model = Model(f"poet_{graph.name}")
@@ -164,10 +180,21 @@ class MilpModel:
         m, n, graph = self.model, self.n, self.graph
         S, Min, Mout = self.S, self.Min, self.Mout
 
-        def stored(t: int, i: int) -> Any:
-            return quicksum(Mout[tt, i] for tt in range(i, t) if (tt, i) in Mout)
+        # A[t,i]: a copy of tensor i is on storage when stage t starts. Continuous, but
+        # integral whenever Mout is: A[t+1,i] = A[t,i] + Mout[t,i], starting from 0.
+        stored: dict[tuple[int, int], Any] = {}
+        for i in sorted({i for (_, i) in Min}):
+            level: Any = 0
+            for t in range(i + 1, self._horizon(i) + 1):
+                if (t - 1, i) in Mout:
+                    a = m.addVar(vtype="C", lb=0.0, ub=1.0, name=f"A_{t}_{i}")
+                    m.addCons(a == level + Mout[t - 1, i], name=f"aux_{t}_{i}")
+                    level = a
+                stored[t, i] = level
 
         for t in range(n):
+            if self.build_deadline is not None and time.perf_counter() > self.build_deadline:
+                raise BuildTimeout(f"building the model passed the time limit at stage {t} of {n}")
             runnable = self.runnable(t)
             for k in runnable:
                 for u in graph.predecessors(k):
@@ -183,7 +210,7 @@ class MilpModel:
                 if len(parts) > 1:
                     m.addCons(quicksum(parts) <= 1, name=f"one_{t}_{i}")
                 if (t, i) in Min:
-                    m.addCons(Min[t, i] <= stored(t, i), name=f"pin_{t}_{i}")
+                    m.addCons(Min[t, i] <= stored[t, i], name=f"pin_{t}_{i}")
             for i in range(t + 1):
                 if (t, i) in Mout:
                     m.addCons(Mout[t, i] <= S.get((t, i), 0) + self.r(t, i), name=f"pout_{t}_{i}")
@@ -254,14 +281,16 @@ class MilpModel:
             return
         m, c, n = self.model, self.costs, self.n
         scale = 1.0 / self.deadline_s
+        by_stage: dict[int, list[Any]] = {t: [] for t in range(n)}
+        for (t, i), v in self.Min.items():
+            by_stage[t].append(scale * float(c.pagein_time_s[i]) * v)
+        for (t, i), v in self.Mout.items():
+            by_stage[t].append(scale * float(c.pageout_time_s[i]) * v)
         stage_terms = []
         for t in range(n):
             compute = quicksum(scale * float(c.compute_time_s[k]) * self.r(t, k)
                                for k in self.runnable(t))
-            transfer = quicksum([scale * float(c.pagein_time_s[i]) * v
-                                 for (tt, i), v in self.Min.items() if tt == t]
-                                + [scale * float(c.pageout_time_s[i]) * v
-                                   for (tt, i), v in self.Mout.items() if tt == t])
+            transfer = quicksum(by_stage[t])
             if self.overlap:
                 T = m.addVar(vtype="C", lb=0.0, name=f"T_{t}")
                 self.T[t] = T
@@ -350,8 +379,12 @@ class MilpModel:
 
 def build_milp(graph: TrainingGraph, costs: OpCosts, budget_bytes: int, deadline_s: float | None,
                formulation: Formulation, *, overlap: bool, storage_capacity_bytes: int | None,
-               energy_reference_j: float) -> MilpModel:
-    """Build the SCIP model for one solve."""
+               energy_reference_j: float, build_deadline: float | None = None) -> MilpModel:
+    """Build the SCIP model for one solve.
+
+    ``build_deadline`` (a ``time.perf_counter()`` value) aborts the build with
+    :class:`BuildTimeout` once passed, so a short time limit still returns promptly.
+    """
     return MilpModel(graph, costs, budget_bytes, deadline_s, formulation, overlap=overlap,
                      storage_capacity_bytes=storage_capacity_bytes,
-                     energy_reference_j=energy_reference_j)
+                     energy_reference_j=energy_reference_j, build_deadline=build_deadline)

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
+from pyscipopt import SCIP_PARAMSETTING
 
 from poetsim.boards.spec import Board
 from poetsim.costs import OpCosts, op_costs
@@ -30,13 +31,17 @@ from poetsim.graph.graph import TrainingGraph, resident_memory
 from poetsim.graph.io import graph_fingerprint
 from poetsim.graph.memory import plain_peak
 from poetsim.optimizer.heuristic import greedy_plan, plain_plan
-from poetsim.optimizer.milp import Formulation, build_milp
+from poetsim.optimizer.milp import BuildTimeout, Formulation, build_milp
 from poetsim.optimizer.plan import PlanMetrics, StagePlan, evaluate_plan, lower_plan
 from poetsim.schedule import Schedule, check_schedule
 from poetsim.units import parse_bytes
 
 __all__ = ["Budget", "SolveResult", "SolveStatus", "minimum_ram_bytes", "parse_deadline",
            "resolve_budget", "solve"]
+
+
+#: Models larger than this use SCIP's fast presolve.
+_FAST_PRESOLVE_BINARIES = 5000
 
 
 class SolveStatus(enum.Enum):
@@ -195,7 +200,7 @@ def _method(remat: bool, paging: bool) -> str:
 
 
 def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline: float | None,
-                    formulation: Formulation, overlap: bool
+                    formulation: Formulation, overlap: bool, storage_capacity: int | None = None
                     ) -> tuple[StagePlan | None, PlanMetrics | None, str | None]:
     """The cheapest greedy plan that meets the budget and the deadline."""
     candidates: list[tuple[str, StagePlan | None]] = [("plain", plain_plan(graph))]
@@ -208,9 +213,12 @@ def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline:
         variants.append((True, False))
     for remat, paging in variants:
         for by_time in (False, True):
-            name = f"greedy-{_method(remat, paging)}{'-time' if by_time else ''}"
-            candidates.append((name, greedy_plan(graph, costs, budget, remat=remat,
-                                                 paging=paging, by_time=by_time)))
+            for cascade in ((False, True) if remat else (False,)):
+                name = (f"greedy-{_method(remat, paging)}{'-time' if by_time else ''}"
+                        f"{'-cascade' if cascade else ''}")
+                candidates.append((name, greedy_plan(graph, costs, budget, remat=remat,
+                                                     paging=paging, by_time=by_time,
+                                                     cascade=cascade)))
     best: tuple[StagePlan | None, PlanMetrics | None, str | None] = (None, None, None)
     for name, plan in candidates:
         if plan is None:
@@ -219,6 +227,8 @@ def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline:
         if metrics.peak_ram_bytes > budget:
             continue
         if deadline is not None and metrics.time_s > deadline:
+            continue
+        if storage_capacity is not None and metrics.peak_storage_bytes > storage_capacity:
             continue
         if best[1] is None or metrics.energy_j < best[1].energy_j:
             best = (plan, metrics, name)
@@ -276,19 +286,37 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
 
     started = time.perf_counter()
     plan, metrics, heuristic = _best_heuristic(graph, costs, budget.activation_bytes, deadline_s,
-                                               formulation, overlap)
-    milp = build_milp(graph, costs, budget.activation_bytes, deadline_s, formulation,
-                      overlap=overlap, storage_capacity_bytes=board.storage.capacity_bytes,
-                      energy_reference_j=plain_energy)
+                                               formulation, overlap,
+                                               board.storage.capacity_bytes)
+    try:
+        milp = build_milp(graph, costs, budget.activation_bytes, deadline_s, formulation,
+                          overlap=overlap, storage_capacity_bytes=board.storage.capacity_bytes,
+                          energy_reference_j=plain_energy, build_deadline=started + time_limit_s)
+    except BuildTimeout:
+        build_time = time.perf_counter() - started
+        if plan is None or metrics is None:
+            return SolveResult(SolveStatus.NO_SOLUTION, (
+                f"the {time_limit_s:g} s limit ran out while building the MILP and no heuristic "
+                "schedule fits; a longer time limit may find one"), **base,
+                build_time_s=build_time)
+        return _finish(graph, board, base, plan, metrics, costs, budget, restricted,
+                       bound=plain_energy, scip_status="build-timelimit",
+                       time_limit_s=time_limit_s,
+                       timing=dict(binaries=0, build_time_s=build_time, solve_time_s=0.0,
+                                   warm_start=heuristic))
     build_time = time.perf_counter() - started
     warm = None
     if plan is not None and milp.add_warm_start(plan):
         warm = heuristic
     model = milp.model
-    model.setParam("limits/time", float(time_limit_s))
+    model.setParam("limits/time", max(0.1, float(time_limit_s) - build_time))
     model.setParam("limits/gap", float(gap_limit))
     model.setParam("randomization/randomseedshift", int(seed))
     model.setParam("parallel/maxnthreads", int(threads))
+    if milp.binaries > _FAST_PRESOLVE_BINARIES:
+        # SCIP's default presolve spends most of a minute on ResNet-sized models and buys
+        # little; the fast setting keeps the time for the search.
+        model.setPresolve(SCIP_PARAMSETTING.FAST)
     if progress is not None:
         _attach_progress(model, milp.energy_scale, progress)
     started = time.perf_counter()
@@ -299,8 +327,15 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
     solve_time = time.perf_counter() - started
     scip_status = model.getStatus()
     scale = milp.energy_scale
+    # Every op runs at least once, so the plain energy is a lower bound of its own. SCIP's
+    # bound counts only when the model is exact (not restricted, memory not rounded).
+    proofs_hold = milp.exact_memory and not restricted
     dual = model.getDualbound()
-    bound = dual / scale if scip_status != "infeasible" and abs(dual) < 1e19 else None
+    bound = plain_energy
+    if proofs_hold and scip_status != "infeasible" and abs(dual) < 1e19:
+        bound = max(bound, dual / scale)
+    if scip_status == "optimal" and not proofs_hold:
+        scip_status = "optimal-for-approximation"
     if model.getNSols() > 0:
         best_plan = milp.plan_from_solution(model.getBestSol())
         best_metrics = evaluate_plan(graph, costs, best_plan, overlap=overlap)
@@ -309,6 +344,12 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
     timing = dict(binaries=milp.binaries, build_time_s=build_time, solve_time_s=solve_time,
                   warm_start=warm)
     if plan is None or metrics is None:
+        if scip_status == "infeasible" and not proofs_hold:
+            return SolveResult(SolveStatus.NO_SOLUTION, (
+                "no schedule: the " + ("restricted formulation" if restricted else
+                f"MILP with memory rounded up to {milp.unit_bytes}-byte units")
+                + " is infeasible, which does not prove the exact problem infeasible"),
+                **base, **timing)
         if scip_status == "infeasible":
             return SolveResult(SolveStatus.INFEASIBLE, (
                 "SCIP proved that no schedule meets the RAM budget and the deadline "
@@ -318,6 +359,15 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
             f"no schedule found within {time_limit_s:g} s (SCIP status {scip_status}); "
             "a longer time limit may find one"), **base, bound_j=bound, **timing)
 
+    return _finish(graph, board, base, plan, metrics, costs, budget, restricted, bound=bound,
+                   scip_status=scip_status, time_limit_s=time_limit_s, timing=timing)
+
+
+def _finish(graph: TrainingGraph, board: Board, base: dict[str, Any], plan: StagePlan,
+            metrics: PlanMetrics, costs: OpCosts, budget: Budget, restricted: bool, *,
+            bound: float | None, scip_status: str, time_limit_s: float,
+            timing: dict[str, Any]) -> SolveResult:
+    """Lower the plan, check it independently, and state what was proven."""
     schedule = lower_plan(graph, plan, metadata={})
     check = check_schedule(graph, schedule, budget_bytes=budget.activation_bytes,
                            storage_capacity_bytes=board.storage.capacity_bytes)
@@ -325,26 +375,32 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
         raise AssertionError(f"optimizer produced a schedule the checker rejects: "
                              f"{check.violation.message if check.violation else 'peak differs'}")
     objective = metrics.energy_j
+    plain_energy = base["plain_energy_j"]
     gap = None
     if bound is not None and objective > 0:
         gap = max(0.0, (objective - bound) / objective)
-    proven = scip_status == "optimal" and not restricted
-    if proven:
+    if scip_status == "optimal" and not restricted:
         status, message = SolveStatus.OPTIMAL, "optimal (proven by SCIP)"
+    elif objective <= plain_energy * (1 + 1e-12):
+        status, message = SolveStatus.OPTIMAL, (
+            "optimal (proven: every op runs once and nothing is paged, the least any "
+            "schedule can spend)")
     else:
         status = SolveStatus.FEASIBLE
         why = {"timelimit": f"time limit {time_limit_s:g} s", "gaplimit": "gap limit",
-               "optimal": "optimal within the restricted formulation"}.get(scip_status,
-                                                                         scip_status)
-        message = (f"feasible, gap {gap:.2%} to SCIP's bound ({why})" if gap is not None
-                   else f"feasible, no bound yet ({why}; the root LP did not finish)")
+               "optimal-for-approximation": "optimal only for the restricted or "
+                                            "memory-rounded model",
+               "infeasible": "SCIP found the approximate model infeasible; greedy schedule",
+               "build-timelimit": f"the {time_limit_s:g} s limit ran out while building the "
+                                  "MILP: greedy schedule"}.get(scip_status, scip_status)
+        message = f"feasible, gap {gap:.2%} to the lower bound ({why})"
         if restricted:
             message += "; restricted formulation: not proven optimal for the exact problem"
     metadata = {
         "method": base["method"], "status": status.value, "board": board.name,
         "graph_fingerprint": graph_fingerprint(graph), "restricted": restricted,
         "budget_semantics": budget.semantics, "budget_activation_bytes": budget.activation_bytes,
-        "resident_bytes": budget.resident_bytes, "deadline_s": deadline_s,
+        "resident_bytes": budget.resident_bytes, "deadline_s": base["deadline_s"],
         "predicted_energy_j": metrics.energy_j, "predicted_time_s": metrics.time_s,
         "predicted_peak_ram_bytes": metrics.peak_ram_bytes, "gap": gap, "bound_j": bound,
     }

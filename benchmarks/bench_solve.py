@@ -1,0 +1,71 @@
+"""Optimizer speed (issue targets), measured with pytest-benchmark; run on demand:
+
+    ./run bench -k solve            # or: .venv/bin/python -m pytest benchmarks/bench_solve.py
+
+Budgets are 70%, 50% and 35% of the plain schedule's peak, deadlines 1.5x and 1.2x the plain
+compute time, on the nRF52840 and Raspberry Pi 4 boards. Targets: a first feasible schedule
+in under 10 s for every zoo model; proven optimal or within 1% gap in under 60 s for the MLP,
+VGG16 (CIFAR) and ResNet-18 (CIFAR). Each row prints model, ops, binaries after reduction,
+status, objective, bound, gap and seconds. Set POETSIM_BENCH_LIMIT_S to change the 60 s.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from poetsim.boards import get_board
+from poetsim.optimizer import solve
+from poetsim.zoo import build_model, model_names
+
+BOARDS = ["nrf52840", "rpi4"]
+BUDGETS = ["70%", "50%", "35%"]
+DEADLINES = ["1.5x", "1.2x"]
+LIMIT_S = float(os.environ.get("POETSIM_BENCH_LIMIT_S", "60"))
+
+
+def _row(result, graph, seconds):
+    return dict(model=graph.name, board=result.board_name, ram=result.budget.requested,
+                deadline_s=result.deadline_s or 0.0, ops=len(graph), binaries=result.binaries,
+                status=result.status.value,
+                objective_j=result.objective_j if result.objective_j is not None else float("nan"),
+                bound_j=result.bound_j if result.bound_j is not None else float("nan"),
+                gap=result.gap if result.gap is not None else float("nan"),
+                seconds=seconds, warm_start=result.warm_start or "-")
+
+
+@pytest.mark.parametrize("board", BOARDS)
+@pytest.mark.parametrize("model", model_names())
+def test_first_feasible(benchmark, table_row, model, board):
+    """Time until a schedule is in hand (greedy + model build + a 1 s solve)."""
+    graph = build_model(model)
+    target = get_board(board)
+
+    def run():
+        start = time.perf_counter()
+        result = solve(graph, target, ram="50%", deadline="1.5x", time_limit_s=1.0)
+        return result, time.perf_counter() - start
+
+    result, seconds = benchmark.pedantic(run, rounds=1, iterations=1)
+    table_row(**_row(result, graph, seconds))
+    assert result.status.value in ("optimal", "feasible", "infeasible")
+
+
+@pytest.mark.parametrize("deadline", DEADLINES)
+@pytest.mark.parametrize("ram", BUDGETS)
+@pytest.mark.parametrize("board", BOARDS)
+@pytest.mark.parametrize("model", ["mlp", "vgg16_cifar", "resnet18_cifar"])
+def test_gap_within_limit(benchmark, table_row, model, board, ram, deadline):
+    graph = build_model(model)
+    target = get_board(board)
+
+    def run():
+        start = time.perf_counter()
+        result = solve(graph, target, ram=ram, deadline=deadline, time_limit_s=LIMIT_S,
+                       gap_limit=0.01)
+        return result, time.perf_counter() - start
+
+    result, seconds = benchmark.pedantic(run, rounds=1, iterations=1)
+    table_row(**_row(result, graph, seconds))

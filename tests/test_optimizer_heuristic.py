@@ -1,0 +1,170 @@
+"""The greedy stage plan (poetsim.optimizer.heuristic): budgets, ablations, determinism."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from poetsim.costs import op_costs
+from poetsim.graph import ForwardGraph, TrainingGraph, plain_peak
+from poetsim.optimizer import (
+    evaluate_plan,
+    greedy_plan,
+    lower_plan,
+    minimum_ram_bytes,
+    plain_plan,
+    plan_violations,
+)
+from poetsim.schedule import check_schedule
+from poetsim.zoo import build_model
+
+from conftest import make_board, residual_graph
+
+MODES = [(True, True), (True, False), (False, True)]
+MODELS = ["mlp", "resnet18_cifar", "mobilenet_v2", "transformer_block"]
+#: (by_time, cascade)
+FLAGS = [(False, False), (True, False), (False, True), (True, True)]
+
+
+def graphs() -> list[TrainingGraph]:
+    return [residual_graph()] + [build_model(name) for name in MODELS]
+
+
+@pytest.mark.parametrize("graph", graphs(), ids=lambda g: g.name)
+def test_no_plan_below_the_largest_single_op_working_set(graph: TrainingGraph) -> None:
+    costs = op_costs(graph, make_board())
+    need, _ = minimum_ram_bytes(graph)
+    for budget in (need - 1, need // 2, 0):
+        for remat, paging in MODES:
+            for by_time, cascade in FLAGS:
+                assert greedy_plan(graph, costs, budget, remat=remat, paging=paging,
+                                   by_time=by_time, cascade=cascade) is None, (
+                    budget, remat, paging, by_time, cascade)
+
+
+def test_minimum_ram_is_the_largest_working_set(residual: TrainingGraph) -> None:
+    # fc1/grad reads x (32) and r/grad (16), outputs 0 B: 48 B; r/grad reads r, s/grad,
+    # fc2/grad (48) and writes 16 B: 64 B, the largest.
+    assert minimum_ram_bytes(residual) == (64, "r/grad")
+
+
+@pytest.mark.parametrize("graph", graphs(), ids=lambda g: g.name)
+def test_full_budget_gives_the_plain_plan(graph: TrainingGraph) -> None:
+    costs = op_costs(graph, make_board())
+    peak = plain_peak(graph).bytes
+    for remat, paging in MODES:
+        assert greedy_plan(graph, costs, peak, remat=remat, paging=paging) == plain_plan(graph)
+
+
+@pytest.mark.parametrize("graph", graphs(), ids=lambda g: g.name)
+def test_ablations_are_respected(graph: TrainingGraph) -> None:
+    costs = op_costs(graph, make_board())
+    peak = plain_peak(graph).bytes
+    n = len(graph)
+    seen = {"remat-only": 0, "paging-only": 0}
+    for fraction in (0.9, 0.7, 0.5, 0.3):
+        budget = math.floor(fraction * peak)
+        for by_time, cascade in FLAGS:
+            plan = greedy_plan(graph, costs, budget, remat=False, paging=True, by_time=by_time,
+                               cascade=cascade)
+            if plan is not None:
+                seen["paging-only"] += 1
+                assert np.array_equal(plan.compute, np.eye(n, dtype=bool))
+                assert plan_violations(graph, plan) == []
+            plan = greedy_plan(graph, costs, budget, remat=True, paging=False, by_time=by_time,
+                               cascade=cascade)
+            if plan is not None:
+                seen["remat-only"] += 1
+                assert not plan.page_in.any()
+                assert not plan.page_out.any()
+                assert not plan.stored.any()
+                assert plan_violations(graph, plan) == []
+    assert seen["paging-only"] > 0
+
+
+def test_ablations_actually_use_their_mechanism() -> None:
+    graph = build_model("mlp")
+    costs = op_costs(graph, make_board())
+    budget = plain_peak(graph).bytes * 7 // 10
+    remat = greedy_plan(graph, costs, budget, remat=True, paging=False, cascade=True)
+    paging = greedy_plan(graph, costs, budget, remat=False, paging=True)
+    assert remat is not None and paging is not None
+    assert remat.compute.sum() > len(graph)
+    assert paging.page_out.any() and paging.page_in.any()
+
+
+@pytest.mark.parametrize("graph", graphs(), ids=lambda g: g.name)
+def test_greedy_is_deterministic(graph: TrainingGraph) -> None:
+    board = make_board()
+    peak = plain_peak(graph).bytes
+    for fraction in (0.7, 0.5):
+        budget = math.floor(fraction * peak)
+        for remat, paging in MODES:
+            for by_time, cascade in FLAGS:
+                first = greedy_plan(graph, op_costs(graph, board), budget, remat=remat,
+                                    paging=paging, by_time=by_time, cascade=cascade)
+                # a rebuilt graph and fresh costs give the very same plan
+                again_graph = (residual_graph() if graph.name == "residual"
+                               else build_model(graph.name))
+                second = greedy_plan(again_graph, op_costs(again_graph, board), budget,
+                                     remat=remat, paging=paging, by_time=by_time,
+                                     cascade=cascade)
+                assert first == second
+                if first is not None:
+                    assert lower_plan(graph, first) == lower_plan(graph, second)
+
+
+# ----------------------------------------------------------------------------- random graphs
+
+
+@st.composite
+def forward_graphs(draw) -> TrainingGraph:
+    """x -> 2..4 ops (linear, relu, or a residual add of the previous and an earlier op)."""
+    fg = ForwardGraph("rand")
+    names = [fg.input("x", draw(st.integers(1, 16)))]
+    count = draw(st.integers(2, 4))
+    for j in range(count):
+        kind = "linear" if j == 0 else draw(st.sampled_from(["linear", "relu", "add"]))
+        elements = draw(st.integers(1, 16))
+        flops = draw(st.integers(1, 5000))
+        workspace = draw(st.sampled_from([0, 0, 2, 8]))
+        if kind == "add" and len(names) >= 3:
+            other = draw(st.sampled_from(names[1:-1]))
+            inputs = [names[-1], other]
+        else:
+            kind = "relu" if kind == "add" else kind
+            inputs = [names[-1]]
+        params = elements * 4 if kind == "linear" else 0
+        names.append(fg.op(f"op{j}", kind, inputs, output_elements=elements, flops=flops,
+                           param_count=params, workspace_elements=workspace))
+    fg.loss("loss", names[-1])
+    return fg.build()
+
+
+@settings(max_examples=30, deadline=None)
+@given(graph=forward_graphs(), fraction=st.floats(0, 1), flags=st.sampled_from(FLAGS),
+       mode=st.sampled_from(MODES))
+def test_greedy_plans_on_random_graphs_are_valid(graph, fraction, flags, mode) -> None:
+    by_time, cascade = flags
+    remat, paging = mode
+    costs = op_costs(graph, make_board())
+    low, _ = minimum_ram_bytes(graph)
+    high = plain_peak(graph).bytes
+    budget = low + math.floor(fraction * (high - low))
+    plan = greedy_plan(graph, costs, budget, remat=remat, paging=paging, by_time=by_time,
+                       cascade=cascade)
+    if plan is None:
+        return
+    assert plan_violations(graph, plan) == []
+    metrics = evaluate_plan(graph, costs, plan, overlap=True)
+    check = check_schedule(graph, lower_plan(graph, plan), budget_bytes=budget)
+    assert check.valid, check.violation
+    assert metrics.peak_ram_bytes == check.peak_ram_bytes <= budget
+    if not remat:
+        assert metrics.recomputations == 0
+    if not paging:
+        assert metrics.page_ins == metrics.page_outs == 0
