@@ -1,0 +1,112 @@
+"""The board simulator: runs any schedule on a simulated board and verifies it.
+
+:func:`simulate` executes a :class:`~poetsim.schedule.Schedule` (the optimizer's, a
+baseline's or a hand-built one) for one training iteration on a discrete-event model of a
+:class:`~poetsim.boards.Board` built on SimPy, and returns a :class:`SimReport`: the
+peak RAM and where it occurs, the makespan, the energy by component, power state and op
+kind, stalls, bus and storage traffic, flash wear, and a pass/fail verdict with reasons.
+
+Modules, one concept each:
+
+* :mod:`~poetsim.sim.power`: power states, energy integrated at transitions;
+* :mod:`~poetsim.sim.cpu`: CPU states and the break-even sleep policy;
+* :mod:`~poetsim.sim.storage`: transfer phases, storage states, wake-up, auto-sleep, space;
+* :mod:`~poetsim.sim.flash`: NOR erase counters and log-structured placement;
+* :mod:`~poetsim.sim.bus`: contention models (none, fair-share fluid) and compute slowdown;
+* :mod:`~poetsim.sim.dma`: transfer jobs, DMA channels, the CPU as mover;
+* :mod:`~poetsim.sim.ram`: byte-exact RAM accounting, peak, overflows;
+* :mod:`~poetsim.sim.planner`: just-in-time page-in planning (POET Algorithm 2);
+* :mod:`~poetsim.sim.engine`: the CPU's program and the wiring;
+* :mod:`~poetsim.sim.report`, :mod:`~poetsim.sim.timeline`, :mod:`~poetsim.sim.trace`:
+  results, recorded timeline and the Chrome / Perfetto trace writer;
+* :mod:`~poetsim.sim.board`: :func:`ideal_board`, the optimizer's view of a board.
+
+>>> from poetsim.boards import get_board
+>>> from poetsim.schedule import plain_schedule
+>>> from poetsim.zoo import build_model
+>>> graph = build_model("mlp", layers=2)
+>>> report = simulate(graph, get_board("nrf52840"), plain_schedule(graph))
+>>> report.passed, report.stall_s
+(True, 0.0)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from poetsim.boards.spec import Board
+from poetsim.costs import OpCosts, op_costs
+from poetsim.errors import InputError
+from poetsim.graph.graph import TrainingGraph
+from poetsim.schedule.ops import Schedule
+from poetsim.sim.board import ideal_board
+from poetsim.sim.engine import Simulation
+from poetsim.sim.report import Prediction, SimReport, SimViolation, TransferRecord
+from poetsim.sim.timeline import Slice, StateSlice, Timeline
+from poetsim.sim.validate import validate_structure
+
+__all__ = ["Prediction", "SimReport", "SimViolation", "Slice", "StateSlice", "Timeline",
+           "TransferRecord", "ideal_board", "simulate"]
+
+
+def _whole_bytes(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError(f"{name} = {value!r}: must be a non-negative whole number of bytes")
+    return value
+
+
+def simulate(graph: TrainingGraph, board: Board, schedule: Schedule, *,
+             budget_bytes: int | None = None, resident_bytes: int = 0,
+             deadline_s: float | None = None, costs: OpCosts | None = None,
+             trace: bool = False) -> SimReport:
+    """Simulate one training iteration of ``schedule`` on ``board``.
+
+    Parameters
+    ----------
+    graph:
+        The training graph the schedule was made for.
+    board:
+        The board to run on (use :func:`ideal_board` for the optimizer's idealised view).
+    schedule:
+        Any schedule that follows the contract of :mod:`poetsim.schedule.ops`.
+    budget_bytes:
+        RAM budget for activations plus ``resident_bytes`` (as in the checker). ``None``:
+        the board's usable RAM (``ram.bytes - ram.reserved_bytes``).
+    resident_bytes:
+        The fixed region (parameters, gradients, optimizer state), live from the start.
+    deadline_s:
+        Makespan bound; ``None`` takes ``schedule.metadata["deadline_s"]`` if present.
+    costs:
+        Per-op costs; ``None`` computes :func:`poetsim.costs.op_costs` for ``board``.
+    trace:
+        Keep the timeline (op slices, power states, RAM samples) in ``report.timeline``.
+
+    Raises
+    ------
+    ~poetsim.schedule.ScheduleError
+        The schedule breaks a structural rule of the contract (wrong graph, an input not
+        in RAM, ...): it cannot be executed. Budget, deadline and storage capacity are not
+        structural: the run goes on and the report records them.
+    InputError
+        A bad argument (negative bytes, costs for another graph, ...).
+    """
+    if budget_bytes is None:
+        budget_bytes = board.ram.usable_bytes
+    budget_bytes = _whole_bytes("budget_bytes", budget_bytes)
+    resident_bytes = _whole_bytes("resident_bytes", resident_bytes)
+    if deadline_s is None:
+        deadline_s = schedule.metadata.get("deadline_s")
+    if deadline_s is not None:
+        if isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)) \
+                or not math.isfinite(deadline_s) or deadline_s <= 0:
+            raise InputError(f"deadline_s = {deadline_s!r}: must be a positive number of seconds")
+        deadline_s = float(deadline_s)
+    if costs is None:
+        costs = op_costs(graph, board)
+    elif len(costs) != len(graph.ops):
+        raise InputError(f"costs cover {len(costs)} ops, but graph {graph.name!r} has "
+                         f"{len(graph.ops)}")
+    validate_structure(graph, schedule)
+    return Simulation(graph, board, schedule, costs, budget_bytes=budget_bytes,
+                      resident_bytes=resident_bytes, deadline_s=deadline_s, trace=trace).run()

@@ -1,0 +1,477 @@
+"""Execution of a schedule on the simulated board (the CPU's program and its bookkeeping).
+
+The CPU runs the schedule's steps in list order, as one long-lived SimPy process:
+
+``COMPUTE k``
+    Waits until every input is in RAM (a page-in still in flight stalls the CPU), makes
+    room if the RAM limit needs it (see below), allocates the output and workspace, starts
+    the page-ins the planner triggers at this step, and runs the op for its OpCosts time
+    (slower while DMA is active on a ``fair_share`` bus).
+``PAGE_OUT k``
+    Reserves storage space and hands the write to the DMA engine; the CPU goes on. Without
+    DMA the CPU performs the write itself, there and then.
+``PAGE_IN k``
+    Allocates the buffer (unless a prefetch already did) and starts the transfer if the
+    planner has not started it yet and its trigger has passed. The transfer itself starts
+    when the planner says (:mod:`poetsim.sim.planner`); the CPU waits for it only at the
+    consumer. Without DMA the CPU reads the tensor itself, there and then.
+``FREE k``
+    Releases the tensor's RAM, except while its write is in flight (the RAM is released
+    when the write ends) or its page-in is in flight (released when it ends; a page-in
+    not started yet is cancelled).
+
+RAM limit: the smaller of the budget and the schedule's own peak in list order. The CPU
+waits for writes in flight (whose FREE has passed) only when the next allocation would
+exceed that limit with them still holding RAM; if it still does not fit, the allocation
+happens anyway and the RAM model records the overflow when it exceeds the budget.
+
+At the end of the list the CPU waits (idle, possibly asleep) for the transfers still in
+flight; the makespan is when the last one ends.
+
+The data input op is a COMPUTE like any other: its OpCosts cost is already the read of the
+batch from storage (:mod:`poetsim.costs`), so it runs on the CPU for that time and energy,
+without occupying the storage device or waking it (a simplification).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator
+from functools import partial
+from typing import Any
+
+import simpy
+
+from poetsim.boards.spec import Board
+from poetsim.costs import OpCosts
+from poetsim.graph.graph import TrainingGraph
+from poetsim.schedule.ops import Action, Schedule
+from poetsim.sim.bus import make_bus
+from poetsim.sim.cpu import CpuModel
+from poetsim.sim.dma import (
+    CANCELLED,
+    DONE,
+    PLANNED,
+    QUEUED,
+    RUNNING,
+    CpuMover,
+    DmaEngine,
+    TransferJob,
+    run_transfer,
+)
+from poetsim.sim.planner import plan_transfers, program_profile
+from poetsim.sim.power import EnergyLedger
+from poetsim.sim.ram import RamModel
+from poetsim.sim.report import Prediction, SimReport, SimViolation, TransferRecord
+from poetsim.sim.storage import StorageModel, TransferTiming, transfer_timing
+from poetsim.sim.timeline import Slice, StateSlice, Timeline
+
+__all__ = ["Simulation"]
+
+_COMPUTE, _PAGE_OUT, _PAGE_IN, _FREE = Action.COMPUTE, Action.PAGE_OUT, Action.PAGE_IN, Action.FREE
+
+
+class Simulation:
+    """One training iteration of ``schedule`` on ``board``; :meth:`run` returns the report."""
+
+    def __init__(self, graph: TrainingGraph, board: Board, schedule: Schedule, costs: OpCosts,
+                 *, budget_bytes: int, resident_bytes: int, deadline_s: float | None,
+                 trace: bool) -> None:
+        self.graph = graph
+        self.board = board
+        self.schedule = schedule
+        self.costs = costs
+        self.steps = schedule.steps
+        self.budget_bytes = budget_bytes
+        self.resident_bytes = resident_bytes
+        self.deadline_s = deadline_s
+        self.trace = trace
+        self.env = env = simpy.Environment()
+        self.ledger = ledger = EnergyLedger()
+        self.cpu = CpuModel(env, board.cpu, ledger, record=trace)
+        self.storage = StorageModel(env, board.storage, ledger, record=trace)
+        self.bus = make_bus(env, board)
+        self.ram = RamModel(budget_bytes, resident_bytes, record=trace)
+        self.names = [op.name for op in graph.ops]
+        self.size = costs.output_bytes.tolist()
+        self.workspace = costs.workspace_bytes.tolist()
+        self.compute_time = costs.compute_time_s.tolist()
+        self.compute_energy = costs.compute_energy_j.tolist()
+        self.preds = [graph.predecessors(k) for k in range(len(graph.ops))]
+
+        dma = board.dma.present
+        self.profile = program_profile(graph, self.steps, costs, resident_bytes=resident_bytes,
+                                       cpu_moves_bytes=not dma)
+        self.ram_limit = min(budget_bytes, self.profile.peak_bytes)
+        self.plan = plan_transfers(graph, self.steps, costs, self.profile,
+                                   ram_limit_bytes=self.ram_limit, dma=dma,
+                                   wakeup_latency_s=board.storage.wakeup_latency_s)
+        timings: dict[tuple[int, bool, float, float], TransferTiming] = {}
+        in_s, in_j = costs.pagein_time_s.tolist(), costs.pagein_energy_j.tolist()
+        out_s, out_j = costs.pageout_time_s.tolist(), costs.pageout_energy_j.tolist()
+        self.jobs: list[TransferJob] = []
+        self.job_at: dict[int, TransferJob] = {}
+        self.triggers: dict[int, list[TransferJob]] = {}
+        for planned in self.plan:
+            k, write = planned.tensor, planned.kind == "page_out"
+            key = ((self.size[k], True, out_s[k], out_j[k]) if write
+                   else (self.size[k], False, in_s[k], in_j[k]))
+            timing = timings.get(key)
+            if timing is None:
+                timing = timings[key] = transfer_timing(board, key[0], write=write,
+                                                        time_s=key[2], energy_j=key[3])
+            job = TransferJob(planned.kind, k, planned.op, planned.step, timing, planned)
+            self.jobs.append(job)
+            self.job_at[planned.step] = job
+            if dma and not write:
+                self.triggers.setdefault(planned.trigger_step, []).append(job)
+
+        self.dma: DmaEngine | None = None
+        if dma:
+            self.dma = DmaEngine(env, board.dma.channels, board.dma.idle_power_w, self.storage,
+                                 self.bus, ledger, self._on_done, record=trace)
+            self.mover: Any = self.dma
+        else:
+            self.mover = CpuMover(self.cpu)
+
+        self.pos = 0
+        self.arriving: dict[int, TransferJob] = {}
+        self.writing: dict[int, TransferJob] = {}
+        self.pending_frees: list[TransferJob] = []
+        self.outstanding: list[TransferJob] = []
+        self.deferred: list[TransferJob] = []
+        self.computed = [False] * len(graph.ops)
+        self.violations: list[SimViolation] = []
+        self.compute_s = 0.0
+        self.cpu_transfer_s = 0.0
+        self.stall_s = 0.0
+        self.tail_s = 0.0
+        self.slices: list[tuple[str, str, float, float, dict]] | None = [] if trace else None
+        self.main = env.process(self._program())
+
+    # ------------------------------------------------------------------ transfers
+    def _on_done(self, job: TransferJob) -> None:
+        now = self.env.now
+        if job in self.outstanding:
+            self.outstanding.remove(job)
+        k = job.tensor
+        if job.kind == "page_in" and self.arriving.get(k) is job:
+            del self.arriving[k]
+        if job.free_on_done:
+            self.ram.free(now, self.size[k])
+            self.pending_frees.remove(job)
+        if job.event is not None and not job.event.triggered:
+            job.event.succeed()
+        if self.slices is not None:
+            where = f"dma{job.channel}" if job.channel >= 0 else "cpu"
+            self.slices.append((where, f"{job.kind} {job.op}", job.service_s, job.ended_s,
+                                {"step": job.step, "bytes": job.timing.nbytes,
+                                 "device_bytes": job.timing.device_bytes}))
+
+    def _issue(self, job: TransferJob) -> None:
+        """Hand a page-in to the DMA queue."""
+        if job in self.deferred:
+            self.deferred.remove(job)
+        write = self.writing.get(job.tensor)
+        if write is not None and write.state != DONE:
+            job.after = write
+        self.outstanding.append(job)
+        self.dma.submit(job)  # type: ignore[union-attr]
+
+    def _prefetch(self, job: TransferJob, _event: Any = None) -> None:
+        """A page-in's trigger fired: allocate its buffer if RAM allows, and start it."""
+        if job.state != PLANNED:
+            return
+        if not job.allocated:
+            k = job.tensor
+            if not self.ram.fits(self.size[k], self.ram_limit):
+                if job not in self.deferred:
+                    self.deferred.append(job)
+                return
+            step = self.steps[self.pos]
+            self.ram.alloc(self.env.now, self.size[k], self.pos, self.names[step.op],
+                           f"prefetch {job.op}")
+            job.allocated = True
+        self._issue(job)
+
+    def _fire(self, jobs: list[TransferJob]) -> None:
+        for job in jobs:
+            if job.state != PLANNED:
+                continue
+            offset = job.plan.offset_s
+            if offset > 0.0:
+                self.env.timeout(offset).callbacks.append(partial(self._prefetch, job))
+            else:
+                self._prefetch(job)
+
+    def _move(self, job: TransferJob) -> Generator[simpy.Event, Any, None]:
+        """The CPU carries out a transfer itself (no DMA)."""
+        env = self.env
+        job.issued_s = env.now
+        yield from run_transfer(env, job, self.storage, self.bus, self.mover)
+        self.stall_s += job.service_s - job.issued_s
+        self.cpu_transfer_s += job.ended_s - job.service_s
+        self._on_done(job)
+
+    # ------------------------------------------------------------------ waiting
+    def _wait(self, job: TransferJob, kind: str) -> Generator[simpy.Event, Any, float]:
+        env = self.env
+        t0 = env.now
+        yield from self.cpu.wait(job.done_event(env), job.eta_s, kind)
+        waited = env.now - t0
+        if self.slices is not None and waited > 0:
+            self.slices.append(("cpu", "stall", t0, env.now,
+                                {"waiting_for": f"{job.kind} {job.op}", "step": self.pos}))
+        return waited
+
+    def _stall_for(self, job: TransferJob) -> Generator[simpy.Event, Any, None]:
+        if job.state == PLANNED:
+            self._issue(job)
+        waited = yield from self._wait(job, "stall")
+        self.stall_s += waited
+        job.stall_s += waited
+
+    def _make_room(self, need: int) -> Generator[simpy.Event, Any, None]:
+        """Wait for writes in flight whose RAM is already freed, while ``need`` does not fit."""
+        ram, limit = self.ram, self.ram_limit
+        while self.pending_frees and not ram.fits(need, limit):
+            job = min(self.pending_frees, key=lambda j: (j.eta_s, j.step))
+            waited = yield from self._wait(job, "stall")
+            self.stall_s += waited
+            job.stall_s += waited
+
+    def _retry_deferred(self) -> None:
+        for job in list(self.deferred):
+            if job.state != PLANNED:
+                self.deferred.remove(job)
+            else:
+                self._prefetch(job)
+
+    def _free(self, k: int) -> None:
+        now = self.env.now
+        write = self.writing.get(k)
+        if write is not None and write.state != DONE and not write.free_on_done:
+            write.free_on_done = True
+            self.pending_frees.append(write)
+            return
+        job = self.arriving.get(k)
+        if job is not None:
+            if job.state == PLANNED or (job.state == QUEUED and self.dma is not None
+                                        and self.dma.cancel(job)):
+                job.state = CANCELLED
+                del self.arriving[k]
+                if job in self.deferred:
+                    self.deferred.remove(job)
+                if job in self.outstanding:
+                    self.outstanding.remove(job)
+                if job.allocated:
+                    self.ram.free(now, self.size[k])
+                return
+            if job.state == RUNNING:
+                job.free_on_done = True
+                self.pending_frees.append(job)
+                return
+        self.ram.free(now, self.size[k])
+
+    # ------------------------------------------------------------------ the program
+    def _program(self) -> Generator[simpy.Event, Any, None]:
+        env, ram, cpu, bus = self.env, self.ram, self.cpu, self.bus
+        names, size, workspace = self.names, self.size, self.workspace
+        compute_time, compute_energy, preds = self.compute_time, self.compute_energy, self.preds
+        arriving, triggers, job_at = self.arriving, self.triggers, self.job_at
+        computed, slices, dma = self.computed, self.slices, self.dma
+        limit = self.ram_limit
+        for i, step in enumerate(self.steps):
+            self.pos = i
+            if self.deferred:
+                self._retry_deferred()
+            action, k = step.action, step.op
+            if action is _COMPUTE:
+                for u in preds[k]:
+                    job = arriving.get(u)
+                    if job is not None and job.state != DONE:
+                        yield from self._stall_for(job)
+                need = size[k] + workspace[k]
+                if self.pending_frees and not ram.fits(need, limit):
+                    yield from self._make_room(need)
+                ram.alloc(env.now, need, i, names[k], "compute")
+                fired = triggers.get(i)
+                if fired:
+                    self._fire(fired)
+                kind = "recompute" if computed[k] else "compute"
+                computed[k] = True
+                duration = compute_time[k]
+                t0 = env.now
+                if duration > 0.0:
+                    cpu.run(kind, compute_energy[k] / duration)
+                    yield from bus.compute(duration)
+                else:
+                    cpu.run(kind, 0.0)
+                    cpu.machine.quantum("active", kind, compute_energy[k])
+                self.compute_s += env.now - t0
+                if slices is not None:
+                    slices.append(("cpu", f"{kind} {names[k]}", t0, env.now,
+                                   {"step": i, "op": k, "stage": step.stage}))
+                ram.free(env.now, workspace[k])
+                continue
+            if action is _PAGE_OUT:
+                job = job_at[i]
+                if not self.storage.store(size[k]):
+                    self.violations.append(SimViolation(
+                        "storage_full",
+                        f"step {i} (page_out {names[k]!r}): storage holds "
+                        f"{self.storage.used_bytes} B, over its capacity of "
+                        f"{self.board.storage.capacity_bytes} B", i, names[k], env.now))
+                self.writing[k] = job
+                if dma is not None:
+                    self.outstanding.append(job)
+                    dma.submit(job)
+                else:
+                    yield from self._move(job)
+            elif action is _PAGE_IN:
+                job = job_at[i]
+                arriving[k] = job
+                if not job.allocated:
+                    if self.pending_frees and not ram.fits(size[k], limit):
+                        yield from self._make_room(size[k])
+                    ram.alloc(env.now, size[k], i, names[k], "page_in")
+                    job.allocated = True
+                if dma is None:
+                    yield from self._move(job)
+                elif job.state == PLANNED and job.plan.trigger_step <= i:
+                    self._issue(job)
+            else:
+                self._free(k)
+            fired = triggers.get(i)
+            if fired:
+                self._fire(fired)
+        self.program_end_s = env.now
+        while self.outstanding:
+            job = min(self.outstanding, key=lambda j: (j.eta_s, j.step))
+            t0 = env.now
+            yield from self.cpu.wait(job.done_event(env), job.eta_s, "idle", wake=False)
+            self.tail_s += env.now - t0
+
+    # ------------------------------------------------------------------ run and report
+    def run(self) -> SimReport:
+        started = time.perf_counter()
+        env = self.env
+        env.run(until=self.main)
+        makespan = env.now
+        self.cpu.machine.finish(makespan)
+        self.storage.finish(makespan)
+        self.bus.finish(makespan)
+        machines = [self.cpu.machine, self.storage.machine]
+        if self.dma is not None:
+            self.dma.machine.finish(makespan)
+            machines.append(self.dma.machine)
+        events = next(env._eid)  # type: ignore[attr-defined]
+        wall = time.perf_counter() - started
+        return self._report(makespan, machines, events, wall)
+
+    def _report(self, makespan: float, machines: list, events: int, wall: float) -> SimReport:
+        board, ram, storage, ledger = self.board, self.ram, self.storage, self.ledger
+        violations = list(self.violations)
+        for over in ram.overflows:
+            violations.append(SimViolation(
+                "ram_overflow",
+                f"step {over.step} ({over.action} {over.op!r}) at {over.time_s:.6g} s: RAM "
+                f"reaches {over.ram_bytes} B, {over.excess_bytes} B over the budget of "
+                f"{over.budget_bytes} B", over.step, over.op, over.time_s))
+        if self.deadline_s is not None and makespan > self.deadline_s:
+            violations.append(SimViolation(
+                "deadline_missed",
+                f"makespan {makespan:.6g} s exceeds the deadline of {self.deadline_s:.6g} s "
+                f"by {makespan - self.deadline_s:.6g} s"))
+        wear = storage.wear
+        if wear is not None and wear.max_erase_count > wear.endurance_cycles:
+            violations.append(SimViolation(
+                "flash_worn_out",
+                f"a flash sector was erased {wear.max_erase_count} times, over the endurance "
+                f"of {wear.endurance_cycles} cycles"))
+        reasons: list[str] = []
+        if ram.overflows:
+            first = ram.overflows[0]
+            where = (f"step {ram.peak_step}, {ram.peak_action} {ram.peak_op!r}"
+                     if ram.peak_step >= 0 else "the resident region alone")
+            reasons.append(
+                f"RAM peaks at {ram.peak} B ({where}), over the budget of {ram.budget_bytes} "
+                f"B; first overflow at step {first.step} ({first.action} {first.op!r}); "
+                f"{len(ram.overflows)} allocation(s) over the budget")
+        for v in violations:
+            if v.rule != "ram_overflow":
+                reasons.append(v.message)
+        counts = self.profile.counts
+        metadata = self.schedule.metadata
+        prediction = None
+        keys = ("predicted_energy_j", "predicted_time_s", "predicted_peak_ram_bytes")
+        if any(metadata.get(key) is not None for key in keys):
+            peak = metadata.get("predicted_peak_ram_bytes")
+            prediction = Prediction(
+                predicted_energy_j=metadata.get("predicted_energy_j"),
+                simulated_energy_j=ledger.total_j,
+                predicted_time_s=metadata.get("predicted_time_s"),
+                simulated_time_s=makespan,
+                predicted_peak_ram_bytes=int(peak) if peak is not None else None,
+                simulated_peak_ram_bytes=ram.peak - ram.resident_bytes)
+        residency = {m.component: dict(sorted(m.residency.items())) for m in machines}
+        transitions = {m.component: {f"{a}->{b}": n for (a, b), n in sorted(m.transitions.items())}
+                       for m in machines}
+        wakeups = {"cpu": self.cpu.wakeups, "storage": storage.wakeups}
+        transfers = tuple(self._record(job) for job in self.jobs)
+        timeline = None
+        if self.trace:
+            states = []
+            for m in machines:
+                states.extend(StateSlice(m.component, st, a, b, p)
+                              for a, b, st, p in m.intervals)
+            timeline = Timeline(
+                slices=tuple(Slice(c, n, a, b, args) for c, n, a, b, args in self.slices or ()),
+                states=tuple(sorted(states, key=lambda s: (s.start_s, s.component))),
+                ram=tuple(ram.samples or ()))
+        bytes_in = sum(job.timing.nbytes for job in self.jobs
+                       if job.kind == "page_in" and job.state == DONE)
+        bytes_out = sum(job.timing.nbytes for job in self.jobs
+                        if job.kind == "page_out" and job.state == DONE)
+        dma_busy = self.dma.busy_s if self.dma is not None else 0.0
+        return SimReport(
+            graph_name=self.graph.name, board_name=board.name, steps=len(self.steps),
+            passed=not violations, reasons=tuple(reasons), violations=tuple(violations),
+            makespan_s=makespan, deadline_s=self.deadline_s, compute_s=self.compute_s,
+            cpu_transfer_s=self.cpu_transfer_s, stall_s=self.stall_s, tail_s=self.tail_s,
+            peak_ram_bytes=ram.peak, peak_step=ram.peak_step, peak_op=ram.peak_op,
+            peak_action=ram.peak_action, peak_time_s=ram.peak_time_s,
+            budget_bytes=ram.budget_bytes, resident_bytes=ram.resident_bytes,
+            ram_limit_bytes=self.ram_limit, program_peak_ram_bytes=self.profile.peak_bytes,
+            energy_j=ledger.total_j,
+            energy_by_component_j=dict(sorted(ledger.by(0).items())),
+            energy_by_state_j=dict(sorted(ledger.by_state().items())),
+            energy_by_kind_j=dict(sorted(ledger.by(2).items())),
+            residency_s=residency, transitions=transitions, wakeups=wakeups,
+            bytes_read=storage.bytes_read, bytes_written=storage.bytes_written,
+            bytes_paged_in=bytes_in, bytes_paged_out=bytes_out,
+            peak_storage_bytes=storage.peak_used_bytes,
+            storage_capacity_bytes=board.storage.capacity_bytes,
+            bus_busy_s=self.bus.busy_s, bus_bytes=self.bus.bytes_moved,
+            bus_bandwidth_bytes_per_s=board.bus.bandwidth_bytes_per_s, dma_busy_s=dma_busy,
+            flash_erases=wear.erases if wear else 0,
+            flash_max_erase_count=wear.max_erase_count if wear else 0,
+            flash_sectors_used=wear.sectors_used if wear else 0,
+            flash_endurance_cycles=wear.endurance_cycles if wear else None,
+            flash_lifetime_iterations=wear.lifetime_iterations() if wear else None,
+            computes=counts[Action.COMPUTE], recomputes=self.profile.recomputes,
+            page_ins=counts[Action.PAGE_IN], page_outs=counts[Action.PAGE_OUT],
+            frees=counts[Action.FREE], transfers=transfers, prediction=prediction,
+            events=events, timeline=timeline, wall_s=wall,
+        )
+
+    @staticmethod
+    def _record(job: TransferJob) -> TransferRecord:
+        plan = job.plan
+        return TransferRecord(
+            kind=job.kind, tensor=job.tensor, op=job.op, step=job.step,
+            consumer_step=plan.consumer_step, trigger_step=plan.trigger_step,
+            planned_start_s=plan.planned_start_s, needed_s=plan.needed_s,
+            issued_s=job.issued_s, started_s=job.started_s, service_s=job.service_s,
+            ended_s=job.ended_s, stall_s=job.stall_s, ram_delayed=plan.ram_delayed,
+            channel=job.channel, bytes=job.timing.nbytes, device_bytes=job.timing.device_bytes)

@@ -1,0 +1,88 @@
+"""Can the simulator execute this schedule? A fast structural pre-check.
+
+The simulator runs any schedule that follows the contract of :mod:`poetsim.schedule.ops`,
+but it cannot execute one that breaks a *structural* rule (wrong graph, an input not in
+RAM, a page-in of a tensor never written, ...). :func:`validate_structure` replays the
+structural rules in one lean pass; only when it finds a problem does it ask the independent
+checker (:func:`poetsim.schedule.check.check_schedule`) for the canonical verdict and
+message, so the error names the same rule, step and op as the checker would. The RAM
+budget and the storage capacity are *not* structural: the simulator runs over them and
+records the violation.
+
+The graph fingerprint (a SHA-256 over the whole graph) is cached per graph object: graphs
+are immutable, and hashing dominated short simulations.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.io import graph_fingerprint
+from poetsim.schedule.check import ScheduleError, check_schedule
+from poetsim.schedule.ops import Action, Schedule
+
+__all__ = ["cached_fingerprint", "validate_structure"]
+
+_FINGERPRINTS: dict[int, tuple[weakref.ref, str]] = {}
+
+
+def cached_fingerprint(graph: TrainingGraph) -> str:
+    """:func:`~poetsim.graph.io.graph_fingerprint`, computed once per graph object."""
+    key = id(graph)
+    hit = _FINGERPRINTS.get(key)
+    if hit is not None and hit[0]() is graph:
+        return hit[1]
+    fingerprint = graph_fingerprint(graph)
+    try:
+        ref = weakref.ref(graph, lambda _r, key=key: _FINGERPRINTS.pop(key, None))
+    except TypeError:  # not weak-referenceable: do not cache
+        return fingerprint
+    _FINGERPRINTS[key] = (ref, fingerprint)
+    return fingerprint
+
+
+def _structurally_valid(graph: TrainingGraph, schedule: Schedule) -> bool:
+    n = len(graph.ops)
+    resident = [False] * n
+    stored = [False] * n
+    computed = [False] * n
+    preds = graph.predecessors
+    for step in schedule.steps:
+        k = step.op
+        if k >= n:
+            return False
+        action = step.action
+        if action is Action.COMPUTE:
+            if resident[k]:
+                return False
+            for u in preds(k):
+                if not resident[u]:
+                    return False
+            resident[k] = computed[k] = True
+        elif action is Action.FREE:
+            if not resident[k]:
+                return False
+            resident[k] = False
+        elif action is Action.PAGE_OUT:
+            if not resident[k] or stored[k]:
+                return False
+            stored[k] = True
+        else:
+            if not stored[k] or resident[k]:
+                return False
+            resident[k] = True
+    return all(computed)
+
+
+def validate_structure(graph: TrainingGraph, schedule: Schedule) -> None:
+    """Raise :class:`ScheduleError` if ``schedule`` cannot be executed on ``graph``."""
+    if schedule.graph_fingerprint == cached_fingerprint(graph) and _structurally_valid(graph,
+                                                                                      schedule):
+        return
+    result = check_schedule(graph, schedule)
+    if result.violation is not None:
+        raise ScheduleError(f"cannot simulate: {result.violation.message} "
+                            f"[{result.violation.rule}]")
+    raise ScheduleError("cannot simulate: the schedule breaks a structural rule of the "
+                        "schedule contract")  # pragma: no cover - the checker disagrees

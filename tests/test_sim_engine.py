@@ -1,0 +1,145 @@
+"""Running schedules end to end: energy conservation, determinism, verdicts (poetsim.sim)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import attrs
+import pytest
+from test_sim_support import PAGE_BOTH, PAGE_R, PAGE_X, hand
+
+from conftest import make_board
+from poetsim.costs import op_costs
+from poetsim.errors import InputError
+from poetsim.schedule import Schedule, ScheduleError, Step, plain_schedule
+from poetsim.sim import ideal_board, simulate
+
+BOARDS = {
+    "dma": lambda: make_board(),
+    "no_dma": lambda: make_board(dma_channels=0),
+    "nor": lambda: make_board(storage_kind="qspi_nor", block_bytes=256, max_command_bytes=256),
+    "paper": lambda: make_board("paper"),
+    "ideal": lambda: ideal_board(make_board()),
+}
+SCHEDULES = {"page_r": PAGE_R, "page_x": PAGE_X, "page_both": PAGE_BOTH}
+
+
+@pytest.mark.parametrize("board_name", sorted(BOARDS))
+@pytest.mark.parametrize("schedule_name", sorted(SCHEDULES))
+def test_energy_is_conserved(residual, board_name, schedule_name):
+    report = simulate(residual, BOARDS[board_name](), hand(residual, *SCHEDULES[schedule_name]),
+                      trace=True)
+    total = report.energy_j
+    for breakdown in (report.energy_by_component_j, report.energy_by_state_j,
+                      report.energy_by_kind_j):
+        assert math.fsum(breakdown.values()) == pytest.approx(total, rel=1e-12)
+    # Integrating the recorded power over time gives the same energy.
+    assert report.timeline.energy_j() == pytest.approx(total, rel=1e-9)
+    # Every component is accounted for over the whole makespan.
+    for component, states in report.residency_s.items():
+        assert math.fsum(states.values()) == pytest.approx(report.makespan_s), component
+
+
+def test_ideal_energy_is_the_sum_of_op_and_transfer_costs(residual):
+    board = ideal_board(make_board())
+    costs = op_costs(residual, board)
+    report = simulate(residual, board, hand(residual, *PAGE_R))
+    r = residual.index("r")
+    expected = (costs.compute_energy_j.sum() + costs.pagein_energy_j[r]
+                + costs.pageout_energy_j[r])
+    assert report.energy_j == pytest.approx(float(expected), rel=1e-12)
+    assert set(report.energy_by_kind_j) == {"compute", "page_in", "page_out"}
+
+
+def test_recomputations_are_their_own_kind(residual):
+    # Drop r after s and recompute it (from fc1, kept) instead of paging it.
+    lines = ["compute x 0", "compute fc1 1", "compute r 2", "compute fc2 3", "compute s 4",
+             "free fc2 4", "free r 4", "compute loss 5", "compute loss/grad 6", "free s 6",
+             "free loss 6", "compute s/grad 7", "free loss/grad 7", "compute r 8",
+             "free fc1 8", "compute fc2/grad 8", "compute r/grad 9", "free r 9",
+             "free s/grad 9", "free fc2/grad 9", "compute fc1/grad 10", "free x 10",
+             "free r/grad 10", "free fc1/grad 10"]
+    board = make_board()
+    report = simulate(residual, board, hand(residual, *lines))
+    costs = op_costs(residual, board)
+    assert report.recomputes == 1
+    assert report.energy_by_kind_j["recompute"] == pytest.approx(
+        float(costs.compute_energy_j[residual.index("r")]))
+
+
+def test_runs_are_deterministic(residual):
+    board = make_board()
+    schedule = hand(residual, *PAGE_BOTH)
+    first = simulate(residual, board, schedule)
+    second = simulate(residual, board, schedule)
+    assert first == second
+    assert json.dumps(first.as_dict(), sort_keys=True) == json.dumps(second.as_dict(),
+                                                                     sort_keys=True)
+
+
+def test_structurally_invalid_schedules_are_refused(residual):
+    bad = Schedule.for_graph(residual, [Step("compute", 1)])
+    with pytest.raises(ScheduleError, match="input_not_resident"):
+        simulate(residual, make_board(), bad)
+    other = attrs.evolve(plain_schedule(residual), graph_fingerprint="0" * 64)
+    with pytest.raises(ScheduleError, match="fingerprint_mismatch"):
+        simulate(residual, make_board(), other)
+    unfinished = Schedule.for_graph(residual, plain_schedule(residual).steps[:3])
+    with pytest.raises(ScheduleError, match="never_computed"):
+        simulate(residual, make_board(), unfinished)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"budget_bytes": -1}, "budget_bytes"),
+    ({"resident_bytes": 1.5}, "resident_bytes"),
+    ({"deadline_s": 0}, "deadline_s"),
+    ({"deadline_s": math.inf}, "deadline_s"),
+])
+def test_bad_arguments(residual, kwargs, message):
+    with pytest.raises(InputError, match=message):
+        simulate(residual, make_board(), plain_schedule(residual), **kwargs)
+
+
+def test_costs_for_another_graph_are_refused(residual):
+    from poetsim.zoo import build_model
+
+    other = op_costs(build_model("mlp", layers=2), make_board())
+    with pytest.raises(InputError, match="costs cover"):
+        simulate(residual, make_board(), plain_schedule(residual), costs=other)
+
+
+def test_deadline_verdict(residual):
+    schedule = hand(residual, *PAGE_R)
+    report = simulate(residual, make_board(), schedule)
+    met = simulate(residual, make_board(), schedule, deadline_s=report.makespan_s * 1.01)
+    assert met.passed and met.deadline_met
+    missed = simulate(residual, make_board(), schedule, deadline_s=report.makespan_s / 2)
+    assert not missed.passed and missed.deadline_met is False
+    assert missed.violations[-1].rule == "deadline_missed"
+    assert "exceeds the deadline" in missed.reasons[0]
+
+
+def test_deadline_from_the_schedule_metadata(residual):
+    schedule = hand(residual, *PAGE_R, deadline_s=1e-6)
+    report = simulate(residual, make_board(), schedule)
+    assert report.deadline_s == 1e-6 and not report.deadline_met
+
+
+def test_predictions_are_compared_with_the_simulation(residual):
+    schedule = hand(residual, *PAGE_R, predicted_energy_j=1e-3, predicted_time_s=5e-3,
+                    predicted_peak_ram_bytes=96)
+    report = simulate(residual, make_board(), schedule, resident_bytes=10)
+    p = report.prediction
+    assert p.simulated_energy_j == report.energy_j
+    assert p.energy_diff_pct == pytest.approx((report.energy_j - 1e-3) / 1e-3 * 100)
+    assert p.time_diff_pct == pytest.approx((report.makespan_s - 5e-3) / 5e-3 * 100)
+    assert p.simulated_peak_ram_bytes == 96 and p.peak_diff_pct == 0.0  # activations only
+    assert simulate(residual, make_board(), plain_schedule(residual)).prediction is None
+
+
+def test_stall_and_tail_time(residual):
+    report = simulate(residual, make_board(), hand(residual, *PAGE_R))
+    assert report.stall_s == pytest.approx(sum(t.stall_s for t in report.transfers))
+    assert report.tail_s == 0.0  # every transfer ended before the last op
+    assert report.makespan_s == pytest.approx(report.compute_s + report.stall_s)
