@@ -26,7 +26,7 @@ def test_help_lists_subcommands(capsys):
         main(["--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    for command in ("boards", "models", "costs", "demo"):
+    for command in ("boards", "models", "costs", "demo", "solve", "simulate"):
         assert command in out
 
 
@@ -78,9 +78,31 @@ def test_costs_and_demo(capsys):
     assert len(doc["ops"]) == 41 or len(doc["ops"]) > 10
     assert all(k.endswith(("_s", "_j", "_bytes")) or k in ("op", "phase", "kind")
                for k in doc["ops"][0])
-    status, out, _ = run(capsys, "demo")
+    status, out, _ = run(capsys, "demo", "--model", "mlp", "--time-limit", "2")
     assert status == 0
-    assert "resnet18_cifar on nrf52840" in out and "compute energy" in out
+    assert "mlp on nrf52840" in out and "compute energy" in out
+    assert "simulating the schedule" in out and "PASS" in out
+
+
+def test_solve_writes_schedules_that_simulate(capsys, tmp_path):
+    out_json, out_bin, trace = tmp_path / "s.json", tmp_path / "s.bin", tmp_path / "t.json"
+    doc = run_json(capsys, "solve", "--model", "mlp", "--ram", "70%", "--deadline", "1.5x",
+                   "--time-limit", "2", "--out", str(out_json), "--binary", str(out_bin))
+    assert doc["status"] in ("optimal", "feasible")
+    assert doc["peak_ram_bytes"] <= doc["budget_activation_bytes"]
+    assert out_json.exists() and out_bin.exists()
+    sim = run_json(capsys, "simulate", str(out_json), "--board", "nrf52840", "--trace", str(trace))
+    assert sim["passed"] and sim["peak_activation_bytes"] == doc["peak_ram_bytes"]
+    events = json.loads(trace.read_text())
+    assert events["traceEvents"]
+    status, out, _ = run(capsys, "simulate", str(out_json), "--board", "nrf52840")
+    assert status == 0 and "PASS" in out and "simulated vs predicted energy" in out
+
+
+def test_solve_reports_infeasible_budget(capsys):
+    status, out, _ = run(capsys, "solve", "--model", "vgg16_cifar", "--ram", "35%")
+    assert status == 1
+    assert "alone needs" in out and "block1" in out
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -90,6 +112,9 @@ def test_costs_and_demo(capsys):
     (["costs", "--board", "nrf52841"], "unknown board 'nrf52841'"),
     (["costs", "--board", "/nonexistent/board.toml"], "cannot read board file"),
     (["costs", "--graph", "/nonexistent/graph.json"], "cannot read graph file"),
+    (["solve", "--model", "mlp", "--ram", "lots"], "ram = 'lots'"),
+    (["solve", "--model", "mlp", "--deadline", "soon"], "deadline = 'soon'"),
+    (["simulate", "/nonexistent/s.json", "--model", "mlp"], "cannot read schedule file"),
 ])
 def test_errors_are_one_line_with_status_2(capsys, argv, message):
     status, out, err = run(capsys, *argv)

@@ -381,7 +381,6 @@ def test_deadlines_against_brute_force(case: str, dma: int) -> None:
             assert result.metrics.energy_j == pytest.approx(min(feasible), rel=REL)
             assert_result_is_sound(graph, board, result, budget, deadline)
             checked += 1
-        # the brute force's time model is the optimizer's: compare on the solve's plan
     assert checked >= 2
 
 
@@ -681,21 +680,6 @@ def test_restricted_is_labelled_in_the_schedule_metadata() -> None:
 # tests); they now guard the fixes.
 
 
-class OptimizerCrash(Exception):
-    """solve() tripped its own internal checker assertion."""
-
-
-def solve_or_crash(*args, **kwargs):
-    """:func:`solve`, with its internal 'checker rejects' assertion turned into
-    :class:`OptimizerCrash` so that a strict xfail can target exactly that failure."""
-    try:
-        return solve(*args, **kwargs)
-    except AssertionError as error:
-        if "optimizer produced a schedule the checker rejects" in str(error):
-            raise OptimizerCrash(str(error)) from error
-        raise
-
-
 def big_chain(scale: int = 1) -> TrainingGraph:
     """x -> fc -> loss with odd, multi-megabyte tensors (1-byte elements).
 
@@ -809,14 +793,8 @@ def test_status_stays_honest_when_memory_units_are_rounded(graph, fraction, mode
         deadline = gaps[min(int(deadline_pick * len(gaps)), len(gaps) - 1)]
     feasible = [e for e, s in front if deadline is None or s <= deadline]
     expected = min(feasible) if feasible else None
-    try:
-        result = solve_or_crash(graph, board, ram=budget, remat=remat, paging=paging,
-                                deadline=deadline, time_limit_s=5)
-    except OptimizerCrash:
-        # The SCIP-tolerance bug documented (strict xfail) by
-        # test_memory_budget_is_not_exceeded_within_scip_tolerance; nothing else may crash.
-        assert budget >= 1_000_000
-        return
+    result = solve(graph, board, ram=budget, remat=remat, paging=paging, deadline=deadline,
+                   time_limit_s=5)
     if expected is None:
         assert result.schedule is None
         assert result.status in (SolveStatus.INFEASIBLE, SolveStatus.NO_SOLUTION)
@@ -912,22 +890,18 @@ def tolerance_chain() -> TrainingGraph:
     return fg.build()
 
 
-@pytest.mark.parametrize("mode", [(True, True), (True, False)], ids=["remat+paging",
-                                                                      "remat-only"])
-@pytest.mark.xfail(strict=True, raises=OptimizerCrash, reason=(
-    "SCIP's default feasibility/integrality tolerance (1e-6, relative) times memory "
-    "coefficients of ~1e6 units lets the MILP accept a plan 1 byte over the budget (budget "
-    "= plain peak - 1 = 3,000,002 B, memory counted exactly in bytes since the gcd is 1); "
-    "solve then trips its own 'checker rejects' AssertionError"))
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
 def test_memory_budget_is_not_exceeded_within_scip_tolerance(mode) -> None:
+    """With SCIP's default relative tolerance (1e-6) on memory counted in millions of bytes,
+    the MILP once accepted a plan 1 byte over this budget and solve tripped its own
+    'checker rejects' AssertionError."""
     graph, board = tolerance_chain(), make_board()
     budget = plain_peak(graph).bytes - 1
     assert budget == 3_000_002
     remat, paging = mode
     expected = BruteForce(graph, op_costs(graph, board)).optimum(budget, remat=remat,
                                                                  paging=paging)
-    result = solve_or_crash(graph, board, ram=budget, remat=remat, paging=paging,
-                            time_limit_s=10)
+    result = solve(graph, board, ram=budget, remat=remat, paging=paging, time_limit_s=10)
     assert result.status is SolveStatus.OPTIMAL, result.message
     assert result.metrics.energy_j == pytest.approx(expected, rel=REL)
     assert_result_is_sound(graph, board, result, budget)

@@ -20,7 +20,10 @@ from poetsim.errors import InputError, PoetsimError
 from poetsim.graph import TrainingGraph, read_graph, write_graph
 from poetsim.summary import cost_summary, graph_summary
 from poetsim.optimizer import SolveStatus, solve
-from poetsim.schedule import write_schedule, write_schedule_binary
+from poetsim.schedule import read_schedule, write_schedule, write_schedule_binary
+from poetsim.sim import simulate
+from poetsim.sim.report import SimReport
+from poetsim.sim.trace import write_chrome_trace
 from poetsim.units import format_bytes, format_quantity
 from poetsim.zoo import DEFAULT_MODEL, build_model, model_description, model_names, model_options
 
@@ -261,32 +264,136 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json({**result.summary(), "files": written})
     else:
-        s = result.summary()
-        print(f"{graph.name} on {board.name}: {s['method']}: {result.message}")
-        print(_row("budget", f"{format_bytes(s['budget_activation_bytes'])} of activations "
-                             f"(+ {format_bytes(s['resident_bytes'])} resident) [{result.budget.semantics}]"))
-        if s["deadline_s"] is not None:
-            print(_row("deadline", format_quantity(s["deadline_s"], "s")))
-        if result.metrics is not None:
-            print(_row("energy", f"{format_quantity(s['energy_j'], 'J')} "
-                                 f"({s['energy_overhead']:+.2%} vs every op once)"))
-            print(_row("  compute / page-in / page-out",
-                       f"{format_quantity(s['compute_energy_j'], 'J')} / "
-                       f"{format_quantity(s['pagein_energy_j'], 'J')} / "
-                       f"{format_quantity(s['pageout_energy_j'], 'J')}"))
-            if s["bound_j"] is not None:
-                print(_row("SCIP bound", format_quantity(s["bound_j"], "J")))
-            print(_row("time (optimizer model)", format_quantity(s["time_s"], "s")))
-            print(_row("peak activation RAM", format_bytes(s["peak_ram_bytes"])))
-            print(_row("recomputations / page-ins / page-outs",
-                       f"{s['recomputations']} / {s['page_ins']} / {s['page_outs']}"))
-        print(_row("binaries after reduction", str(s["binaries"])))
-        print(_row("build / solve time", f"{s['build_time_s']:.2f} s / {s['solve_time_s']:.2f} s"))
-        if s["warm_start"]:
-            print(_row("warm start", s["warm_start"]))
-        for path in written:
-            print(_row("wrote", path))
+        _print_solve(graph, board, result, written)
     return 0 if result.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE) else 1
+
+
+def _print_solve(graph: TrainingGraph, board: Board, result: Any, written: list[str]) -> None:
+    s = result.summary()
+    print(f"{graph.name} on {board.name}: {s['method']}: {result.message}")
+    print(_row("budget", f"{format_bytes(s['budget_activation_bytes'])} of activations "
+                         f"(+ {format_bytes(s['resident_bytes'])} resident) [{result.budget.semantics}]"))
+    if s["deadline_s"] is not None:
+        print(_row("deadline", format_quantity(s["deadline_s"], "s")))
+    if result.metrics is not None:
+        print(_row("energy", f"{format_quantity(s['energy_j'], 'J')} "
+                             f"({s['energy_overhead']:+.2%} vs every op once)"))
+        print(_row("  compute / page-in / page-out",
+                   f"{format_quantity(s['compute_energy_j'], 'J')} / "
+                   f"{format_quantity(s['pagein_energy_j'], 'J')} / "
+                   f"{format_quantity(s['pageout_energy_j'], 'J')}"))
+        if s["bound_j"] is not None:
+            print(_row("SCIP bound", format_quantity(s["bound_j"], "J")))
+        print(_row("time (optimizer model)", format_quantity(s["time_s"], "s")))
+        print(_row("peak activation RAM", format_bytes(s["peak_ram_bytes"])))
+        print(_row("recomputations / page-ins / page-outs",
+                   f"{s['recomputations']} / {s['page_ins']} / {s['page_outs']}"))
+    print(_row("binaries after reduction", str(s["binaries"])))
+    print(_row("build / solve time", f"{s['build_time_s']:.2f} s / {s['solve_time_s']:.2f} s"))
+    if s["warm_start"]:
+        print(_row("warm start", s["warm_start"]))
+    for path in written:
+        print(_row("wrote", path))
+
+
+# ----------------------------------------------------------------------------- demo
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    """Costs, then the least-energy schedule at a tight budget, then its simulation."""
+    if args.json:
+        graph = _graph_from_args(args)
+        board = get_board(args.board)
+        result = solve(graph, board, ram=args.ram, deadline=args.deadline,
+                       time_limit_s=args.time_limit)
+        doc: dict[str, Any] = {"costs": cost_summary(graph, board).as_dict(),
+                               "solve": result.summary()}
+        if result.schedule is not None:
+            doc["simulation"] = _simulate_result(graph, board, result).as_dict(transfers=False)
+        _emit_json(doc)
+        return 0 if result.schedule is not None else 1
+    _cmd_costs(args)
+    graph = _graph_from_args(args)
+    board = get_board(args.board)
+    print(f"\nsolving: RAM {args.ram} of the plain peak, deadline {args.deadline}, "
+          f"time limit {args.time_limit:g} s", flush=True)
+    result = solve(graph, board, ram=args.ram, deadline=args.deadline,
+                   time_limit_s=args.time_limit, progress=_progress_printer(False))
+    _print_solve(graph, board, result, [])
+    if result.schedule is None:
+        return 1
+    print("\nsimulating the schedule on the board")
+    report = _simulate_result(graph, board, result)
+    _print_sim(report)
+    return 0 if report.passed else 1
+
+
+def _simulate_result(graph: TrainingGraph, board: Board, result: Any) -> SimReport:
+    budget = result.budget
+    return simulate(graph, board, result.schedule, budget_bytes=budget.total_bytes,
+                    resident_bytes=budget.resident_bytes)
+
+
+# ----------------------------------------------------------------------------- simulate
+
+def _print_sim(report: SimReport) -> None:
+    r = report
+    verdict = "PASS" if r.passed else "FAIL"
+    print(f"{r.graph_name} on {r.board_name}: {verdict}"
+          + ("" if r.passed else f" ({'; '.join(r.reasons)})"))
+    deadline = (f" (deadline {format_quantity(r.deadline_s, 's')}, "
+                f"{'met' if r.deadline_met else 'missed'})" if r.deadline_s is not None else "")
+    print(_row("makespan", format_quantity(r.makespan_s, "s") + deadline))
+    print(_row("  compute / stall", f"{format_quantity(r.compute_s, 's')} / "
+                                    f"{format_quantity(r.stall_s, 's')}"))
+    print(_row("peak RAM", f"{format_bytes(r.peak_ram_bytes)} of {format_bytes(r.budget_bytes)} "
+                           f"at step {r.peak_step} ({r.peak_action} {r.peak_op})"))
+    print(_row("energy", format_quantity(r.energy_j, "J")))
+    for title, table in (("  by component", r.energy_by_component_j),
+                         ("  by kind", r.energy_by_kind_j)):
+        parts = ", ".join(f"{k} {format_quantity(v, 'J')}" for k, v in table.items() if v)
+        print(_row(title, parts))
+    print(_row("paged out / in", f"{format_bytes(r.bytes_paged_out)} / "
+                                 f"{format_bytes(r.bytes_paged_in)}"))
+    print(_row("bus busy", f"{r.bus_utilisation:.1%} of the makespan"))
+    wakeups = ", ".join(f"{k} {v}" for k, v in r.wakeups.items() if v)
+    if wakeups:
+        print(_row("wake-ups", wakeups))
+    if r.flash_erases:
+        print(_row("flash erases (max per sector)", f"{r.flash_erases} ({r.flash_max_erase_count})"))
+    if r.prediction is not None:
+        p = r.prediction
+        for label, diff in (("energy", p.energy_diff_pct), ("time", p.time_diff_pct),
+                            ("peak RAM", p.peak_diff_pct)):
+            if diff is not None:
+                print(_row(f"simulated vs predicted {label}", f"{diff:+.2f}%"))
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    if args.graph:
+        graph = read_graph(args.graph)
+    else:
+        model = args.model
+        if model is None:
+            model = read_schedule(args.schedule).graph_name
+        graph = build_model(model, **_model_options(args))
+    schedule = read_schedule(args.schedule, graph)
+    board = get_board(args.board)
+    meta = schedule.metadata
+    resident = int(meta.get("resident_bytes", 0))
+    budget = None
+    if "budget_activation_bytes" in meta:
+        budget = int(meta["budget_activation_bytes"]) + resident
+    report = simulate(graph, board, schedule, budget_bytes=budget, resident_bytes=resident,
+                      trace=bool(args.trace))
+    if args.trace:
+        write_chrome_trace(report, args.trace)
+    if args.json:
+        _emit_json(report.as_dict(transfers=args.transfers))
+    else:
+        _print_sim(report)
+        if args.trace:
+            print(_row("wrote", args.trace))
+    return 0 if report.passed else 1
 
 
 # ----------------------------------------------------------------------------- parser
@@ -360,9 +467,24 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_options(p)
     p.set_defaults(func=_cmd_solve)
 
+    p = with_json(sub.add_parser("simulate", help="verify a schedule in a simulation of the board"))
+    p.add_argument("schedule", metavar="SCHEDULE", help="schedule file (JSON)")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--model", metavar="NAME",
+                        help="zoo model (default: the schedule's graph name)")
+    source.add_argument("--graph", metavar="FILE", help="graph file (JSON)")
+    p.add_argument("--board", default=DEFAULT_BOARD, metavar="NAME|FILE",
+                   help=f"built-in board or board file (default {DEFAULT_BOARD})")
+    p.add_argument("--trace", metavar="FILE", help="write a Chrome / Perfetto trace (JSON)")
+    p.add_argument("--transfers", action="store_true",
+                   help="with --json, include the transfer plan")
+    _add_model_options(p)
+    p.set_defaults(func=_cmd_simulate)
+
     for name, help_text in (
         ("costs", "cost summary of a model's training graph on a board"),
-        ("demo", "the built-in default job: the default model on the default board"),
+        ("demo", "the built-in default job: the default model on the default board: costs, "
+                 "then a solve at a tight RAM budget, verified in the simulator"),
     ):
         p = with_json(sub.add_parser(name, help=help_text))
         source = p.add_mutually_exclusive_group()
@@ -374,6 +496,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--per-op", action="store_true", help="also list every op's costs")
         _add_model_options(p)
         p.set_defaults(func=_cmd_costs)
+        if name == "demo":
+            p.add_argument("--ram", default="50%", metavar="50%|256KiB|BYTES",
+                           help="RAM budget of the solve (default 50%%)")
+            p.add_argument("--deadline", default="1.5x", metavar="1.5x|SECONDS",
+                           help="deadline of the solve (default 1.5x)")
+            p.add_argument("--time-limit", type=float, default=20.0, metavar="S",
+                           help="solver time limit (default 20 s)")
+            p.set_defaults(func=_cmd_demo)
     return parser
 
 
