@@ -376,6 +376,35 @@ class MilpModel:
                 m.setSolVal(sol, var, max(compute, transfer))
         return bool(m.addSol(sol, free=True))
 
+    def _families(self):
+        return (("compute", self.R), ("keep", self.S), ("page_in", self.Min),
+                ("page_out", self.Mout))
+
+    def fix_outside(self, plan: StagePlan, first: int, last: int) -> int:
+        """Fix every decision outside stages ``first..last`` to ``plan``'s; returns how
+        many binaries stay free. Call :meth:`unfix` to release them again."""
+        m = self.model
+        free = 0
+        for name, family in self._families():
+            matrix = getattr(plan, name)
+            for (t, i), var in family.items():
+                if first <= t <= last:
+                    m.chgVarLb(var, 0.0)
+                    m.chgVarUb(var, 1.0)
+                    free += 1
+                else:
+                    value = 1.0 if matrix[t, i] else 0.0
+                    m.chgVarLb(var, value)
+                    m.chgVarUb(var, value)
+        return free
+
+    def unfix(self) -> None:
+        m = self.model
+        for _, family in self._families():
+            for var in family.values():
+                m.chgVarLb(var, 0.0)
+                m.chgVarUb(var, 1.0)
+
 
 def build_milp(graph: TrainingGraph, costs: OpCosts, budget_bytes: int, deadline_s: float | None,
                formulation: Formulation, *, overlap: bool, storage_capacity_bytes: int | None,

@@ -42,6 +42,47 @@ __all__ = ["Budget", "SolveResult", "SolveStatus", "minimum_ram_bytes", "parse_d
 
 #: Models larger than this use SCIP's fast presolve.
 _FAST_PRESOLVE_BINARIES = 5000
+#: Models larger than this first improve the incumbent by a window search, with this share
+#: of the time limit.
+_WINDOW_SEARCH_BINARIES = 2000
+_WINDOW_SEARCH_SHARE = 0.5
+_WINDOWS = 8
+
+
+def _window_search(milp: Any, graph: TrainingGraph, costs: OpCosts, plan: StagePlan,
+                   metrics: PlanMetrics, budget: int, deadline_s: float | None, overlap: bool,
+                   *, time_budget: float) -> tuple[StagePlan, PlanMetrics, int]:
+    """Large-neighbourhood search: re-optimize overlapping windows of stages exactly, with
+    every decision outside the window fixed to the incumbent's. Each window is a much
+    smaller MILP that SCIP solves quickly; any better plan becomes the new incumbent.
+    The windows run from the last stages (where most remat and paging happens) backwards.
+    """
+    model = milp.model
+    n = len(graph)
+    step = max(1, n // _WINDOWS)
+    starts = list(range(max(0, n - 2 * step), -1, -step))
+    deadline_at = time.perf_counter() + time_budget
+    improved = 0
+    for position, first in enumerate(starts):
+        remaining = deadline_at - time.perf_counter()
+        if remaining < 0.2:
+            break
+        model.freeTransform()
+        milp.fix_outside(plan, first, min(n - 1, first + 2 * step - 1))
+        milp.add_warm_start(plan)
+        model.setParam("limits/time", remaining / (len(starts) - position))
+        model.optimize()
+        if model.getNSols() > 0:
+            candidate = milp.plan_from_solution(model.getBestSol())
+            found = evaluate_plan(graph, costs, candidate, overlap=overlap)
+            fits = found.peak_ram_bytes <= budget and (deadline_s is None
+                                                        or found.time_s <= deadline_s)
+            if fits and found.energy_j < metrics.energy_j * (1 - 1e-9):
+                plan, metrics = candidate, found
+                improved += 1
+    model.freeTransform()
+    milp.unfix()
+    return plan, metrics, improved
 
 
 class SolveStatus(enum.Enum):
@@ -284,7 +325,7 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
             f"the deadline {deadline_s:.6g} s is shorter than computing every op once "
             f"({plain_time:.6g} s), the shortest possible time"), **base)
 
-    started = time.perf_counter()
+    started = solve_started = time.perf_counter()
     plan, metrics, heuristic = _best_heuristic(graph, costs, budget.activation_bytes, deadline_s,
                                                formulation, overlap,
                                                board.storage.capacity_bytes)
@@ -324,6 +365,14 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
     if progress is not None:
         _attach_progress(model, milp.energy_scale, progress)
     started = time.perf_counter()
+    improved_by_windows = 0
+    if plan is not None and metrics is not None and milp.binaries > _WINDOW_SEARCH_BINARIES:
+        remaining = time_limit_s - (time.perf_counter() - solve_started)
+        plan, metrics, improved_by_windows = _window_search(
+            milp, graph, costs, plan, metrics, budget.activation_bytes, deadline_s, overlap,
+            time_budget=remaining * _WINDOW_SEARCH_SHARE)
+        model.setParam("limits/time", max(0.1, time_limit_s - (time.perf_counter() - solve_started)))
+        milp.add_warm_start(plan)
     if threads > 1:
         model.solveConcurrent()
     else:
@@ -353,6 +402,8 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
             scip_status = "tolerance"
         elif metrics is None or best_metrics.energy_j <= metrics.energy_j:
             plan, metrics = best_plan, best_metrics
+    if improved_by_windows:
+        warm = f"{warm or 'none'} + {improved_by_windows} window improvement(s)"
     timing = dict(binaries=milp.binaries, build_time_s=build_time, solve_time_s=solve_time,
                   warm_start=warm)
     if plan is None or metrics is None:
