@@ -905,3 +905,31 @@ def test_memory_budget_is_not_exceeded_within_scip_tolerance(mode) -> None:
     assert result.status is SolveStatus.OPTIMAL, result.message
     assert result.metrics.energy_j == pytest.approx(expected, rel=REL)
     assert_result_is_sound(graph, board, result, budget)
+
+
+def test_window_search_never_worsens_the_incumbent() -> None:
+    """The large-neighbourhood search keeps a valid plan at or below the greedy's energy."""
+    from poetsim.boards import get_board
+    from poetsim.costs import op_costs
+    from poetsim.optimizer.milp import build_milp, Formulation
+    from poetsim.optimizer.plan import evaluate_plan, lower_plan
+    from poetsim.optimizer.solve import _best_heuristic, _window_search, resolve_budget
+    from poetsim.schedule import check_schedule
+    from poetsim.zoo import build_model
+
+    graph, board = build_model("mlp"), get_board("nrf52840")
+    costs = op_costs(graph, board)
+    budget = resolve_budget(graph, "60%").activation_bytes
+    plan, metrics, _ = _best_heuristic(graph, costs, budget, None, Formulation(), True)
+    milp = build_milp(graph, costs, budget, None, Formulation(), overlap=True,
+                      storage_capacity_bytes=None,
+                      energy_reference_j=float(costs.compute_energy_j.sum()))
+    assert milp.add_warm_start(plan)
+    better, found, _ = _window_search(milp, graph, costs, plan, metrics, budget, None, True,
+                                      time_budget=3.0)
+    assert found.energy_j <= metrics.energy_j
+    assert evaluate_plan(graph, costs, better, overlap=True) == found
+    assert check_schedule(graph, lower_plan(graph, better), budget_bytes=budget).valid
+    milp.model.setParam("limits/time", 1.0)
+    milp.model.optimize()  # the model is usable again after the search
+    assert milp.model.getNSols() > 0
