@@ -5,7 +5,7 @@ sleep power, wake-ups, contention), so the simulated energy must equal the optim
 ``sum(compute) + sum(page-in) + sum(page-out)`` and the simulated peak RAM its peak, byte for
 byte, for every schedule it produces. The schedules come from :func:`poetsim.optimizer.solve`
 with a short time limit (it returns its greedy warm start when SCIP finds nothing better),
-on two real boards, four zoo models and three budgets; budgets the optimizer proves
+on two real boards, every zoo model and three budgets; budgets the optimizer proves
 infeasible are skipped. Each solve runs once per module.
 """
 
@@ -18,9 +18,9 @@ import pytest
 from poetsim.boards import get_board
 from poetsim.optimizer import SolveResult, SolveStatus, solve
 from poetsim.sim import ideal_board, simulate
-from poetsim.zoo import build_model
+from poetsim.zoo import build_model, model_names
 
-MODELS = ("mlp", "vgg16_cifar", "resnet18_cifar", "transformer_block")
+MODELS = tuple(model_names())
 BOARDS = ("nrf52840", "rpi4")
 BUDGETS = ("100%", "70%", "50%")
 TIME_LIMIT_S = 0.2
