@@ -91,7 +91,10 @@ def test_solve_writes_schedules_that_simulate(capsys, tmp_path):
     assert doc["status"] in ("optimal", "feasible")
     assert doc["peak_ram_bytes"] <= doc["budget_activation_bytes"]
     assert out_json.exists() and out_bin.exists()
-    sim = run_json(capsys, "simulate", str(out_json), "--board", "nrf52840", "--trace", str(trace))
+    plot = tmp_path / "p.png"
+    sim = run_json(capsys, "simulate", str(out_json), "--board", "nrf52840", "--trace", str(trace),
+                   "--plot", str(plot))
+    assert plot.read_bytes().startswith(b"\x89PNG")
     assert sim["passed"] and sim["peak_activation_bytes"] == doc["peak_ram_bytes"]
     events = json.loads(trace.read_text())
     assert events["traceEvents"]

@@ -24,6 +24,7 @@ from poetsim.schedule import read_schedule, write_schedule, write_schedule_binar
 from poetsim.sim import simulate
 from poetsim.sim.report import SimReport
 from poetsim.sim.trace import write_chrome_trace
+from poetsim.report import plot_simulation
 from poetsim.units import format_bytes, format_quantity
 from poetsim.zoo import DEFAULT_MODEL, build_model, model_description, model_names, model_options
 
@@ -384,15 +385,18 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if "budget_activation_bytes" in meta:
         budget = int(meta["budget_activation_bytes"]) + resident
     report = simulate(graph, board, schedule, budget_bytes=budget, resident_bytes=resident,
-                      trace=bool(args.trace))
+                      trace=bool(args.trace or args.plot))
     if args.trace:
         write_chrome_trace(report, args.trace)
+    if args.plot:
+        plot_simulation(graph, schedule, report, args.plot)
     if args.json:
         _emit_json(report.as_dict(transfers=args.transfers))
     else:
         _print_sim(report)
-        if args.trace:
-            print(_row("wrote", args.trace))
+        for path in (args.trace, args.plot):
+            if path:
+                print(_row("wrote", path))
     return 0 if report.passed else 1
 
 
@@ -476,6 +480,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--board", default=DEFAULT_BOARD, metavar="NAME|FILE",
                    help=f"built-in board or board file (default {DEFAULT_BOARD})")
     p.add_argument("--trace", metavar="FILE", help="write a Chrome / Perfetto trace (JSON)")
+    p.add_argument("--plot", metavar="FILE",
+                   help="write RAM, power and schedule-matrix plots (.png, .svg or .pdf)")
     p.add_argument("--transfers", action="store_true",
                    help="with --json, include the transfer plan")
     _add_model_options(p)

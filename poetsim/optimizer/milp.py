@@ -19,6 +19,9 @@ Formulation (paper Algorithm 1 on Checkmate's frontier-advancing stages; notatio
   ``F <= R[t,k]`` (an op that did not run frees nothing), ``F <= 1 - S[t+1,i]`` and
   ``F <= 1 - R[t,j]`` for every later reader ``j`` of ``i`` in the stage. At integer
   ``R, S`` these bounds are 0 or 1 and freeing only helps, so the relaxation is exact.
+* frontier knapsacks (redundant, for the LP bound): while op ``t`` runs, RAM holds its
+  inputs, output and workspace and every tensor kept into stage ``t + 1``:
+  ``sum_{i < t, i not an input of t} S[t+1,i] m_i <= budget - m_t - w_t - sum_inputs m_u``.
 * deadline: with DMA each stage lasts ``T_t >= compute_t`` and ``T_t >= transfers_t``;
   without DMA ``T_t = compute_t + transfers_t``; ``sum_t T_t <= deadline``.
 * storage capacity: ``sum_{t,i} Mout[t,i] m_i <= capacity``.
@@ -233,7 +236,24 @@ class MilpModel:
                 m.addCons(quicksum(v * int(self.costs.output_bytes[i])
                                    for (t, i), v in Mout.items()) <= storage_capacity_bytes,
                           name="capacity")
+        self._add_frontier_knapsacks()
         self._add_deadline()
+
+    def _add_frontier_knapsacks(self) -> None:
+        """Redundant but strong rows: while op ``t`` runs (the last op of stage ``t``), RAM
+        holds its inputs, its output, its workspace and every tensor kept into stage
+        ``t + 1``. In binaries only, these are knapsack rows that SCIP tightens and derives
+        cover cuts from; the recurrence with continuous ``U`` and ``F`` gives it none, and its
+        LP relaxation keeps fractions of large tensors for free."""
+        m, graph = self.model, self.graph
+        for t in range(self.n - 1):
+            inputs = set(graph.predecessors(t))
+            room = (self.budget_units - self.mem[t] - self.ws[t]
+                    - sum(self.mem[u] for u in inputs))
+            terms = [self.mem[i] * self.S[t + 1, i] for i in range(t)
+                     if i not in inputs and (t + 1, i) in self.S and self.mem[i] > 0]
+            if terms:
+                m.addCons(quicksum(terms) <= room, name=f"frontier_{t}")
 
     def _free_pairs(self, t: int, runnable: list[int]) -> list[tuple[int, int, list[int]]]:
         """(tensor i, op k, later readers of i in the stage) for every possible free."""
