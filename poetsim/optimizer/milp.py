@@ -21,7 +21,8 @@ Formulation (paper Algorithm 1 on Checkmate's frontier-advancing stages; notatio
   ``R, S`` these bounds are 0 or 1 and freeing only helps, so the relaxation is exact.
 * frontier knapsacks (redundant, for the LP bound): while op ``t`` runs, RAM holds its
   inputs, output and workspace and every tensor kept into stage ``t + 1``:
-  ``sum_{i < t, i not an input of t} S[t+1,i] m_i <= budget - m_t - w_t - sum_inputs m_u``.
+  ``sum_{i < t, i not an input of t} S[t+1,i] m_i <= budget - m_t - w_t - sum_inputs m_u``;
+  and when stage ``t`` starts: ``sum_i (S[t,i] + Min[t,i]) m_i <= budget``.
 * deadline: with DMA each stage lasts ``T_t >= compute_t`` and ``T_t >= transfers_t``;
   without DMA ``T_t = compute_t + transfers_t``; ``sum_t T_t <= deadline``.
 * storage capacity: ``sum_{t,i} Mout[t,i] m_i <= capacity``.
@@ -254,6 +255,12 @@ class MilpModel:
                      if i not in inputs and (t + 1, i) in self.S and self.mem[i] > 0]
             if terms:
                 m.addCons(quicksum(terms) <= room, name=f"frontier_{t}")
+        for t in range(1, self.n):
+            # When stage t starts, everything kept or paged in is resident at once.
+            start = [self.mem[i] * v for family in (self.S, self.Min)
+                     for i in range(t) if (v := family.get((t, i))) is not None and self.mem[i]]
+            if start:
+                m.addCons(quicksum(start) <= self.budget_units, name=f"start_{t}")
 
     def _free_pairs(self, t: int, runnable: list[int]) -> list[tuple[int, int, list[int]]]:
         """(tensor i, op k, later readers of i in the stage) for every possible free."""
