@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from poetsim.graph import ForwardGraph, TrainingGraph
+
+if TYPE_CHECKING:
+    from poetsim.boards import Board
 
 
 def residual_graph() -> TrainingGraph:

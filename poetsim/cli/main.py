@@ -19,7 +19,7 @@ from poetsim.costs import op_costs
 from poetsim.errors import InputError, PoetsimError
 from poetsim.graph import TrainingGraph, read_graph, write_graph
 from poetsim.summary import cost_summary, graph_summary
-from poetsim.optimizer import SolveStatus, solve
+from poetsim.optimizer import SolveResult, SolveStatus, solve
 from poetsim.schedule import read_schedule, write_schedule, write_schedule_binary
 from poetsim.sim import simulate
 from poetsim.sim.report import SimReport
@@ -269,7 +269,8 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     return 0 if result.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE) else 1
 
 
-def _print_solve(graph: TrainingGraph, board: Board, result: Any, written: list[str]) -> None:
+def _print_solve(graph: TrainingGraph, board: Board, result: SolveResult,
+                 written: list[str]) -> None:
     s = result.summary()
     print(f"{graph.name} on {board.name}: {s['method']}: {result.message}")
     print(_row("budget", f"{format_bytes(s['budget_activation_bytes'])} of activations "
@@ -284,7 +285,7 @@ def _print_solve(graph: TrainingGraph, board: Board, result: Any, written: list[
                    f"{format_quantity(s['pagein_energy_j'], 'J')} / "
                    f"{format_quantity(s['pageout_energy_j'], 'J')}"))
         if s["bound_j"] is not None:
-            print(_row("SCIP bound", format_quantity(s["bound_j"], "J")))
+            print(_row("lower bound", format_quantity(s["bound_j"], "J")))
         print(_row("time (optimizer model)", format_quantity(s["time_s"], "s")))
         print(_row("peak activation RAM", format_bytes(s["peak_ram_bytes"])))
         print(_row("recomputations / page-ins / page-outs",
@@ -328,7 +329,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
-def _simulate_result(graph: TrainingGraph, board: Board, result: Any) -> SimReport:
+def _simulate_result(graph: TrainingGraph, board: Board, result: SolveResult) -> SimReport:
     budget = result.budget
     return simulate(graph, board, result.schedule, budget_bytes=budget.total_bytes,
                     resident_bytes=budget.resident_bytes)
