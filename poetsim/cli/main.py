@@ -64,6 +64,15 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                         help="a model option, e.g. --set seq_len=64 (repeatable)")
 
 
+def _add_graph_and_board(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME",
+                        help=f"zoo model (default {DEFAULT_MODEL})")
+    source.add_argument("--graph", metavar="FILE", help="graph file (JSON) instead of a model")
+    parser.add_argument("--board", default=DEFAULT_BOARD, metavar="NAME|FILE",
+                        help=f"built-in board or board file (default {DEFAULT_BOARD})")
+
+
 def _row(label: str, value: str) -> str:
     return f"  {label:<34} {value}"
 
@@ -444,12 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_models_export)
 
     p = with_json(sub.add_parser("solve", help="find the least-energy schedule (POET MILP, SCIP)"))
-    source = p.add_mutually_exclusive_group()
-    source.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME",
-                        help=f"zoo model (default {DEFAULT_MODEL})")
-    source.add_argument("--graph", metavar="FILE", help="graph file (JSON) instead of a model")
-    p.add_argument("--board", default=DEFAULT_BOARD, metavar="NAME|FILE",
-                   help=f"built-in board or board file (default {DEFAULT_BOARD})")
+    _add_graph_and_board(p)
     p.add_argument("--ram", default="100%", metavar="50%|256KiB|BYTES",
                    help="RAM budget: a percentage of the plain schedule's peak, or a size")
     p.add_argument("--deadline", metavar="1.5x|SECONDS",
@@ -494,12 +498,7 @@ def build_parser() -> argparse.ArgumentParser:
                  "then a solve at a tight RAM budget, verified in the simulator"),
     ):
         p = with_json(sub.add_parser(name, help=help_text))
-        source = p.add_mutually_exclusive_group()
-        source.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME",
-                            help=f"zoo model (default {DEFAULT_MODEL})")
-        source.add_argument("--graph", metavar="FILE", help="graph file (JSON) instead of a model")
-        p.add_argument("--board", default=DEFAULT_BOARD, metavar="NAME|FILE",
-                       help=f"built-in board or board file (default {DEFAULT_BOARD})")
+        _add_graph_and_board(p)
         p.add_argument("--per-op", action="store_true", help="also list every op's costs")
         _add_model_options(p)
         p.set_defaults(func=_cmd_costs)
