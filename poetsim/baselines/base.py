@@ -1,0 +1,232 @@
+"""What every baseline returns, and the shared finishing step.
+
+A baseline is a plain function::
+
+    method(graph, board, costs, budget_bytes, *, deadline_s=None) -> BaselineResult
+
+``budget_bytes`` is the *activation* budget (the optimizer's ``Budget.activation_bytes``:
+activations and working buffers; parameters, gradients and optimizer state live beside
+it). ``costs`` is :func:`poetsim.costs.op_costs` of the graph on the board (``None``
+computes it). ``deadline_s`` is recorded in the schedule's metadata; only the solver-based
+baselines (``checkmate``, ``paging_only``) optimise against it.
+
+Every schedule a baseline returns passes :func:`poetsim.schedule.check_schedule` at the
+budget (``finish`` asserts it) and carries metadata ``{"method", "budget_activation_bytes",
+...}``. The predicted figures are computed from the op list itself (:func:`predict`), not
+from the method's internal model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import numpy as np
+
+from poetsim.boards.spec import Board
+from poetsim.costs import OpCosts, op_costs
+from poetsim.errors import InputError
+from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.io import graph_fingerprint
+from poetsim.schedule import Action, Schedule, Step, check_schedule
+
+__all__ = ["INFEASIBLE", "NOT_APPLICABLE", "OK", "STATUSES", "BaselineResult", "OpListFigures",
+           "check_budget", "costs_for", "finish", "infeasible", "not_applicable", "predict"]
+
+OK = "ok"
+INFEASIBLE = "infeasible"
+NOT_APPLICABLE = "not_applicable"
+#: ``ok``: a schedule within the budget; ``infeasible``: the method found none that fits
+#: (not a proof that none exists, except where the reason says so); ``not_applicable``:
+#: the method does not handle this graph (the reason says why).
+STATUSES = (OK, INFEASIBLE, NOT_APPLICABLE)
+
+
+def _status(instance: Any, attribute: Any, value: str) -> None:
+    if value not in STATUSES:
+        raise ValueError(f"status = {value!r}: must be one of {', '.join(STATUSES)}")
+
+
+@attrs.frozen
+class BaselineResult:
+    """The outcome of one baseline on one (graph, board, budget).
+
+    ``energy_j`` / ``time_s`` / ``peak_ram_bytes`` are predicted from the op list
+    (:func:`predict`); ``peak_ram_bytes`` is activation bytes (no resident region), the
+    figure ``budget_bytes`` bounds. They are ``None`` without a schedule. ``details``
+    holds method-specific facts (checkpoints chosen, thresholds, solver status, ...).
+    """
+
+    method: str
+    status: str = attrs.field(validator=_status)
+    schedule: Schedule | None = None
+    reason: str = ""
+    budget_bytes: int = 0
+    deadline_s: float | None = None
+    energy_j: float | None = None
+    time_s: float | None = None
+    peak_ram_bytes: int | None = None
+    recomputations: int = 0
+    page_outs: int = 0
+    page_ins: int = 0
+    details: Mapping[str, Any] = attrs.field(factory=dict, converter=dict, hash=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    @property
+    def deadline_ok(self) -> bool | None:
+        """Predicted time within the deadline (None without a deadline or a schedule)."""
+        if self.deadline_s is None or self.time_s is None:
+            return None
+        return self.time_s <= self.deadline_s
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready figures (no steps)."""
+        return {
+            "method": self.method, "status": self.status, "reason": self.reason,
+            "budget_activation_bytes": self.budget_bytes, "deadline_s": self.deadline_s,
+            "energy_j": self.energy_j, "time_s": self.time_s,
+            "peak_ram_bytes": self.peak_ram_bytes, "recomputations": self.recomputations,
+            "page_outs": self.page_outs, "page_ins": self.page_ins,
+            "details": dict(self.details),
+        }
+
+
+@attrs.frozen
+class OpListFigures:
+    """Energy, time and peak of an op list under the per-op cost model."""
+
+    energy_j: float
+    compute_energy_j: float
+    transfer_energy_j: float
+    time_s: float
+    peak_ram_bytes: int
+
+
+def costs_for(graph: TrainingGraph, board: Board, costs: OpCosts | None) -> OpCosts:
+    """``costs`` if given (checked to cover the graph), else ``op_costs(graph, board)``."""
+    if costs is None:
+        return op_costs(graph, board)
+    if len(costs) != len(graph.ops):
+        raise InputError(f"costs cover {len(costs)} ops, but graph {graph.name!r} has "
+                         f"{len(graph.ops)}")
+    return costs
+
+
+def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule | list[Step]
+            ) -> OpListFigures:
+    """Predicted energy, time and activation peak of an op list.
+
+    Energy: every COMPUTE at its op's compute energy, every PAGE_OUT / PAGE_IN at its
+    transfer energy (the optimizer's accounting; idle power and wake-ups are left to the
+    simulator). Time: without DMA everything runs in list order on the CPU; with DMA,
+    transfers run one at a time on a transfer lane, a page-out starts at its step, a
+    page-in starts at its step (or when the lane frees up) and a COMPUTE waits for the
+    page-ins of its inputs. Peak: activation bytes by the contract's rule.
+    """
+    steps = list(steps.steps if isinstance(steps, Schedule) else steps)
+    size = costs.output_bytes
+    workspace = costs.workspace_bytes
+    e_compute = e_transfer = 0.0
+    overlap = board.dma.present
+    cpu = lane = 0.0
+    ready: dict[int, float] = {}
+    live = peak = 0
+    for step in steps:
+        k = step.op
+        if step.action is Action.COMPUTE:
+            e_compute += float(costs.compute_energy_j[k])
+            start = max([cpu] + [ready.get(u, 0.0) for u in graph.predecessors(k)])
+            cpu = start + float(costs.compute_time_s[k])
+            ready[k] = cpu
+            peak = max(peak, live + int(size[k]) + int(workspace[k]))
+            live += int(size[k])
+        elif step.action is Action.PAGE_OUT:
+            e_transfer += float(costs.pageout_energy_j[k])
+            if overlap:
+                lane = max(lane, cpu) + float(costs.pageout_time_s[k])
+            else:
+                cpu += float(costs.pageout_time_s[k])
+        elif step.action is Action.PAGE_IN:
+            e_transfer += float(costs.pagein_energy_j[k])
+            if overlap:
+                lane = max(lane, cpu) + float(costs.pagein_time_s[k])
+                ready[k] = lane
+            else:
+                cpu += float(costs.pagein_time_s[k])
+                ready[k] = cpu
+            live += int(size[k])
+            peak = max(peak, live)
+        else:
+            live -= int(size[k])
+    return OpListFigures(energy_j=e_compute + e_transfer, compute_energy_j=e_compute,
+                      transfer_energy_j=e_transfer, time_s=max(cpu, lane), peak_ram_bytes=peak)
+
+
+def not_applicable(method: str, reason: str, budget_bytes: int,
+                   deadline_s: float | None = None) -> BaselineResult:
+    return BaselineResult(method=method, status=NOT_APPLICABLE, reason=reason,
+                          budget_bytes=budget_bytes, deadline_s=deadline_s)
+
+
+def infeasible(method: str, reason: str, budget_bytes: int, deadline_s: float | None = None,
+               details: Mapping[str, Any] | None = None) -> BaselineResult:
+    return BaselineResult(method=method, status=INFEASIBLE, reason=reason,
+                          budget_bytes=budget_bytes, deadline_s=deadline_s,
+                          details=details or {})
+
+
+def finish(method: str, graph: TrainingGraph, board: Board, costs: OpCosts, budget_bytes: int,
+           steps: Schedule | list[Step], *, deadline_s: float | None = None,
+           details: Mapping[str, Any] | None = None,
+           metadata: Mapping[str, Any] | None = None) -> BaselineResult:
+    """Wrap ``steps`` as a schedule, check it, and predict its figures.
+
+    A schedule over the budget gives an ``infeasible`` result (the method's own schedule
+    does not fit); a structural violation is a bug of the method and raises
+    ``AssertionError``.
+    """
+    raw = list(steps.steps if isinstance(steps, Schedule) else steps)
+    capacity = board.storage.capacity_bytes
+    schedule = Schedule(graph.name, graph_fingerprint(graph), raw, {})
+    check = check_schedule(graph, schedule, storage_capacity_bytes=capacity)
+    if not check.valid:
+        raise AssertionError(f"{method} produced an invalid schedule: "
+                             f"{check.violation.message} [{check.violation.rule}]")
+    details = dict(details or {})
+    if check.peak_ram_bytes > budget_bytes:
+        return infeasible(method, (
+            f"its schedule needs {check.peak_ram_bytes} B of activation RAM, over the budget "
+            f"of {budget_bytes} B"), budget_bytes, deadline_s,
+            {**details, "peak_ram_bytes": check.peak_ram_bytes})
+    figures = predict(graph, board, costs, raw)
+    assert figures.peak_ram_bytes == check.peak_ram_bytes
+    meta: dict[str, Any] = {
+        "method": method, "board": board.name, "budget_activation_bytes": int(budget_bytes),
+        "predicted_energy_j": figures.energy_j, "predicted_time_s": figures.time_s,
+        "predicted_peak_ram_bytes": figures.peak_ram_bytes,
+    }
+    if deadline_s is not None:
+        meta["deadline_s"] = float(deadline_s)
+    meta.update(metadata or {})
+    schedule = schedule.with_metadata(**meta)
+    final = check_schedule(graph, schedule, budget_bytes=budget_bytes,
+                           storage_capacity_bytes=capacity)
+    assert final.valid, final.violation
+    return BaselineResult(
+        method=method, status=OK, schedule=schedule, budget_bytes=budget_bytes,
+        deadline_s=deadline_s, energy_j=figures.energy_j, time_s=figures.time_s,
+        peak_ram_bytes=figures.peak_ram_bytes, recomputations=check.recomputes,
+        page_outs=check.page_outs, page_ins=check.page_ins, details=details)
+
+
+def check_budget(budget_bytes: Any) -> int:
+    """``budget_bytes`` as an int, or :class:`~poetsim.errors.InputError`."""
+    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, (int, np.integer)) \
+            or budget_bytes < 0:
+        raise InputError(f"budget_bytes = {budget_bytes!r}: must be a non-negative whole "
+                         "number of bytes")
+    return int(budget_bytes)

@@ -1,0 +1,160 @@
+"""Capuchin (Peng et al., ASPLOS 2020): tensor-access-driven swapping first, recomputation second.
+
+Capuchin profiles one plain iteration (here: every op at its OpCosts time, in graph order)
+to learn each tensor's accesses, then repeatedly lowers the peak memory:
+
+1. Find the peak of the current plan (the op list of :func:`~poetsim.baselines.program.run_policy`)
+   and the *candidates*: forward tensors a backward op reads, resident at the peak, whose
+   last forward access is before the peak and whose first backward access is after it
+   (evicting them lowers this peak), and not yet decided.
+2. **Swap first, when it can be hidden.** A candidate's free time
+   ``FT = (start of its first backward access - end of its last forward access)
+   - page-out time - page-in time - transfer time of swaps already chosen whose idle
+   window overlaps its own`` (one transfer lane). If any candidate has ``FT >= 0`` on a
+   board with DMA, the one with the largest FT is swapped (paged out after it is made,
+   paged in before its backward access).
+3. **Otherwise, by memory saving per second (MSPS).** For every candidate, the swap
+   overhead (its transfer time not hidden by its idle window, or all of it without DMA)
+   and the recomputation overhead (its compute time plus that of the ancestors it must be
+   rebuilt from: dropped ones and the ones the forward pass already freed, plus page-ins of
+   swapped ancestors) are compared; the candidate
+   with the largest ``size / min(overheads)`` is evicted the cheaper way.
+
+A decision that raises the peak (its recomputation or page-in lands on a new, higher
+peak) is undone and the tensor is not considered again: a stand-in for Capuchin's run-time
+feedback. This repeats until the plan fits the budget (``ok``) or no candidate is left
+(``infeasible``). Capuchin optimises time, not energy: it pays for paging whenever paging
+is hidden, however much energy the storage spends. Deviations: no run-time re-measurement
+(Capuchin re-profiles on the GPU; here the profile is the cost model), one decision per
+iteration, and a recomputed tensor is kept until its last backward reader rather than
+re-evicted; the ancestors recomputed (or paged in) only to rebuild it are freed at once.
+Tensors Capuchin leaves alone live as in the plain schedule (they are not checkpoints), so
+a recomputation goes back to the nearest tensor still resident.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from poetsim.baselines.base import BaselineResult, check_budget, costs_for, finish, infeasible
+from poetsim.baselines.program import DROP, KEEP, OFFLOAD, run_policy, saved_tensors
+from poetsim.boards.spec import Board
+from poetsim.costs import OpCosts
+from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.ops import Phase
+
+__all__ = ["capuchin"]
+
+METHOD = "capuchin"
+
+
+def capuchin(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_bytes: int, *,
+             deadline_s: float | None = None) -> BaselineResult:
+    """Capuchin's hybrid swap/recompute policy, iterated until the peak fits."""
+    budget_bytes = check_budget(budget_bytes)
+    costs = costs_for(graph, board, costs)
+    n = len(graph)
+    ops = graph.ops
+    ct = np.asarray(costs.compute_time_s, dtype=float)
+    t_out = np.asarray(costs.pageout_time_s, dtype=float)
+    t_in = np.asarray(costs.pagein_time_s, dtype=float)
+    size = [op.output_bytes for op in ops]
+    can_page = board.storage.capacity_bytes > 0
+    hidden_possible = can_page and board.dma.present
+    start = np.concatenate([[0.0], np.cumsum(ct)])  # start[k]: op k starts (plain profile)
+    saved = saved_tensors(graph)
+    last_fwd = {t: max([s for s in graph.successors(t) if ops[s].phase is not Phase.BACKWARD]
+                       + [t]) for t in saved}
+    first_bwd = {t: min(s for s in graph.successors(t) if ops[s].phase is Phase.BACKWARD)
+                 for t in saved}
+    window = {t: float(start[first_bwd[t]] - start[last_fwd[t] + 1]) for t in saved}
+    policy = [KEEP] * n
+    swaps: list[int] = []
+    decisions: list[str] = []
+
+    def interval(t: int) -> tuple[float, float]:
+        return float(start[last_fwd[t] + 1]), float(start[first_bwd[t]])
+
+    def free_time(t: int) -> float:
+        lo, hi = interval(t)
+        shared = sum(t_out[u] + t_in[u] for u in swaps
+                     if interval(u)[0] < hi and lo < interval(u)[1])
+        return window[t] - t_out[t] - t_in[t] - shared
+
+    def recompute_time(t: int) -> float:
+        total, seen, stack = ct[t], {t}, list(graph.predecessors(t))
+        while stack:
+            w = stack.pop()
+            if w in seen:
+                continue
+            seen.add(w)
+            if policy[w] == OFFLOAD:
+                total += t_in[w]
+            elif policy[w] == DROP or w not in saved:
+                # dropped, or gone since the forward pass (nothing backward reads it)
+                total += ct[w]
+                stack.extend(graph.predecessors(w))
+        return float(total)
+
+    def by_msps(candidates: list[int]) -> tuple[int, str, str]:
+        """The candidate with the most memory saved per second of overhead, and how."""
+        best = None
+        for t in candidates:
+            recompute = recompute_time(t)
+            swap = np.inf
+            if can_page:
+                exposed = t_out[t] + t_in[t]
+                if board.dma.present:
+                    exposed = max(0.0, -free_time(t))
+                swap = float(exposed)
+            overhead = min(swap, recompute)
+            msps = np.inf if overhead <= 0 else size[t] / overhead
+            key = (msps, -t)
+            if best is None or key > best[0]:
+                best = (key, t, OFFLOAD if swap < recompute else DROP)
+        assert best is not None
+        _, t, action = best
+        return t, action, ("swap {} (MSPS)" if action == OFFLOAD else "recompute {} (MSPS)")
+
+    rejected: set[int] = set()
+    prog = run_policy(graph, policy, keep_rebuilt_ancestors=False,
+                          hold_checkpoints=False)
+    while prog.peak > budget_bytes:
+        p = prog.peak_stage
+        busy = {prog.peak_op, *graph.predecessors(prog.peak_op)}
+        candidates = [t for t in sorted(prog.peak_resident)
+                      if t in saved and policy[t] == KEEP and t not in busy and size[t] > 0
+                      and t not in rejected and last_fwd[t] < p < first_bwd[t]]
+        if not candidates:
+            return infeasible(METHOD, (
+                f"the peak of {prog.peak} B of activation RAM (at op "
+                f"{ops[prog.peak_op].name!r}) has no tensor left to swap or recompute; the "
+                f"budget is {budget_bytes} B"), budget_bytes, deadline_s,
+                {"decisions": decisions})
+        hideable = [(free_time(t), t) for t in candidates] if hidden_possible else []
+        hideable = [(ft, t) for ft, t in hideable if ft >= 0]
+        if hideable:
+            _, t = max(hideable)
+            action, why = OFFLOAD, "swap {} (hidden)"
+        else:
+            t, action, why = by_msps(candidates)
+        policy[t] = action
+        trial = run_policy(graph, policy, keep_rebuilt_ancestors=False,
+                          hold_checkpoints=False)
+        if trial.peak > prog.peak:
+            # Feedback: the eviction made the peak worse (its recomputation or page-in
+            # lands on a new peak); undo it and do not consider the tensor again.
+            policy[t] = KEEP
+            rejected.add(t)
+            continue
+        prog = trial
+        if action == OFFLOAD:
+            swaps.append(t)
+        decisions.append(why.format(ops[t].name))
+    return finish(METHOD, graph, board, costs, budget_bytes, prog.steps, deadline_s=deadline_s,
+                  details={"decisions": decisions,
+                           "swapped": sum(1 for x in policy if x == OFFLOAD),
+                           "recomputed": sum(1 for x in policy if x == DROP),
+                           "rejected": [ops[t].name for t in sorted(rejected)]})
+
+

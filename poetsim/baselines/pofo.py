@@ -1,0 +1,267 @@
+"""POFO (Beaumont, Eyraud-Dubois and Shilova, NeurIPS 2021): remat + offloading on chains, by DP.
+
+POFO combines rematerialization and offloading of activations for a *chain* of layers,
+optimally for its own model, by dynamic programming. As POET's paper summarises it
+(section 2), each layer's activation gets a single operation (kept, offloaded once or
+recomputed once), all page-outs happen before the loss, and paging is assumed
+asynchronous. That is the model implemented here, on the chain ``x0 -> x1 -> ... -> xN``
+(``xN`` the loss):
+
+* every chain tensor is **kept** (in RAM until its last backward reader), **offloaded**
+  (paged out as soon as it is made, paged in once when the backward pass needs it), or
+  **dropped** (recomputed once in the backward pass, from the nearest kept or paged-in
+  tensor before it; the recomputed run stays until its backward ops are done);
+* kept and offloaded tensors are the *anchors*; the dropped tensors between two anchors
+  form a segment, recomputed together.
+
+The DP walks the anchors left to right. Its state is the last anchor and its kind, with a
+Pareto front of (bytes of kept anchors that stay resident, objective). A transition from
+anchor ``a`` to anchor ``b`` checks the segment's backward working set against the budget:
+the kept anchors before ``a``, ``xa``, the saved dropped tensors still waiting for their
+backward op, what each backward op reads, its incoming and outgoing gradients and
+workspace, and the recomputation's transient tensors. It adds the recomputation time of
+the dropped tensors and, for an offloaded anchor, the transfer time *not hidden*: with DMA,
+a page-out overlaps the forward compute after it up to the loss and a page-in the backward
+compute before its use (POFO's asynchronous-transfer assumption; the single transfer lane
+is not modelled as shared); without DMA the whole transfer counts. The objective is
+POFO's, time; energy breaks ties.
+
+The DP's working sets are an estimate of the executed op list, so every plan is lowered
+with :func:`~poetsim.baselines.program.run_policy` and checked exactly, and the DP's
+internal budget is calibrated (raised while the plans fit or none is found, lowered by the
+overshoot, then bisected; at most :data:`MAX_ROUNDS` DP runs); the fitting plan with the
+best DP objective is returned. Not applicable to graphs that are not chains.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from poetsim.baselines.base import (
+    BaselineResult,
+    check_budget,
+    costs_for,
+    finish,
+    infeasible,
+    not_applicable,
+)
+from poetsim.baselines.program import (
+    DROP,
+    KEEP,
+    OFFLOAD,
+    backward_op_of,
+    chain_order,
+    run_policy,
+    saved_tensors,
+)
+from poetsim.boards.spec import Board
+from poetsim.costs import OpCosts
+from poetsim.graph.graph import TrainingGraph
+
+__all__ = ["pofo", "pofo_policy"]
+
+METHOD = "pofo"
+#: DP runs spent calibrating the internal budget.
+MAX_ROUNDS = 16
+#: Kept bytes are rounded to budget / FRONT_RESOLUTION to keep the Pareto fronts short.
+FRONT_RESOLUTION = 1024
+
+
+class _State(NamedTuple):
+    kept: int                 # bytes of kept anchors before this anchor that stay resident
+    key: tuple[float, float]  # (extra time, extra energy): the objective, lexicographic
+    back: tuple | None        # (previous anchor, previous kind, previous state)
+
+
+def _pareto(states: list[_State]) -> list[_State]:
+    """States not dominated in (kept bytes, objective), sorted by kept bytes."""
+    states.sort(key=lambda s: (s.kept, s.key))
+    front: list[_State] = []
+    for s in states:
+        if front and front[-1].key <= s.key:
+            continue
+        front.append(s)
+    return front
+
+
+class _Chain:
+    """Per-position facts of the chain the DP needs (index j = chain position)."""
+
+    def __init__(self, graph: TrainingGraph, board: Board, costs: OpCosts, chain: list[int]):
+        ops = graph.ops
+        bwd = backward_op_of(graph)
+        saved = saved_tensors(graph)
+        m = len(chain)
+        self.m = m
+        self.size = [ops[c].output_bytes for c in chain]
+        self.saved = [c in saved for c in chain]
+        b_of = [bwd.get(c) for c in chain]
+        self.grad = [ops[b].output_bytes if b is not None else 0 for b in b_of]
+        self.ws_f = [ops[c].workspace_bytes for c in chain]
+        reads = [set(graph.predecessors(b)) if b is not None else set() for b in b_of]
+        self.reads_self = [chain[j] in reads[j] for j in range(m)]
+        # What backward op j holds while it runs, beside the ladder and the anchors.
+        self.running = [
+            (self.size[j] if self.reads_self[j] else 0)
+            + (self.grad[j + 1] if j + 1 < m else 0) + self.grad[j]
+            + (ops[b_of[j]].workspace_bytes if b_of[j] is not None else 0)
+            for j in range(m)]
+        ladder = [self.size[j] if self.saved[j] else 0 for j in range(m)]
+        self.prefix = np.concatenate([[0], np.cumsum(ladder)]).astype(int)  # P(j) = sum_{i<j}
+        ct = np.array([costs.compute_time_s[c] for c in chain], dtype=float)
+        ce = np.array([costs.compute_energy_j[c] for c in chain], dtype=float)
+        bt = np.array([costs.compute_time_s[b] if b is not None else 0.0 for b in b_of])
+        self.ct_prefix = np.concatenate([[0.0], np.cumsum(ct)])
+        self.ce_prefix = np.concatenate([[0.0], np.cumsum(ce)])
+        fwd_after = self.ct_prefix[-1] - self.ct_prefix[1:]          # forward of j+1..N
+        bwd_before = np.concatenate([np.cumsum(bt[::-1])[::-1][1:], [0.0]])  # backward j+1..
+        self.offload_cost: list[tuple[float, float]] = []
+        for j, c in enumerate(chain):
+            out_t, in_t = float(costs.pageout_time_s[c]), float(costs.pagein_time_s[c])
+            energy = float(costs.pageout_energy_j[c] + costs.pagein_energy_j[c])
+            if board.dma.present:
+                t = max(0.0, out_t - fwd_after[j]) + max(0.0, in_t - bwd_before[j])
+            else:
+                t = out_t + in_t
+            self.offload_cost.append((t, energy))
+
+    def transient(self, i: int, a: int) -> int:
+        """Unsaved bytes alive while dropped op i is recomputed (after anchor a)."""
+        t = (0 if self.saved[i] else self.size[i]) + self.ws_f[i]
+        if i - 1 > a and not self.saved[i - 1]:
+            t += self.size[i - 1]
+        return t
+
+
+def pofo_policy(graph: TrainingGraph, board: Board, costs: OpCosts, chain: list[int],
+                budget_bytes: int) -> tuple[list[str], tuple[float, float]] | None:
+    """The DP's policy (op index -> keep / offload / drop) and its objective
+    (extra time over one plain pass, energy of that extra work), or None."""
+    c = _Chain(graph, board, costs, chain)
+    m, last = c.m, c.m - 1
+    can_page = board.storage.capacity_bytes > 0
+    unit = max(1, budget_bytes // FRONT_RESOLUTION)
+    kinds_of = [(KEEP, OFFLOAD) if can_page and b < last and c.size[b] > 0 else (KEEP,)
+                for b in range(m)]
+    # states[(anchor, kind)]; anchor -1 is "nothing before the chain".
+    states: dict[tuple[int, str], list[_State]] = {(-1, KEEP): [_State(0, (0.0, 0.0), None)]}
+    for b in range(m):
+        # Working set of segment (a, b] without the kept anchors, for every a < b.
+        need: dict[int, int] = {}
+        best_j = -1
+        transient = 0
+        for a in range(b - 1, -2, -1):
+            j = a + 1  # backward op j joins the segment
+            best_j = max(best_j, int(c.prefix[j]) + c.running[j])
+            if j < b:
+                transient = max(transient, c.transient(j, a))
+            # xa is resident through the segment if a backward op reads it or the dropped
+            # tensors are rebuilt from it; otherwise it was freed in the forward pass.
+            s_a = c.size[a] if a >= 0 and (c.saved[a] or b > a + 1) else 0
+            base = s_a - int(c.prefix[a + 1])
+            backward = base + best_j
+            recompute = (base + int(c.prefix[b]) + transient
+                         + (c.grad[b + 1] if b + 1 < m else 0)
+                         + (c.size[b] if c.reads_self[b] else 0))
+            need[a] = max(backward, recompute)
+        for kind_b in kinds_of[b]:
+            found: list[_State] = []
+            for (a, kind_a), front in states.items():
+                if a >= b:
+                    continue
+                extra_t = float(c.ct_prefix[b] - c.ct_prefix[a + 1])
+                extra_e = float(c.ce_prefix[b] - c.ce_prefix[a + 1])
+                if kind_b == OFFLOAD:
+                    dt, de = c.offload_cost[b]
+                    extra_t += dt
+                    extra_e += de
+                keeps_a = a >= 0 and kind_a == KEEP and (c.saved[a] or b > a + 1)
+                add = round(c.size[a] / unit) * unit if keeps_a else 0
+                for s in front:
+                    if s.kept + need[a] > budget_bytes:
+                        break  # the front is sorted by kept bytes
+                    found.append(_State(s.kept + add, (s.key[0] + extra_t, s.key[1] + extra_e),
+                                        (a, kind_a, s)))
+            if found:
+                states[(b, kind_b)] = _pareto(found)
+    finals = states.get((last, KEEP))
+    if not finals:
+        return None
+    best = min(finals, key=lambda s: s.key)
+    policy = [KEEP] * len(graph)
+    kinds = [DROP] * m
+    kinds[last] = KEEP
+    node: _State = best
+    while node.back is not None:
+        a, kind_a, prev = node.back
+        if a >= 0:
+            kinds[a] = kind_a
+        node = prev
+    for j, op in enumerate(chain):
+        policy[op] = kinds[j]
+    return policy, best.key
+
+
+def pofo(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_bytes: int, *,
+         deadline_s: float | None = None) -> BaselineResult:
+    """POFO's keep / offload / recompute-once DP on a chain, checked against the budget."""
+    budget_bytes = check_budget(budget_bytes)
+    chain, reason = chain_order(graph)
+    if chain is None:
+        return not_applicable(METHOD, reason, budget_bytes, deadline_s)
+    costs = costs_for(graph, board, costs)
+    tolerance = max(1, budget_bytes // 1000)
+    step = max(tolerance, budget_bytes // 16)
+    internal = budget_bytes
+    up = down = None  # largest internal budget that asked for more, smallest for less
+    best = None
+    smallest = None
+    rounds = 0
+    for rounds in range(1, MAX_ROUNDS + 1):
+        found = pofo_policy(graph, board, costs, chain, internal)
+        overshoot = 0
+        if found is None:
+            up = internal
+        else:
+            policy, key = found
+            prog = run_policy(graph, policy)
+            smallest = prog.peak if smallest is None else min(smallest, prog.peak)
+            if prog.peak <= budget_bytes:
+                up = internal
+                if best is None or key < best[0]:
+                    best = (key, internal, policy, prog)
+            else:
+                down = internal
+                overshoot = prog.peak - budget_bytes
+        if best is not None and best[0] == (0.0, 0.0):
+            break  # nothing beyond one plain pass: no plan can do better
+        if down is None:
+            if internal > 4 * budget_bytes:
+                break
+            internal += step
+            step *= 2
+        elif up is None:
+            internal -= max(1, overshoot)
+            if internal <= 0:
+                break
+        else:
+            if down - up <= tolerance:
+                break
+            internal = (up + down) // 2
+    if best is None:
+        why = ("the dynamic program finds no plan whose estimated working sets fit"
+               if smallest is None else
+               f"its best plan needs {smallest} B of activation RAM, over the budget")
+        return infeasible(METHOD, f"{why} (budget {budget_bytes} B)", budget_bytes, deadline_s,
+                          {"smallest_peak_bytes": smallest, "rounds": rounds})
+    (dp_time, _), internal, policy, prog = best
+
+    def names(kind: str) -> list[str]:
+        return [graph.ops[op].name for op in chain if policy[op] == kind]
+
+    return finish(METHOD, graph, board, costs, budget_bytes, prog.steps, deadline_s=deadline_s,
+                  details={"offloaded": names(OFFLOAD), "dropped": names(DROP),
+                           "dp_extra_time_s": dp_time, "dp_budget_bytes": internal,
+                           "rounds": rounds})

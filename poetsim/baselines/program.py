@@ -1,0 +1,275 @@
+"""Building op lists that follow the contract, and the graph facts the baselines share.
+
+* :class:`Program`: appends COMPUTE / PAGE_OUT / PAGE_IN / FREE steps while tracking the
+  resident and storage sets exactly as :mod:`poetsim.schedule.ops` defines them, and
+  refuses (``AssertionError``) any step the contract forbids. It records the activation
+  peak and what was resident at it.
+* :func:`run_policy`: executes the graph in its op order under a per-tensor policy
+  (keep / offload / drop) and rematerializes or pages in on demand: the common executor of
+  Chen, Capuchin and POFO.
+* :func:`chain_order`, :func:`checkpoint_candidates`: chain detection and the articulation
+  points of the forward graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.ops import Phase
+from poetsim.schedule import Action, Step
+
+__all__ = ["DROP", "KEEP", "OFFLOAD", "POLICIES", "Program", "backward_op_of", "chain_order",
+           "checkpoint_candidates", "forward_indices", "run_policy", "saved_tensors"]
+
+KEEP = "keep"
+OFFLOAD = "offload"
+DROP = "drop"
+POLICIES = (KEEP, OFFLOAD, DROP)
+
+
+class Program:
+    """An op list under construction, checked step by step against the contract.
+
+    ``stage`` of each step is the *frontier*: the highest op index computed for the first
+    time so far, so stages never decrease.
+    """
+
+    def __init__(self, graph: TrainingGraph) -> None:
+        self.graph = graph
+        n = len(graph)
+        self.n = n
+        self.size = [op.output_bytes for op in graph.ops]
+        self.workspace = [op.workspace_bytes for op in graph.ops]
+        self.resident = [False] * n
+        self.stored = [False] * n
+        self.computed = [False] * n
+        self.in_ram: set[int] = set()
+        self.live = 0
+        self.peak = 0
+        self.peak_stage = 0
+        self.peak_op = -1
+        self.peak_step = -1
+        self.peak_resident: frozenset[int] = frozenset()
+        self.frontier = 0
+        self.steps: list[Step] = []
+
+    # ------------------------------------------------------------------ steps
+
+    def _note(self, amount: int, op: int) -> None:
+        if amount > self.peak:
+            self.peak = amount
+            self.peak_stage = self.frontier
+            self.peak_op = op
+            self.peak_step = len(self.steps) - 1
+            self.peak_resident = frozenset(self.in_ram)
+
+    def compute(self, k: int) -> None:
+        for u in self.graph.predecessors(k):
+            assert self.resident[u], f"compute {k}: input {u} not resident"
+        assert not self.resident[k], f"compute {k}: already resident"
+        if not self.computed[k]:
+            self.frontier = max(self.frontier, k)
+        self.steps.append(Step(Action.COMPUTE, k, self.frontier))
+        self._note(self.live + self.size[k] + self.workspace[k], k)
+        self.resident[k] = True
+        self.in_ram.add(k)
+        self.live += self.size[k]
+        self.computed[k] = True
+
+    def page_out(self, k: int) -> None:
+        assert self.resident[k] and not self.stored[k], f"page_out {k}"
+        self.steps.append(Step(Action.PAGE_OUT, k, self.frontier))
+        self.stored[k] = True
+
+    def page_in(self, k: int) -> None:
+        assert self.stored[k] and not self.resident[k], f"page_in {k}"
+        self.steps.append(Step(Action.PAGE_IN, k, self.frontier))
+        self.resident[k] = True
+        self.in_ram.add(k)
+        self.live += self.size[k]
+        self._note(self.live, k)
+
+    def free(self, k: int) -> None:
+        assert self.resident[k], f"free {k}: not resident"
+        self.steps.append(Step(Action.FREE, k, self.frontier))
+        self.resident[k] = False
+        self.in_ram.discard(k)
+        self.live -= self.size[k]
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def recomputations(self) -> int:
+        return sum(1 for s in self.steps if s.action is Action.COMPUTE) - sum(self.computed)
+
+
+def forward_indices(graph: TrainingGraph) -> list[int]:
+    """Forward ops and the loss (all of them come before every backward op)."""
+    return [i for i, op in enumerate(graph.ops) if op.phase is not Phase.BACKWARD]
+
+
+def saved_tensors(graph: TrainingGraph) -> set[int]:
+    """Forward tensors that some backward op reads (the ones worth keeping or paging)."""
+    ops = graph.ops
+    return {i for i in forward_indices(graph)
+            if any(ops[s].phase is Phase.BACKWARD for s in graph.successors(i))}
+
+
+def backward_op_of(graph: TrainingGraph) -> dict[int, int]:
+    """Forward (or loss) op index -> index of its backward op, where it has one."""
+    result: dict[int, int] = {}
+    for j, op in enumerate(graph.ops):
+        if op.phase is Phase.BACKWARD:
+            result[graph.index(op.forward_of)] = j  # type: ignore[arg-type]
+    return result
+
+
+def chain_order(graph: TrainingGraph) -> tuple[list[int] | None, str]:
+    """The forward ops as a chain ``x0 -> x1 -> ... -> loss``, or None and the reason.
+
+    A chain: one source, and every forward op reads at most one forward op and feeds at
+    most one (its backward readers aside).
+    """
+    ops = graph.ops
+    fwd = forward_indices(graph)
+    is_fwd = set(fwd)
+    for i in fwd:
+        feeds = [s for s in graph.successors(i) if s in is_fwd]
+        if len(feeds) > 1:
+            return None, (f"chains only: {graph.name} has residual or branching connections "
+                          f"(forward op {ops[i].name!r} feeds {len(feeds)} forward ops)")
+        reads = graph.predecessors(i)
+        if len(reads) > 1:
+            return None, (f"chains only: {graph.name} has residual or merging connections "
+                          f"(forward op {ops[i].name!r} reads {len(reads)} forward ops)")
+    sources = [i for i in fwd if not graph.predecessors(i)]
+    if len(sources) != 1:
+        return None, f"chains only: {graph.name} has {len(sources)} inputs"
+    order = [sources[0]]
+    while True:
+        nxt = [s for s in graph.successors(order[-1]) if s in is_fwd]
+        if not nxt:
+            break
+        order.append(nxt[0])
+    if len(order) != len(fwd):
+        return None, f"chains only: the forward ops of {graph.name} do not form one path"
+    return order, ""
+
+
+def checkpoint_candidates(graph: TrainingGraph) -> list[int]:
+    """Articulation points of the forward graph: forward ops no forward edge jumps over.
+
+    Forward ops come first in the (topological) op order, so ``v`` separates the forward
+    graph (every input-to-loss path goes through it) exactly when no forward edge
+    ``(a, b)`` has ``a < v < b``. This is Checkmate's ``articulation_points`` (the undirected
+    cut vertices once a virtual source and sink are added). The loss is excluded (the
+    backward pass reads it at once). On a chain every other forward op qualifies.
+    """
+    fwd = forward_indices(graph)
+    if not fwd:
+        return []
+    last = fwd[-1]
+    cover = [0] * (last + 2)
+    for a in fwd:
+        for b in graph.successors(a):
+            if b <= last and b > a + 1:
+                cover[a + 1] += 1
+                cover[b] -= 1
+    spanned, running = set(), 0
+    for v in range(last + 1):
+        running += cover[v]
+        if running > 0:
+            spanned.add(v)
+    loss = graph.loss_index
+    return [v for v in fwd if v not in spanned and v != loss]
+
+
+def run_policy(graph: TrainingGraph, policy: Sequence[str], *,
+               keep_rebuilt_ancestors: bool = True, hold_checkpoints: bool = True) -> Program:
+    """Run every op once in graph order under a per-tensor policy for forward tensors.
+
+    * ``keep``: the tensor stays in RAM until its last reader (the plain schedule).
+    * ``offload``: paged out right after it is computed, freed once its forward readers
+      are done, paged in again when a backward op (or a recomputation) needs it.
+    * ``drop``: freed once its forward readers are done and recomputed on demand, from
+      whatever ancestors are resident (recursively, paging in offloaded ones).
+
+    A tensor brought back (recomputed or paged in) for an op stays until its last reader,
+    so each dropped tensor is normally recomputed once. An ancestor brought back only to
+    rebuild it is kept too while a later op reads it (Chen's "ladder": the whole segment
+    is rebuilt once), unless ``keep_rebuilt_ancestors`` is False: then dropped or
+    offloaded ancestors that the current op does not read are freed as soon as they have
+    been used (less memory, more recomputation: Capuchin's on-demand recomputation).
+    Backward tensors are always kept until their last reader. With ``hold_checkpoints``, a kept tensor is a checkpoint: it
+    is also held while a dropped tensor that may be recomputed from it is still needed;
+    without, kept tensors live exactly as in the plain schedule and a recomputation goes
+    back to whatever is resident. Every tensor is freed after its last use.
+    """
+    n = len(graph)
+    ops = graph.ops
+    prog = Program(graph)
+    fwd = [op.phase is not Phase.BACKWARD for op in ops]
+    last_use = [max(graph.successors(i), default=i) for i in range(n)]
+    last_fwd_use = [max((s for s in graph.successors(i) if fwd[s]), default=i)
+                    for i in range(n)]
+    # A kept tensor stays until its last reader and until nothing dropped downstream of it
+    # (through dropped tensors only) can need it for a recomputation: a checkpoint that no
+    # backward op reads (the output of an addition) must still outlive its segment.
+    hold = list(last_use)
+    reach = [-1] * n
+    for u in reversed(range(n)):
+        if not fwd[u]:
+            continue
+        for s in graph.successors(u):
+            if fwd[s] and policy[s] == DROP:
+                reach[u] = max(reach[u], last_use[s], reach[s])
+        if policy[u] == KEEP and hold_checkpoints:
+            hold[u] = max(hold[u], reach[u])
+    fresh = [False] * n
+
+    # Inputs of the ops being rebuilt right now: never freed under them (in a diamond,
+    # rebuilding one input must not free another).
+    pinned = [0] * n
+
+    def ensure(u: int, p: int) -> None:
+        if prog.resident[u]:
+            return
+        if prog.stored[u]:
+            prog.page_in(u)
+            return
+        preds = graph.predecessors(u)
+        for w in preds:
+            pinned[w] += 1
+        for w in preds:
+            ensure(w, p)
+        prog.compute(u)
+        for w in preds:
+            pinned[w] -= 1
+        for w in preds:
+            if not prog.resident[w] or pinned[w]:
+                continue
+            if hold[w] < p or (not keep_rebuilt_ancestors and policy[w] != KEEP
+                               and p not in graph.successors(w)):
+                prog.free(w)
+
+    for p in range(n):
+        preds = graph.predecessors(p)
+        for u in preds:
+            pinned[u] += 1
+        for u in preds:
+            ensure(u, p)
+        for u in preds:
+            pinned[u] -= 1
+        prog.compute(p)
+        fresh[p] = True
+        if fwd[p] and policy[p] == OFFLOAD and prog.size[p] > 0:
+            prog.page_out(p)
+        for u in (*graph.predecessors(p), p):
+            if not prog.resident[u]:
+                continue
+            if hold[u] <= p or (fwd[u] and policy[u] != KEEP and fresh[u]
+                                    and last_fwd_use[u] <= p):
+                prog.free(u)
+                fresh[u] = False
+    return prog

@@ -1,0 +1,348 @@
+"""Baselines: every schedule is checker-valid at its budget, or the refusal says why."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+from conftest import make_board
+
+from poetsim.baselines import (
+    BASELINES,
+    CHAIN_ONLY,
+    INFEASIBLE,
+    NOT_APPLICABLE,
+    OK,
+    BaselineResult,
+    capuchin,
+    checkpoint_all,
+    chen_greedy,
+    chen_sqrt_n,
+    compare,
+    dtr,
+    format_table,
+    pofo,
+    predict,
+    revolve,
+)
+from poetsim.baselines.chen import chen_policy
+from poetsim.baselines.program import chain_order, checkpoint_candidates, run_policy
+from poetsim.boards import get_board
+from poetsim.costs import op_costs
+from poetsim.errors import InputError
+from poetsim.graph import plain_peak, resident_memory
+from poetsim.optimizer import resolve_budget, solve
+from poetsim.schedule import Action, check_schedule, plain_schedule
+from poetsim.sim import simulate
+from poetsim.zoo import build_model
+
+MODELS = ("mlp", "vgg16_cifar", "resnet18_cifar")
+CHAINS = ("mlp", "vgg16_cifar")
+RAMS = ("100%", "70%")
+#: Solver baselines get a short limit: the tests check validity, not optimality.
+SOLVER_LIMIT_S = 0.5
+
+
+@pytest.fixture(scope="module")
+def board():
+    return get_board("nrf52840")
+
+
+@pytest.fixture(scope="module")
+def graphs():
+    return {name: build_model(name) for name in MODELS}
+
+
+@pytest.fixture(scope="module")
+def costs(graphs, board):
+    return {name: op_costs(g, board) for name, g in graphs.items()}
+
+
+@pytest.fixture(scope="module")
+def results(graphs, costs, board):
+    """Every baseline on every model at every RAM level, computed once."""
+    out: dict[tuple[str, str, str], BaselineResult] = {}
+    for name, graph in graphs.items():
+        for ram in RAMS:
+            budget = resolve_budget(graph, ram).activation_bytes
+            for method, fn in BASELINES.items():
+                extra = ({"time_limit_s": SOLVER_LIMIT_S}
+                         if method in ("checkmate", "paging_only") else {})
+                out[(name, ram, method)] = fn(graph, board, costs[name], budget, **extra)
+    return out
+
+
+CASES = [(m, r, b) for m in MODELS for r in RAMS for b in BASELINES]
+
+
+@pytest.mark.parametrize("model,ram,method", CASES)
+def test_schedule_is_valid_or_refusal_is_explained(results, graphs, board, model, ram, method):
+    result = results[(model, ram, method)]
+    graph = graphs[model]
+    budget = resolve_budget(graph, ram).activation_bytes
+    assert result.method == method
+    assert result.budget_bytes == budget
+    if result.status == OK:
+        schedule = result.schedule
+        assert schedule is not None
+        check = check_schedule(graph, schedule, budget_bytes=budget,
+                               storage_capacity_bytes=board.storage.capacity_bytes)
+        assert check.valid, check.violation
+        assert schedule.metadata["method"] == method
+        assert schedule.metadata["budget_activation_bytes"] == budget
+        assert result.peak_ram_bytes == check.peak_ram_bytes <= budget
+        assert result.recomputations == check.recomputes
+        assert result.page_outs == check.page_outs and result.page_ins == check.page_ins
+        assert result.energy_j > 0 and result.time_s > 0
+        stages = [s.stage for s in schedule.steps]
+        assert stages == sorted(stages), "stages must not decrease"
+    else:
+        assert result.status in (INFEASIBLE, NOT_APPLICABLE)
+        assert result.schedule is None and result.energy_j is None
+        assert result.reason and "\n" not in result.reason
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_everything_fits_at_full_ram_where_applicable(results, graphs, model):
+    """At 100% the plain schedule fits, so every budget-aware method finds a schedule."""
+    for method in ("checkpoint_all", "chen_greedy", "checkmate", "paging_only", "capuchin",
+                   "dtr", "pofo", "revolve"):
+        result = results[(model, "100%", method)]
+        if method in CHAIN_ONLY and model not in CHAINS:
+            assert result.status == NOT_APPLICABLE
+        else:
+            assert result.status == OK, (method, result.reason)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_budget_aware_methods_match_plain_at_full_ram(results, costs, model):
+    plain_energy = float(costs[model].compute_energy_j.sum())
+    for method in ("checkpoint_all", "chen_greedy", "checkmate", "paging_only", "capuchin",
+                   "dtr"):
+        result = results[(model, "100%", method)]
+        assert result.recomputations == 0 and result.page_outs == 0, method
+        assert math.isclose(result.energy_j, plain_energy, rel_tol=1e-9), method
+
+
+def test_checkpoint_all_is_the_plain_schedule(results, graphs):
+    for model, graph in graphs.items():
+        full = results[(model, "100%", "checkpoint_all")]
+        assert full.schedule.steps == plain_schedule(graph).steps
+        assert full.peak_ram_bytes == plain_peak(graph).bytes
+        low = results[(model, "70%", "checkpoint_all")]
+        assert low.status == INFEASIBLE and str(plain_peak(graph).bytes) in low.reason
+
+
+@pytest.mark.parametrize("method", sorted(CHAIN_ONLY))
+def test_chain_only_methods_refuse_residual_graphs(results, residual, board, method):
+    for ram in RAMS:
+        result = results[("resnet18_cifar", ram, method)]
+        assert result.status == NOT_APPLICABLE
+        assert result.reason.startswith("chains only: resnet18_cifar has residual")
+    small = BASELINES[method](residual, board, None, 10_000)
+    assert small.status == NOT_APPLICABLE and "chains only" in small.reason
+
+
+@pytest.mark.parametrize("model", CHAINS)
+def test_chain_only_methods_apply_to_chains(results, graphs, model):
+    assert chain_order(graphs[model])[0] is not None
+    for method in CHAIN_ONLY:
+        assert results[(model, "100%", method)].status == OK
+
+
+@pytest.mark.parametrize("model", CHAINS)
+def test_revolve_and_chen_recompute_below_full_ram(results, model):
+    for method in ("revolve", "chen_greedy"):
+        result = results[(model, "70%", method)]
+        assert result.status == OK, result.reason
+        assert result.recomputations > 0
+        assert result.page_outs == 0 and result.page_ins == 0
+
+
+def test_chen_sqrt_n_always_recomputes(results):
+    for model in MODELS:
+        result = results[(model, "100%", "chen_sqrt_n")]
+        assert result.status == OK and result.recomputations > 0
+        assert result.details["checkpoints"]
+
+
+def test_chen_on_residual_graph_uses_articulation_points(graphs):
+    graph = graphs["resnet18_cifar"]
+    candidates = checkpoint_candidates(graph)
+    names = [graph.ops[v].name for v in candidates]
+    # block boundaries qualify, ops inside a residual block do not
+    assert "layer1.0.relu2" in names and "layer1.0.conv1" not in names
+    # on a chain every forward op but the loss is a candidate
+    mlp = graphs["mlp"]
+    assert len(checkpoint_candidates(mlp)) == mlp.loss_index
+
+
+def test_kept_checkpoint_outlives_its_segment(graphs):
+    """A checkpoint no backward op reads (a residual addition's output) is still held
+    while its segment is recomputed, so the recomputation never runs past it."""
+    graph = graphs["resnet18_cifar"]
+    first, second = graph.index("layer1.0.add"), graph.index("layer2.0.add")
+    assert all(graph.ops[s].phase.value != "backward" for s in graph.successors(first))
+    program = run_policy(graph, chen_policy(graph, {first, second}))
+    computes = Counter(s.op for s in program.steps if s.action is Action.COMPUTE)
+    recomputed = {op for op, n in computes.items() if n > 1}
+    assert any(first < op < second for op in recomputed)
+    assert first not in recomputed and second not in recomputed
+    assert all(op < second for op in recomputed), "the last segment is kept"
+    assert all(computes[op] == 2 for op in recomputed), "each dropped tensor rebuilt once"
+
+
+def test_revolve_snapshots_trade_memory_for_recomputation(results, graphs):
+    full, low = results[("mlp", "100%", "revolve")], results[("mlp", "70%", "revolve")]
+    assert low.details["snapshots"] < full.details["snapshots"]
+    assert low.recomputations > full.recomputations
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_poet_never_above_checkpoint_all_at_full_ram(graphs, board, model):
+    graph = graphs[model]
+    resident = resident_memory(graph).total_bytes
+    poet = solve(graph, board, ram="100%", time_limit_s=5)
+    assert poet.schedule is not None
+    plain = plain_schedule(graph)
+    budget = plain_peak(graph).bytes + resident
+    e_poet = simulate(graph, board, poet.schedule, budget_bytes=budget,
+                      resident_bytes=resident).energy_j
+    e_plain = simulate(graph, board, plain, budget_bytes=budget,
+                       resident_bytes=resident).energy_j
+    assert e_poet <= e_plain * (1 + 1e-9)
+
+
+def test_capuchin_swaps_first_when_hidden(results):
+    result = results[("vgg16_cifar", "70%", "capuchin")]
+    assert result.status == OK
+    assert result.page_outs > 0
+    assert all(d.startswith("swap") for d in result.details["decisions"][:result.page_outs])
+
+
+def test_capuchin_without_dma_weighs_swap_against_recompute():
+    graph = build_model("mlp", layers=4)
+    board = make_board(dma_channels=0)
+    budget = int(0.7 * plain_peak(graph).bytes)
+    result = capuchin(graph, board, None, budget)
+    assert result.status == OK, result.reason
+    assert not any("hidden" in d for d in result.details["decisions"])
+    assert check_schedule(graph, result.schedule, budget_bytes=budget).valid
+
+
+def test_dtr_evicts_and_rematerializes(results):
+    result = results[("resnet18_cifar", "70%", "dtr")]
+    assert result.status == OK and result.details["evictions"] > 0
+    assert result.recomputations > 0 and result.page_outs == 0
+
+
+def test_pofo_offloads_or_recomputes_each_tensor_once(results, graphs):
+    for model in CHAINS:
+        result = results[(model, "70%", "pofo")]
+        assert result.status == OK, result.reason
+        graph = graphs[model]
+        counts: dict[int, int] = {}
+        for step in result.schedule.steps:
+            if step.action is Action.PAGE_OUT:
+                counts[step.op] = counts.get(step.op, 0) + 1
+        assert all(n == 1 for n in counts.values())
+        loss = graph.loss_index
+        outs = [i for i, s in enumerate(result.schedule.steps) if s.action is Action.PAGE_OUT]
+        first_loss = next(i for i, s in enumerate(result.schedule.steps)
+                          if s.action is Action.COMPUTE and s.op == loss)
+        assert all(i < first_loss for i in outs), "POFO pages out before the loss"
+        assert max(result.schedule.recomputed_ops().values(), default=0) <= 1
+
+
+@pytest.mark.parametrize("method", ["checkpoint_all", "chen_sqrt_n", "chen_greedy", "revolve",
+                                    "capuchin", "dtr", "pofo"])
+def test_tiny_budget_is_infeasible_with_reason(graphs, board, method):
+    graph = graphs["mlp"]
+    result = BASELINES[method](graph, board, None, 100)
+    assert result.status == INFEASIBLE
+    assert "100 B" in result.reason
+
+
+def test_solver_baselines_report_solver_infeasibility(graphs, board):
+    graph = graphs["mlp"]
+    for method in ("checkmate", "paging_only"):
+        result = BASELINES[method](graph, board, None, 100, time_limit_s=1)
+        assert result.status == INFEASIBLE and result.details["solver_status"] == "infeasible"
+
+
+def test_predict_matches_cost_model(results, graphs, costs, board):
+    graph = graphs["mlp"]
+    result = results[("mlp", "70%", "paging_only")]
+    c = costs["mlp"]
+    steps = result.schedule.steps
+    expected = sum(float(c.compute_energy_j[s.op]) for s in steps if s.action is Action.COMPUTE)
+    expected += sum(float(c.pageout_energy_j[s.op]) for s in steps
+                    if s.action is Action.PAGE_OUT)
+    expected += sum(float(c.pagein_energy_j[s.op]) for s in steps if s.action is Action.PAGE_IN)
+    figures = predict(graph, board, c, result.schedule)
+    assert math.isclose(figures.energy_j, expected, rel_tol=1e-12)
+    assert figures.time_s >= float(c.compute_time_s.sum()) * (1 - 1e-12)
+
+
+def test_deadline_is_recorded_and_judged(graphs, board):
+    graph = graphs["mlp"]
+    budget = resolve_budget(graph, "100%").activation_bytes
+    tight = checkpoint_all(graph, board, None, budget, deadline_s=1e-6)
+    assert tight.schedule.metadata["deadline_s"] == 1e-6 and tight.deadline_ok is False
+    loose = checkpoint_all(graph, board, None, budget, deadline_s=1e6)
+    assert loose.deadline_ok is True
+    assert checkpoint_all(graph, board, None, budget).deadline_ok is None
+
+
+def test_bad_budget_is_an_input_error(graphs, board):
+    with pytest.raises(InputError):
+        dtr(graphs["mlp"], board, None, -1)
+    with pytest.raises(InputError):
+        chen_sqrt_n(graphs["mlp"], board, None, 1.5)
+
+
+def test_numpy_budget_is_accepted(graphs, board):
+    graph = graphs["mlp"]
+    result = chen_greedy(graph, board, None, np.int64(plain_peak(graph).bytes))
+    assert result.status == OK and isinstance(result.budget_bytes, int)
+
+
+def test_compare_on_mlp_returns_a_row_per_method(graphs, board):
+    graph = graphs["mlp"]
+    rows = compare(graph, board, ram="70%", time_limit_s=1)
+    assert [r.method for r in rows] == ["poet", *BASELINES]
+    by_name = {r.method: r for r in rows}
+    assert by_name["poet"].feasible
+    assert not by_name["checkpoint_all"].feasible
+    assert by_name["checkpoint_all"].status == INFEASIBLE and by_name["checkpoint_all"].reason
+    for row in rows:
+        if row.feasible:
+            assert row.budget_ok and row.deadline_ok
+            assert row.energy_j > 0 and row.makespan_s > 0 and row.energy_overhead is not None
+            assert row.peak_ram_bytes <= (resolve_budget(graph, "70%").activation_bytes
+                                          + resident_memory(graph).total_bytes)
+        else:
+            assert row.reason
+    # every remat-only method pays for recomputation over checkpoint-all's energy
+    assert by_name["chen_greedy"].energy_overhead > 0
+    text = format_table(rows)
+    assert len(text.splitlines()) == len(rows) + 1
+
+
+def test_compare_marks_chain_only_methods_not_applicable(residual):
+    board = make_board()
+    rows = compare(residual, board, ram="100%", time_limit_s=1,
+                   methods=["checkpoint_all", "revolve", "pofo"])
+    by_name = {r.method: r for r in rows}
+    assert by_name["checkpoint_all"].feasible
+    assert by_name["checkpoint_all"].energy_overhead == pytest.approx(0.0, abs=1e-9)
+    for method in ("revolve", "pofo"):
+        assert by_name[method].status == NOT_APPLICABLE and not by_name[method].feasible
+
+
+def test_every_baseline_is_exported():
+    assert set(BASELINES) == {"checkpoint_all", "chen_sqrt_n", "chen_greedy", "revolve",
+                              "checkmate", "paging_only", "capuchin", "dtr", "pofo"}
+    assert BASELINES["revolve"] is revolve and BASELINES["pofo"] is pofo
