@@ -346,3 +346,32 @@ def test_every_baseline_is_exported():
     assert set(BASELINES) == {"checkpoint_all", "chen_sqrt_n", "chen_greedy", "revolve",
                               "checkmate", "paging_only", "capuchin", "dtr", "pofo"}
     assert BASELINES["revolve"] is revolve and BASELINES["pofo"] is pofo
+
+
+def test_seeded_solve_starts_from_the_best_fast_baseline():
+    """POET seeded with the fast baselines is never worse than the best of them that has a
+    stage form within the budget (a DTR list that drops and recomputes a tensor inside one
+    stage may need more RAM in stage form, and then cannot seed the MILP)."""
+    from poetsim.baselines import FAST_BASELINES, seeded_solve
+    from poetsim.boards import get_board
+    from poetsim.costs import op_costs
+    from poetsim.optimizer.solve import resolve_budget
+    from poetsim.zoo import build_model
+
+    graph, board = build_model("resnet18_cifar"), get_board("nrf52840")
+    costs = op_costs(graph, board)
+    budget = resolve_budget(graph, "50%").activation_bytes
+    from poetsim.optimizer.plan import evaluate_plan, plan_from_schedule
+
+    energies = []
+    for method in FAST_BASELINES:
+        result = method(graph, board, costs, budget)
+        plan = plan_from_schedule(graph, result.schedule) if result.schedule else None
+        if plan is not None:
+            metrics = evaluate_plan(graph, costs, plan, overlap=board.dma.present)
+            if metrics.peak_ram_bytes <= budget:
+                energies.append(metrics.energy_j)
+    assert energies
+    result = seeded_solve(graph, board, ram="50%", time_limit_s=3)
+    assert result.metrics is not None
+    assert result.metrics.energy_j <= min(energies) * (1 + 1e-9)

@@ -26,7 +26,7 @@ def test_help_lists_subcommands(capsys):
         main(["--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    for command in ("boards", "models", "costs", "demo", "solve", "simulate"):
+    for command in ("boards", "models", "costs", "demo", "solve", "simulate", "compare"):
         assert command in out
 
 
@@ -100,6 +100,18 @@ def test_solve_writes_schedules_that_simulate(capsys, tmp_path):
     assert events["traceEvents"]
     status, out, _ = run(capsys, "simulate", str(out_json), "--board", "nrf52840")
     assert status == 0 and "PASS" in out and "simulated vs predicted energy" in out
+
+
+def test_compare_table(capsys):
+    rows = run_json(capsys, "compare", "--model", "mlp", "--ram", "100%", "--time-limit", "2")
+    methods = {row["method"] for row in rows}
+    assert {"poet", "checkpoint_all", "dtr", "capuchin"} <= methods
+    poet = next(row for row in rows if row["method"] == "poet")
+    plain = next(row for row in rows if row["method"] == "checkpoint_all")
+    assert poet["feasible"] and plain["feasible"]
+    assert poet["energy_j"] <= plain["energy_j"] * (1 + 1e-9)
+    status, out, _ = run(capsys, "compare", "--model", "mlp", "--time-limit", "2")
+    assert status == 0 and "revolve" in out
 
 
 def test_solve_reports_infeasible_budget(capsys):

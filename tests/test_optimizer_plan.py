@@ -400,3 +400,37 @@ def test_every_broken_plan_is_reported_and_valid_ones_are_not(residual: Training
                     continue
                 check = check_schedule(residual, lower_plan(residual, plan))
                 assert check.valid, (name, t, i, check.violation)
+
+
+@pytest.mark.parametrize("model", ["mlp", "resnet18_cifar", "vgg16_cifar"])
+def test_lifted_baseline_schedules_keep_their_decisions(model):
+    """plan_from_schedule lifts a baseline's op list into stage form: no more energy, and a
+    valid lowered schedule whose peak is the plan's own accounting."""
+    from poetsim.baselines import chen_greedy, dtr
+    from poetsim.boards import get_board
+    from poetsim.optimizer.plan import plan_from_schedule
+    from poetsim.optimizer.solve import resolve_budget
+
+    graph, board = build_model(model), get_board("nrf52840")
+    costs = op_costs(graph, board)
+    budget = resolve_budget(graph, "70%").activation_bytes
+    for method in (dtr, chen_greedy):
+        result = method(graph, board, costs, budget)
+        assert result.schedule is not None
+        plan = plan_from_schedule(graph, result.schedule)
+        if plan is None:
+            continue
+        assert plan_violations(graph, plan) == []
+        metrics = evaluate_plan(graph, costs, plan, overlap=True)
+        assert metrics.energy_j <= result.energy_j * (1 + 1e-9)
+        check = check_schedule(graph, lower_plan(graph, plan))
+        assert check.valid and check.peak_ram_bytes == metrics.peak_ram_bytes
+
+
+def test_schedules_without_stage_form_are_refused(residual):
+    from poetsim.optimizer.plan import plan_from_schedule
+    from poetsim.schedule import Action, Schedule, Step
+
+    # x and fc1 computed out of index order: no frontier-advancing stage form.
+    steps = [Step(Action.COMPUTE, 0), Step(Action.COMPUTE, 2)]
+    assert plan_from_schedule(residual, Schedule.for_graph(residual, steps)) is None

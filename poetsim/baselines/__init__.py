@@ -17,7 +17,8 @@ One module per method, each a plain function
 ``pofo``            Beaumont et al. 2021: keep / offload / recompute-once DP (chains only)
 ==================  ====================================================================
 
-:func:`compare` runs POET and all of them and simulates every schedule.
+:func:`compare` runs POET and all of them and simulates every schedule;
+:func:`seeded_solve` is POET started from the fast baselines' schedules.
 """
 
 from __future__ import annotations
@@ -42,12 +43,13 @@ from poetsim.baselines.dtr import dtr
 from poetsim.baselines.paging_only import paging_only
 from poetsim.baselines.pofo import pofo
 from poetsim.baselines.revolve import revolve
+from poetsim.baselines.seeded import FAST_BASELINES, seeded_solve
 
 __all__ = [
-    "BASELINES", "CHAIN_ONLY", "INFEASIBLE", "NOT_APPLICABLE", "OK", "STATUSES",
+    "BASELINES", "CHAIN_ONLY", "FAST_BASELINES", "INFEASIBLE", "NOT_APPLICABLE", "OK", "STATUSES",
     "BaselineResult", "ComparisonRow", "OpListFigures", "capuchin", "checkmate",
     "checkpoint_all", "chen_greedy", "chen_sqrt_n", "compare", "dtr", "format_table",
-    "paging_only", "pofo", "predict", "revolve",
+    "paging_only", "pofo", "predict", "revolve", "seeded_solve",
 ]
 
 #: Every baseline by name, in the order :func:`compare` reports them.

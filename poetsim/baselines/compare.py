@@ -18,7 +18,8 @@ from poetsim.boards.spec import Board
 from poetsim.costs import op_costs
 from poetsim.graph.graph import TrainingGraph, resident_memory
 from poetsim.graph.memory import plain_peak
-from poetsim.optimizer.solve import SolveStatus, parse_deadline, resolve_budget, solve
+from poetsim.baselines.seeded import seeded_solve
+from poetsim.optimizer.solve import SolveStatus, parse_deadline, resolve_budget
 from poetsim.schedule import Schedule, plain_schedule
 from poetsim.sim import SimReport, simulate
 
@@ -106,7 +107,7 @@ def compare(graph: TrainingGraph, board: Board, *, ram: str | int,
                          budget_bytes=plain_peak(graph).bytes + resident,
                          resident_bytes=resident, costs=costs)
     rows: list[ComparisonRow] = []
-    poet = solve(graph, board, ram=ram, deadline=deadline, time_limit_s=time_limit_s)
+    poet = seeded_solve(graph, board, ram=ram, deadline=deadline, time_limit_s=time_limit_s)
     if poet.schedule is not None:
         status, reason = OK, ("" if poet.status is SolveStatus.OPTIMAL else poet.message)
     else:

@@ -14,12 +14,13 @@ from typing import Any
 
 from poetsim import __version__
 from poetsim.boards import DEFAULT_BOARD, board_to_dict, builtin_board_names, get_board, load_board
+from poetsim.baselines import compare, format_table, seeded_solve
 from poetsim.boards.spec import Board
 from poetsim.costs import op_costs
 from poetsim.errors import InputError, PoetsimError
 from poetsim.graph import TrainingGraph, read_graph, write_graph
 from poetsim.summary import cost_summary, graph_summary
-from poetsim.optimizer import SolveResult, SolveStatus, solve
+from poetsim.optimizer import SolveResult, SolveStatus
 from poetsim.schedule import read_schedule, write_schedule, write_schedule_binary
 from poetsim.sim import simulate
 from poetsim.sim.report import SimReport
@@ -258,11 +259,12 @@ def _progress_printer(quiet: bool):
 def _cmd_solve(args: argparse.Namespace) -> int:
     graph = _graph_from_args(args)
     board = get_board(args.board)
-    result = solve(graph, board, ram=args.ram, deadline=args.deadline, remat=not args.no_remat,
-                   paging=not args.no_paging, restricted=args.restricted,
-                   total_memory=args.total_memory, time_limit_s=args.time_limit,
-                   gap_limit=args.gap, threads=args.threads, seed=args.seed,
-                   progress=_progress_printer(args.json))
+    result = seeded_solve(graph, board, ram=args.ram, deadline=args.deadline,
+                          remat=not args.no_remat, paging=not args.no_paging,
+                          restricted=args.restricted, total_memory=args.total_memory,
+                          time_limit_s=args.time_limit, gap_limit=args.gap,
+                          threads=args.threads, seed=args.seed,
+                          progress=_progress_printer(args.json))
     written = []
     if result.schedule is not None:
         if args.out:
@@ -314,8 +316,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     if args.json:
         graph = _graph_from_args(args)
         board = get_board(args.board)
-        result = solve(graph, board, ram=args.ram, deadline=args.deadline,
-                       time_limit_s=args.time_limit)
+        result = seeded_solve(graph, board, ram=args.ram, deadline=args.deadline,
+                              time_limit_s=args.time_limit)
         doc: dict[str, Any] = {"costs": cost_summary(graph, board).as_dict(),
                                "solve": result.summary()}
         if result.schedule is not None:
@@ -327,8 +329,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     board = get_board(args.board)
     print(f"\nsolving: RAM {args.ram} of the plain peak, deadline {args.deadline}, "
           f"time limit {args.time_limit:g} s", flush=True)
-    result = solve(graph, board, ram=args.ram, deadline=args.deadline,
-                   time_limit_s=args.time_limit, progress=_progress_printer(False))
+    result = seeded_solve(graph, board, ram=args.ram, deadline=args.deadline,
+                          time_limit_s=args.time_limit, progress=_progress_printer(False))
     _print_solve(graph, board, result, [])
     if result.schedule is None:
         return 1
@@ -410,6 +412,20 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
+# ----------------------------------------------------------------------------- compare
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    graph = _graph_from_args(args)
+    board = get_board(args.board)
+    rows = compare(graph, board, ram=args.ram, deadline=args.deadline,
+                   time_limit_s=args.time_limit)
+    if args.json:
+        _emit_json([row.as_dict() for row in rows])
+    else:
+        print(format_table(rows))
+    return 0 if any(row.feasible for row in rows) else 1
+
+
 # ----------------------------------------------------------------------------- parser
 
 def build_parser() -> argparse.ArgumentParser:
@@ -475,6 +491,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--binary", metavar="FILE", help="write the compact binary schedule")
     _add_model_options(p)
     p.set_defaults(func=_cmd_solve)
+
+    p = with_json(sub.add_parser("compare", help="POET against every baseline that applies, "
+                                                 "all simulated on the board"))
+    _add_graph_and_board(p)
+    p.add_argument("--ram", default="70%", metavar="50%|256KiB|BYTES",
+                   help="RAM budget (default 70%%)")
+    p.add_argument("--deadline", metavar="1.5x|SECONDS", help="time budget")
+    p.add_argument("--time-limit", type=float, default=30.0, metavar="S",
+                   help="time limit of each MILP solve (default 30 s)")
+    _add_model_options(p)
+    p.set_defaults(func=_cmd_compare)
 
     p = with_json(sub.add_parser("simulate", help="verify a schedule in a simulation of the board"))
     p.add_argument("schedule", metavar="SCHEDULE", help="schedule file (JSON)")

@@ -30,7 +30,8 @@ from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
 from poetsim.schedule import Action, Schedule, Step
 
-__all__ = ["PlanMetrics", "StagePlan", "evaluate_plan", "lower_plan", "plan_violations"]
+__all__ = ["PlanMetrics", "StagePlan", "evaluate_plan", "lower_plan", "plan_from_schedule",
+           "plan_violations"]
 
 _MATRICES = ("compute", "keep", "stored", "page_in", "page_out")
 
@@ -204,3 +205,57 @@ def lower_plan(graph: TrainingGraph, plan: StagePlan, *, metadata: dict | None =
         steps.extend(Step(Action.FREE, i, t) for i in at_end)
     return Schedule(graph_name=graph.name, graph_fingerprint=graph_fingerprint(graph),
                     steps=tuple(steps), metadata=metadata or {})
+
+
+def plan_from_schedule(graph: TrainingGraph, schedule: Schedule) -> StagePlan | None:
+    """Lift an op list (a baseline's, say) into stage form, or None if it has no stage form.
+
+    Stage ``t`` is the stretch of steps that ends with the first computation of op ``t``,
+    together with the page-outs and frees that follow it before the next page-in or
+    computation. The lifted plan makes the same decisions but with the stage semantics
+    (page-ins at the start of the stage, ops in index order, frees after the last reader),
+    so its memory must be evaluated again (:func:`evaluate_plan`). A tensor that leaves RAM
+    and comes back within one stage is made resident once in the stage (so the plan never
+    costs more energy than the list). A list whose first computations are not in index
+    order has no stage form.
+    """
+    n = len(graph)
+    m = StagePlan.empty(n)
+    resident: set[int] = set()
+    stored: set[int] = set()
+    t = 0          # the stage being filled
+    started = False
+    computed = [False] * n
+    for step in schedule.steps:
+        k = step.op
+        active = step.action in (Action.COMPUTE, Action.PAGE_IN)
+        if active and started and computed[t]:
+            # the first active step after op t's first computation opens stage t + 1
+            t += 1
+            if t >= n:
+                return None
+            m["keep"][t, sorted(resident)] = True
+            m["stored"][t, sorted(stored)] = True
+        started = True
+        if step.action is Action.COMPUTE:
+            if not computed[k] and k != t:
+                return None
+            # A tensor dropped and brought back within one stage is, in stage form,
+            # computed once in the stage (before all its readers) instead.
+            m["keep"][t, k] = m["page_in"][t, k] = False
+            m["compute"][t, k] = True
+            computed[k] = True
+            resident.add(k)
+        elif step.action is Action.PAGE_IN:
+            if not (m["compute"][t, k] or m["keep"][t, k]):
+                m["page_in"][t, k] = True
+            resident.add(k)
+        elif step.action is Action.PAGE_OUT:
+            m["page_out"][t, k] = True
+            stored.add(k)
+        else:
+            resident.discard(k)
+    if t != n - 1 or not all(computed):
+        return None
+    plan = StagePlan(**m)
+    return plan if not plan_violations(graph, plan) else None

@@ -18,7 +18,7 @@ import enum
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -32,7 +32,13 @@ from poetsim.graph.io import graph_fingerprint
 from poetsim.graph.memory import plain_peak
 from poetsim.optimizer.heuristic import greedy_plan, plain_plan
 from poetsim.optimizer.milp import BuildTimeout, Formulation, build_milp
-from poetsim.optimizer.plan import PlanMetrics, StagePlan, evaluate_plan, lower_plan
+from poetsim.optimizer.plan import (
+    PlanMetrics,
+    StagePlan,
+    evaluate_plan,
+    lower_plan,
+    plan_from_schedule,
+)
 from poetsim.schedule import Schedule, check_schedule
 from poetsim.units import parse_bytes
 
@@ -47,6 +53,10 @@ _FAST_PRESOLVE_BINARIES = 5000
 _WINDOW_SEARCH_BINARIES = 2000
 _WINDOW_SEARCH_SHARE = 0.5
 _WINDOWS = 8
+#: Integrated solves with at least this time limit first spend this share of it on the
+#: remat-only model, whose plan seeds the integrated search.
+_SEED_MIN_TIME_S = 5.0
+_SEED_SHARE = 0.25
 
 
 def _window_search(milp: Any, graph: TrainingGraph, costs: OpCosts, plan: StagePlan,
@@ -241,10 +251,15 @@ def _method(remat: bool, paging: bool) -> str:
 
 
 def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline: float | None,
-                    formulation: Formulation, overlap: bool, storage_capacity: int | None = None
+                    formulation: Formulation, overlap: bool, storage_capacity: int | None = None,
+                    warm_starts: Sequence[Schedule] = ()
                     ) -> tuple[StagePlan | None, PlanMetrics | None, str | None]:
-    """The cheapest greedy plan that meets the budget and the deadline."""
+    """The cheapest greedy plan (or given schedule, lifted) that meets budget and deadline."""
     candidates: list[tuple[str, StagePlan | None]] = [("plain", plain_plan(graph))]
+    for schedule in warm_starts:
+        plan = plan_from_schedule(graph, schedule)
+        if plan is not None and _allowed(plan, formulation):
+            candidates.append((str(schedule.metadata.get("method", "given schedule")), plan))
     variants = []
     if formulation.remat and formulation.paging:
         variants.append((True, True))
@@ -276,18 +291,28 @@ def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline:
     return best
 
 
+def _allowed(plan: StagePlan, formulation: Formulation) -> bool:
+    """Whether ``plan`` uses only the mechanisms the formulation allows."""
+    if not formulation.remat and int(plan.compute.sum()) > plan.n:
+        return False
+    return formulation.paging or not (plan.page_out.any() or plan.page_in.any())
+
+
 def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
           deadline: str | float | None = None, remat: bool = True, paging: bool = True,
           restricted: bool = False, total_memory: bool = False, gradients: bool = True,
           optimizer: str = "sgd", time_limit_s: float = 60.0, gap_limit: float = 0.0,
           threads: int = 1, seed: int = 0,
-          progress: Callable[[dict[str, float]], None] | None = None) -> SolveResult:
+          progress: Callable[[dict[str, float]], None] | None = None,
+          warm_starts: Sequence[Schedule] = ()) -> SolveResult:
     """Find the least-energy schedule of ``graph`` on ``board`` within ``ram`` and ``deadline``.
 
     ``remat=False`` / ``paging=False`` are the paper's ablations. ``restricted`` selects
     the faster restricted formulation (labelled in the result). ``total_memory`` makes
-    the budget include parameters and gradients. Never reports ``optimal`` unless SCIP
-    proved it for the exact formulation.
+    the budget include parameters and gradients. ``warm_starts`` are schedules (a
+    baseline's, say) that, lifted into stage form, compete with the greedy plans as the
+    starting point (:func:`poetsim.baselines.seeded_solve` passes the fast baselines').
+    Never reports ``optimal`` unless it is proven for the exact formulation.
     """
     if time_limit_s <= 0:
         raise InputError(f"time_limit_s = {time_limit_s!r}: must be positive")
@@ -328,7 +353,18 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
     started = solve_started = time.perf_counter()
     plan, metrics, heuristic = _best_heuristic(graph, costs, budget.activation_bytes, deadline_s,
                                                formulation, overlap,
-                                               board.storage.capacity_bytes)
+                                               board.storage.capacity_bytes, warm_starts)
+    if formulation.remat and formulation.paging and time_limit_s >= _SEED_MIN_TIME_S:
+        # The remat-only model is several times smaller and SCIP often solves it to
+        # optimality quickly; its plan is a plan of the integrated model too.
+        seeded = solve(graph, board, ram=str(budget.activation_bytes), deadline=deadline_s,
+                       remat=True, paging=False, restricted=restricted,
+                       time_limit_s=time_limit_s * _SEED_SHARE, gap_limit=gap_limit, seed=seed,
+                       warm_starts=warm_starts)
+        if seeded.plan is not None and seeded.metrics is not None and (
+                metrics is None or seeded.metrics.energy_j < metrics.energy_j):
+            plan, metrics = seeded.plan, seeded.metrics
+            heuristic = f"remat-only solve ({seeded.status.value})"
     try:
         milp = build_milp(graph, costs, budget.activation_bytes, deadline_s, formulation,
                           overlap=overlap, storage_capacity_bytes=board.storage.capacity_bytes,
@@ -362,8 +398,6 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
         # SCIP's default presolve spends most of a minute on ResNet-sized models and buys
         # little; the fast setting keeps the time for the search.
         model.setPresolve(SCIP_PARAMSETTING.FAST)
-    if progress is not None:
-        _attach_progress(model, milp.energy_scale, progress)
     started = time.perf_counter()
     improved_by_windows = 0
     if plan is not None and metrics is not None and milp.binaries > _WINDOW_SEARCH_BINARIES:
@@ -373,6 +407,9 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
             time_budget=remaining * _WINDOW_SEARCH_SHARE)
         model.setParam("limits/time", max(0.1, time_limit_s - (time.perf_counter() - solve_started)))
         milp.add_warm_start(plan)
+    if progress is not None:
+        # Attached only now: the window sub-problems' incumbents are not the problem's.
+        _attach_progress(model, milp.energy_scale, progress)
     if threads > 1:
         model.solveConcurrent()
     else:
@@ -474,17 +511,30 @@ def _finish(graph: TrainingGraph, board: Board, base: dict[str, Any], plan: Stag
                        objective_j=objective, bound_j=bound, gap=gap, **timing)
 
 
-def _attach_progress(model: Any, scale: float, callback: Callable[[dict[str, float]], None]) -> None:
+def _attach_progress(model: Any, scale: float, callback: Callable[[dict[str, float]], None],
+                     every_s: float = 5.0) -> None:
+    """Report the incumbent, bound and gap on every new incumbent, and every ``every_s``
+    seconds of search otherwise."""
     from pyscipopt import SCIP_EVENTTYPE, Eventhdlr
 
     class Progress(Eventhdlr):
+        last = -math.inf
+
         def eventinit(self):
             self.model.catchEvent(SCIP_EVENTTYPE.BESTSOLFOUND, self)
+            self.model.catchEvent(SCIP_EVENTTYPE.NODESOLVED, self)
 
         def eventexec(self, event):
-            primal = self.model.getPrimalbound() / scale
-            dual = self.model.getDualbound() / scale
-            callback({"incumbent_j": primal, "bound_j": dual,
-                      "gap": self.model.getGap(), "time_s": self.model.getSolvingTime()})
+            now = self.model.getSolvingTime()
+            new_incumbent = event.getType() == SCIP_EVENTTYPE.BESTSOLFOUND
+            if not new_incumbent and now - self.last < every_s:
+                return
+            primal = self.model.getPrimalbound()
+            if abs(primal) >= 1e19:
+                return
+            self.last = now
+            callback({"incumbent_j": primal / scale,
+                      "bound_j": self.model.getDualbound() / scale,
+                      "gap": self.model.getGap(), "time_s": now})
 
-    model.includeEventhdlr(Progress(), "poetsim_progress", "reports new incumbents")
+    model.includeEventhdlr(Progress(), "poetsim_progress", "reports the search's progress")
