@@ -2,7 +2,8 @@
 
     ./run bench -k solve            # or: .venv/bin/python -m pytest benchmarks/bench_solve.py
 
-Budgets are 70%, 50% and 35% of the plain schedule's peak, deadlines 1.5x and 1.2x the plain
+The solves are the CLI's: POET seeded with the fast baselines. Budgets are 70%, 50% and 35%
+of the plain schedule's peak, deadlines 1.5x and 1.2x the plain
 compute time, on the nRF52840 and Raspberry Pi 4 boards. Targets: a first feasible schedule
 in under 10 s for every zoo model; proven optimal or within 1% gap in under 60 s for the MLP,
 VGG16 (CIFAR) and ResNet-18 (CIFAR). Each row prints model, ops, binaries after reduction,
@@ -16,8 +17,8 @@ import time
 
 import pytest
 
+from poetsim.baselines import seeded_solve as solve
 from poetsim.boards import get_board
-from poetsim.optimizer import solve
 from poetsim.zoo import build_model, model_names
 
 BOARDS = ["nrf52840", "rpi4"]
