@@ -18,7 +18,13 @@ from poetsim.baselines.revolve import revolve
 from poetsim.boards.spec import Board
 from poetsim.costs import op_costs
 from poetsim.graph.graph import TrainingGraph
-from poetsim.optimizer.solve import SolveResult, parse_deadline, resolve_budget, solve
+from poetsim.optimizer.solve import (
+    SolveResult,
+    minimum_ram_bytes,
+    parse_deadline,
+    resolve_budget,
+    solve,
+)
 
 __all__ = ["FAST_BASELINES", "seeded_solve"]
 
@@ -39,7 +45,8 @@ def seeded_solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
                             optimizer=optimizer)
     deadline_s = parse_deadline(deadline, float(costs.compute_time_s.sum()))
     schedules = []
-    if budget.activation_bytes > 0:
+    # Below the smallest possible working set the solver answers at once; nothing to seed.
+    if budget.activation_bytes >= minimum_ram_bytes(graph)[0]:
         for method in FAST_BASELINES:
             result = method(graph, board, costs, budget.activation_bytes, deadline_s=deadline_s)
             if result.schedule is not None:
