@@ -59,3 +59,12 @@ def make_board(profile: str = "physical", *, dma_channels: int = 1, storage_kind
         storage=Storage(**storage),
         bus=Bus(bandwidth_bytes_per_s=1e8, contention_model="fair_share", compute_slowdown=1.1),
     )
+
+
+def op_list_energy(schedule, costs) -> float:
+    """Energy of an op list from its steps alone, independent of the optimizer's accounting."""
+    from poetsim.schedule import Action
+
+    per_action = {Action.COMPUTE: costs.compute_energy_j, Action.PAGE_IN: costs.pagein_energy_j,
+                  Action.PAGE_OUT: costs.pageout_energy_j}
+    return sum(float(per_action[s.action][s.op]) for s in schedule.steps if s.action in per_action)

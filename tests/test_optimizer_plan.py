@@ -32,7 +32,7 @@ from poetsim.optimizer import (
 from poetsim.schedule import Action, Schedule, check_schedule
 from poetsim.zoo import build_model, model_names
 
-from conftest import make_board
+from conftest import make_board, op_list_energy
 
 MODES = [(True, True), (True, False), (False, True)]
 
@@ -40,17 +40,6 @@ MODES = [(True, True), (True, False), (False, True)]
 # ----------------------------------------------------------------------------- helpers
 
 
-def op_list_energy(schedule: Schedule, costs) -> float:
-    """Energy of an op list, from the steps alone."""
-    total = 0.0
-    for step in schedule.steps:
-        if step.action is Action.COMPUTE:
-            total += float(costs.compute_energy_j[step.op])
-        elif step.action is Action.PAGE_IN:
-            total += float(costs.pagein_energy_j[step.op])
-        elif step.action is Action.PAGE_OUT:
-            total += float(costs.pageout_energy_j[step.op])
-    return total
 
 
 def op_list_time(schedule: Schedule, costs, *, overlap: bool) -> float:

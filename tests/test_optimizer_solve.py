@@ -42,10 +42,10 @@ from poetsim.optimizer import (
     resolve_budget,
     solve,
 )
-from poetsim.schedule import Action, Schedule, check_schedule
+from poetsim.schedule import check_schedule
 from poetsim.zoo import build_model
 
-from conftest import make_board, residual_graph
+from conftest import make_board, op_list_energy, residual_graph
 
 MODES = [(True, True), (True, False), (False, True)]
 MODE_IDS = ["remat+paging", "remat-only", "paging-only"]
@@ -156,16 +156,6 @@ def _pareto(points: list[tuple[float, float]]) -> tuple[tuple[float, float], ...
 # ============================================================================ helpers
 
 
-def op_list_energy(schedule: Schedule, costs) -> float:
-    total = 0.0
-    for step in schedule.steps:
-        if step.action is Action.COMPUTE:
-            total += float(costs.compute_energy_j[step.op])
-        elif step.action is Action.PAGE_IN:
-            total += float(costs.pagein_energy_j[step.op])
-        elif step.action is Action.PAGE_OUT:
-            total += float(costs.pageout_energy_j[step.op])
-    return total
 
 
 def plan_peak(graph: TrainingGraph, costs, plan: StagePlan) -> int:

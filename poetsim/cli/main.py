@@ -187,8 +187,10 @@ def _cmd_models_export(args: argparse.Namespace) -> None:
 # ----------------------------------------------------------------------------- costs
 
 def _cmd_costs(args: argparse.Namespace) -> None:
-    graph = _graph_from_args(args)
-    board = get_board(args.board)
+    _show_costs(_graph_from_args(args), get_board(args.board), args)
+
+
+def _show_costs(graph: TrainingGraph, board: Board, args: argparse.Namespace) -> None:
     costs = op_costs(graph, board)
     summary = cost_summary(graph, board, costs)
     if args.json:
@@ -313,9 +315,9 @@ def _print_solve(graph: TrainingGraph, board: Board, result: SolveResult,
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     """Costs, then the least-energy schedule at a tight budget, then its simulation."""
+    graph = _graph_from_args(args)
+    board = get_board(args.board)
     if args.json:
-        graph = _graph_from_args(args)
-        board = get_board(args.board)
         result = seeded_solve(graph, board, ram=args.ram, deadline=args.deadline,
                               time_limit_s=args.time_limit)
         doc: dict[str, Any] = {"costs": cost_summary(graph, board).as_dict(),
@@ -324,9 +326,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             doc["simulation"] = _simulate_result(graph, board, result).as_dict(transfers=False)
         _emit_json(doc)
         return 0 if result.schedule is not None else 1
-    _cmd_costs(args)
-    graph = _graph_from_args(args)
-    board = get_board(args.board)
+    _show_costs(graph, board, args)
     print(f"\nsolving: RAM {args.ram} of the plain peak, deadline {args.deadline}, "
           f"time limit {args.time_limit:g} s", flush=True)
     result = seeded_solve(graph, board, ram=args.ram, deadline=args.deadline,

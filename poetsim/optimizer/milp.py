@@ -331,6 +331,11 @@ class MilpModel:
 
     # ------------------------------------------------------------------ solutions
 
+    def _families(self) -> tuple[tuple[str, dict[tuple[int, int], Any]], ...]:
+        """Each binary family with the StagePlan matrix it fills."""
+        return (("compute", self.R), ("keep", self.S), ("page_in", self.Min),
+                ("page_out", self.Mout))
+
     @property
     def binaries(self) -> int:
         return len(self.R) + len(self.S) + len(self.Min) + len(self.Mout)
@@ -340,8 +345,7 @@ class MilpModel:
         mats = StagePlan.empty(n)
         for t in range(n):
             mats["compute"][t, t] = True
-        for name, family in (("compute", self.R), ("keep", self.S), ("page_in", self.Min),
-                             ("page_out", self.Mout)):
+        for name, family in self._families():
             for (t, i), var in family.items():
                 if self.model.getSolVal(sol, var) > 0.5:
                     mats[name][t, i] = True
@@ -351,16 +355,16 @@ class MilpModel:
 
     def fits(self, plan: StagePlan) -> bool:
         """Whether every decision of ``plan`` has a variable (or constant) in this model."""
-        n = self.n
-        for name, family in (("compute", self.R), ("keep", self.S), ("page_in", self.Min),
-                             ("page_out", self.Mout)):
+        if plan.n != self.n:
+            return False
+        for name, family in self._families():
             matrix = getattr(plan, name)
             for t, i in zip(*np.nonzero(matrix)):
                 if name == "compute" and t == i:
                     continue
                 if (int(t), int(i)) not in family:
                     return False
-        return n == plan.n
+        return True
 
     def add_warm_start(self, plan: StagePlan) -> bool:
         """Offer ``plan`` to SCIP as a complete solution; True if SCIP accepted it."""
@@ -368,8 +372,7 @@ class MilpModel:
             return False
         m = self.model
         sol = m.createSol()
-        for name, family in (("compute", self.R), ("keep", self.S), ("page_in", self.Min),
-                             ("page_out", self.Mout)):
+        for name, family in self._families():
             matrix = getattr(plan, name)
             for (t, i), var in family.items():
                 m.setSolVal(sol, var, 1.0 if matrix[t, i] else 0.0)
@@ -402,10 +405,6 @@ class MilpModel:
                                  + plan.page_out[t].astype(float) @ c.pageout_time_s) * scale
                 m.setSolVal(sol, var, max(compute, transfer))
         return bool(m.addSol(sol, free=True))
-
-    def _families(self):
-        return (("compute", self.R), ("keep", self.S), ("page_in", self.Min),
-                ("page_out", self.Mout))
 
     def fix_outside(self, plan: StagePlan, first: int, last: int) -> int:
         """Fix every decision outside stages ``first..last`` to ``plan``'s; returns how

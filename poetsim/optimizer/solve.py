@@ -326,8 +326,7 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
     plain_time = float(costs.compute_time_s.sum())
     plain_energy = float(costs.compute_energy_j.sum())
     deadline_s = parse_deadline(deadline, plain_time)
-    formulation = Formulation(remat=remat, paging=paging and board.storage.capacity_bytes > 0,
-                              restricted=restricted)
+    formulation = Formulation(remat=remat, paging=paging, restricted=restricted)
     overlap = board.dma.present
     base = dict(graph_name=graph.name, board_name=board.name, method=_method(remat, paging),
                 restricted=restricted, budget=budget, deadline_s=deadline_s,
@@ -376,7 +375,7 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
                 f"the {time_limit_s:g} s limit ran out while building the MILP and no heuristic "
                 "schedule fits; a longer time limit may find one"), **base,
                 build_time_s=build_time)
-        return _finish(graph, board, base, plan, metrics, costs, budget, restricted,
+        return _finish(graph, board, base, plan, metrics, budget, restricted,
                        bound=plain_energy, scip_status="build-timelimit",
                        time_limit_s=time_limit_s,
                        timing=dict(binaries=0, build_time_s=build_time, solve_time_s=0.0,
@@ -459,12 +458,12 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
             f"no schedule found within {time_limit_s:g} s (SCIP status {scip_status}); "
             "a longer time limit may find one"), **base, bound_j=bound, **timing)
 
-    return _finish(graph, board, base, plan, metrics, costs, budget, restricted, bound=bound,
+    return _finish(graph, board, base, plan, metrics, budget, restricted, bound=bound,
                    scip_status=scip_status, time_limit_s=time_limit_s, timing=timing)
 
 
 def _finish(graph: TrainingGraph, board: Board, base: dict[str, Any], plan: StagePlan,
-            metrics: PlanMetrics, costs: OpCosts, budget: Budget, restricted: bool, *,
+            metrics: PlanMetrics, budget: Budget, restricted: bool, *,
             bound: float | None, scip_status: str, time_limit_s: float,
             timing: dict[str, Any]) -> SolveResult:
     """Lower the plan, check it independently, and state what was proven."""
