@@ -20,9 +20,7 @@ from poetsim.baselines import (
     checkpoint_all,
     chen_greedy,
     chen_sqrt_n,
-    compare,
     dtr,
-    format_table,
     pofo,
     predict,
     revolve,
@@ -307,39 +305,6 @@ def test_numpy_budget_is_accepted(graphs, board):
     graph = graphs["mlp"]
     result = chen_greedy(graph, board, None, np.int64(plain_peak(graph).bytes))
     assert result.status == OK and isinstance(result.budget_bytes, int)
-
-
-def test_compare_on_mlp_returns_a_row_per_method(graphs, board):
-    graph = graphs["mlp"]
-    rows = compare(graph, board, ram="70%", time_limit_s=1)
-    assert [r.method for r in rows] == ["poet", *BASELINES]
-    by_name = {r.method: r for r in rows}
-    assert by_name["poet"].feasible
-    assert not by_name["checkpoint_all"].feasible
-    assert by_name["checkpoint_all"].status == INFEASIBLE and by_name["checkpoint_all"].reason
-    for row in rows:
-        if row.feasible:
-            assert row.budget_ok and row.deadline_ok
-            assert row.energy_j > 0 and row.makespan_s > 0 and row.energy_overhead is not None
-            assert row.peak_ram_bytes <= (resolve_budget(graph, "70%").activation_bytes
-                                          + resident_memory(graph).total_bytes)
-        else:
-            assert row.reason
-    # every remat-only method pays for recomputation over checkpoint-all's energy
-    assert by_name["chen_greedy"].energy_overhead > 0
-    text = format_table(rows)
-    assert len(text.splitlines()) == len(rows) + 1
-
-
-def test_compare_marks_chain_only_methods_not_applicable(residual):
-    board = make_board()
-    rows = compare(residual, board, ram="100%", time_limit_s=1,
-                   methods=["checkpoint_all", "revolve", "pofo"])
-    by_name = {r.method: r for r in rows}
-    assert by_name["checkpoint_all"].feasible
-    assert by_name["checkpoint_all"].energy_overhead == pytest.approx(0.0, abs=1e-9)
-    for method in ("revolve", "pofo"):
-        assert by_name[method].status == NOT_APPLICABLE and not by_name[method].feasible
 
 
 def test_every_baseline_is_exported():

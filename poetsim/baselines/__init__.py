@@ -17,8 +17,8 @@ One module per method, each a plain function
 ``pofo``            Beaumont et al. 2021: keep / offload / recompute-once DP (chains only)
 ==================  ====================================================================
 
-:func:`compare` runs POET and all of them and simulates every schedule;
-:func:`seeded_solve` is POET started from the fast baselines' schedules.
+:func:`seeded_solve` is POET started from the fast baselines' schedules;
+:func:`poetsim.compare.compare` runs POET and all of them and simulates every schedule.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from poetsim.baselines.capuchin import capuchin
 from poetsim.baselines.checkmate import checkmate
 from poetsim.baselines.checkpoint_all import checkpoint_all
 from poetsim.baselines.chen import chen_greedy, chen_sqrt_n
-from poetsim.baselines.compare import ComparisonRow, compare, format_table
 from poetsim.baselines.dtr import dtr
 from poetsim.baselines.paging_only import paging_only
 from poetsim.baselines.pofo import pofo
@@ -47,12 +46,12 @@ from poetsim.baselines.seeded import FAST_BASELINES, seeded_solve
 
 __all__ = [
     "BASELINES", "CHAIN_ONLY", "FAST_BASELINES", "INFEASIBLE", "NOT_APPLICABLE", "OK", "STATUSES",
-    "BaselineResult", "ComparisonRow", "OpListFigures", "capuchin", "checkmate",
-    "checkpoint_all", "chen_greedy", "chen_sqrt_n", "compare", "dtr", "format_table",
+    "BaselineResult", "OpListFigures", "capuchin", "checkmate",
+    "checkpoint_all", "chen_greedy", "chen_sqrt_n", "dtr",
     "paging_only", "pofo", "predict", "revolve", "seeded_solve",
 ]
 
-#: Every baseline by name, in the order :func:`compare` reports them.
+#: Every baseline by name, in the order :func:`poetsim.compare.compare` reports them.
 BASELINES: dict[str, Callable[..., BaselineResult]] = {
     "checkpoint_all": checkpoint_all,
     "chen_sqrt_n": chen_sqrt_n,

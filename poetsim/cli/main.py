@@ -14,7 +14,8 @@ from typing import Any
 
 from poetsim import __version__
 from poetsim.boards import DEFAULT_BOARD, board_to_dict, builtin_board_names, get_board, load_board
-from poetsim.baselines import compare, format_table, seeded_solve
+from poetsim.baselines import seeded_solve
+from poetsim.compare import compare, format_table
 from poetsim.boards.spec import Board
 from poetsim.costs import op_costs
 from poetsim.errors import InputError, PoetsimError

@@ -13,17 +13,17 @@ from typing import Any
 
 import attrs
 
-from poetsim.baselines.base import INFEASIBLE, OK, BaselineResult
+from poetsim.baselines.base import INFEASIBLE, OK
 from poetsim.boards.spec import Board
-from poetsim.costs import op_costs
+from poetsim.costs import OpCosts, op_costs
 from poetsim.graph.graph import TrainingGraph, resident_memory
 from poetsim.graph.memory import plain_peak
-from poetsim.baselines.seeded import seeded_solve
-from poetsim.optimizer.solve import SolveStatus, parse_deadline, resolve_budget
-from poetsim.schedule import Schedule, plain_schedule
+from poetsim.optimizer.solve import SolveStatus
+from poetsim.runs import MethodRun, RunCache, run_method, simulate_run
+from poetsim.schedule import plain_schedule
 from poetsim.sim import SimReport, simulate
 
-__all__ = ["ComparisonRow", "compare", "format_table"]
+__all__ = ["ComparisonRow", "compare", "format_table", "reference_energy_j"]
 
 
 @attrs.frozen
@@ -57,11 +57,14 @@ class ComparisonRow:
         return attrs.asdict(self)
 
 
-def _row(method: str, status: str, reason: str, schedule: Schedule | None,
-         predicted: float | None, run: Any) -> ComparisonRow:
-    if schedule is None:
-        return ComparisonRow(method=method, feasible=False, status=status, reason=reason)
-    report: SimReport = run(schedule)
+def _row(run: MethodRun, report: SimReport | None) -> ComparisonRow:
+    feasible_status = run.status in (OK, SolveStatus.OPTIMAL.value, SolveStatus.FEASIBLE.value)
+    status = OK if feasible_status else run.status
+    if run.method == "poet" and run.status == SolveStatus.NO_SOLUTION.value:
+        status = INFEASIBLE
+    if report is None or run.schedule is None:
+        return ComparisonRow(method=run.method, feasible=False, status=status,
+                             reason=run.reason)
     budget_ok = report.peak_ram_bytes <= report.budget_bytes
     deadline_ok = report.deadline_s is None or report.makespan_s <= report.deadline_s
     problems = []
@@ -72,57 +75,45 @@ def _row(method: str, status: str, reason: str, schedule: Schedule | None,
         problems.append(f"makespan {report.makespan_s:.6g} s over the deadline of "
                         f"{report.deadline_s:.6g} s")
     return ComparisonRow(
-        method=method, feasible=status == OK and budget_ok and deadline_ok, status=status,
-        reason="; ".join([reason] * bool(reason) + problems), energy_j=report.energy_j,
-        makespan_s=report.makespan_s, peak_ram_bytes=report.peak_ram_bytes,
-        budget_ok=budget_ok, deadline_ok=deadline_ok, predicted_energy_j=predicted,
-        recomputations=schedule.recomputations(), page_outs=schedule.page_outs,
-        page_ins=schedule.page_ins)
+        method=run.method, feasible=feasible_status and budget_ok and deadline_ok,
+        status=status, reason="; ".join([run.reason] * bool(run.reason) + problems),
+        energy_j=report.energy_j, makespan_s=report.makespan_s,
+        peak_ram_bytes=report.peak_ram_bytes, budget_ok=budget_ok, deadline_ok=deadline_ok,
+        predicted_energy_j=run.energy_j, recomputations=run.schedule.recomputations(),
+        page_outs=run.schedule.page_outs, page_ins=run.schedule.page_ins)
+
+
+def reference_energy_j(graph: TrainingGraph, board: Board, costs: OpCosts | None = None
+                       ) -> float:
+    """Simulated energy of checkpoint-all with unlimited RAM: the overhead reference."""
+    resident = resident_memory(graph).total_bytes
+    return simulate(graph, board, plain_schedule(graph),
+                    budget_bytes=plain_peak(graph).bytes + resident,
+                    resident_bytes=resident, costs=costs).energy_j
 
 
 def compare(graph: TrainingGraph, board: Board, *, ram: str | int,
             deadline: str | float | None = None, time_limit_s: float = 30.0,
-            methods: Iterable[str] | None = None) -> list[ComparisonRow]:
+            methods: Iterable[str] | None = None,
+            cache: RunCache | None = None) -> list[ComparisonRow]:
     """Run POET and the baselines (all of :data:`BASELINES`, or ``methods``) and simulate.
 
     ``ram`` as for :func:`poetsim.optimizer.solve` (``"70%"`` of the plain peak,
     ``"256KiB"``, bytes: the activation budget); ``deadline`` as there (``"1.5x"``,
     seconds). ``time_limit_s`` bounds each MILP solve (POET, Checkmate, paging-only).
     Every method gets a row, ``not_applicable`` ones included; POET's comes first.
+    ``cache`` reuses runs solved before (:class:`poetsim.runs.RunCache`).
     """
     from poetsim.baselines import BASELINES
 
     costs = op_costs(graph, board)
-    budget = resolve_budget(graph, ram)
-    resident = resident_memory(graph).total_bytes
-    plain_time = float(costs.compute_time_s.sum())
-    deadline_s = parse_deadline(deadline, plain_time)
-    sim_budget = budget.activation_bytes + resident
-
-    def run(schedule: Schedule) -> SimReport:
-        return simulate(graph, board, schedule, budget_bytes=sim_budget,
-                        resident_bytes=resident, deadline_s=deadline_s, costs=costs)
-
-    reference = simulate(graph, board, plain_schedule(graph),
-                         budget_bytes=plain_peak(graph).bytes + resident,
-                         resident_bytes=resident, costs=costs)
-    rows: list[ComparisonRow] = []
-    poet = seeded_solve(graph, board, ram=ram, deadline=deadline, time_limit_s=time_limit_s)
-    if poet.schedule is not None:
-        status, reason = OK, ("" if poet.status is SolveStatus.OPTIMAL else poet.message)
-    else:
-        status, reason = INFEASIBLE, poet.message
-    rows.append(_row("poet", status, reason, poet.schedule,
-                     poet.metrics.energy_j if poet.metrics else None, run))
-    names = list(BASELINES) if methods is None else list(methods)
+    names = ["poet", *(BASELINES if methods is None else methods)]
+    rows = []
     for name in names:
-        method = BASELINES[name]
-        extra = {"time_limit_s": time_limit_s} if name in ("checkmate", "paging_only") else {}
-        result: BaselineResult = method(graph, board, costs, budget.activation_bytes,
-                                        deadline_s=deadline_s, **extra)
-        rows.append(_row(name, result.status, result.reason, result.schedule,
-                         result.energy_j, run))
-    ref = reference.energy_j
+        run = run_method(graph, board, name, ram=ram, deadline=deadline,
+                         time_limit_s=time_limit_s, costs=costs, cache=cache)
+        rows.append(_row(run, simulate_run(graph, board, run, costs=costs)))
+    ref = reference_energy_j(graph, board, costs)
     return [attrs.evolve(r, energy_overhead=(r.energy_j / ref - 1 if r.energy_j is not None
                                              and ref > 0 else None)) for r in rows]
 
