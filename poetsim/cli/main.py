@@ -17,6 +17,7 @@ from poetsim.boards import DEFAULT_BOARD, board_to_dict, builtin_board_names, ge
 from poetsim.baselines import seeded_solve
 from poetsim.compare import compare, format_table
 from poetsim.boards.spec import Board
+from poetsim.cli import torch_commands
 from poetsim.costs import op_costs
 from poetsim.errors import InputError, PoetsimError
 from poetsim.graph import TrainingGraph, read_graph, write_graph
@@ -441,6 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
     def with_json(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="machine-readable output")
         return p
+
+    torch_commands.register(sub, with_json)
 
     boards = sub.add_parser("boards", help="list, show and validate board files")
     boards_sub = boards.add_subparsers(dest="action", required=True, metavar="ACTION")

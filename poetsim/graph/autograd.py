@@ -106,6 +106,12 @@ KINDS: dict[str, KindRule] = {
     "maxpool": KindRule(True, True, _per_output_element(1)),
     "avgpool": KindRule(False, False, _per_input_element(1)),
     "add": KindRule(False, False, lambda c: 0.0, passthrough=True),
+    # Kinds the PyTorch importer (poetsim.torchio) needs: an embedding lookup keeps its
+    # indices for the weight gradient, tanh its output; concatenation saves nothing.
+    "embedding": KindRule(True, False, _per_output_element(1),
+                          saves_inputs_only_with_params=True),
+    "tanh": KindRule(False, True, _per_output_element(2)),
+    "cat": KindRule(False, False, lambda c: 0.0),
     "cross_entropy": KindRule(True, False, _per_input_element(3)),
     "mse": KindRule(True, False, _per_input_element(2)),
 }

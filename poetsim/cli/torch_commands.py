@@ -1,0 +1,157 @@
+"""The ``poetsim import`` and ``poetsim execute`` commands (PyTorch, optional).
+
+Argument parsing and printing only; the work is in :mod:`poetsim.torchio`. Torch is
+imported only when one of these commands runs, so every other command works without it.
+
+A model is named by a factory, ``package.module:function`` or ``path/to/file.py:function``,
+called with no arguments; it returns an ``nn.Module``, or ``(module, example_inputs)``.
+Without example inputs from the factory, ``--input-shape`` gives one per forward argument:
+``2,3,32,32`` (random normal floats) or ``2,16:int:100`` (random integers in [0, 100)).
+torch is seeded with ``--seed`` before the factory runs, so ``import`` and ``execute`` of
+the same factory see the same weights and batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from typing import Any
+
+from poetsim.errors import InputError
+
+__all__ = ["register"]
+
+_FACTORY_HELP = "model factory: package.module:function or file.py:function"
+
+
+def _row(label: str, value: str) -> str:
+    return f"  {label:<34} {value}"
+
+
+def _imported(args: argparse.Namespace, factory_spec: str) -> Any:
+    from poetsim.torchio import import_module, load_factory, make_inputs, parse_input_spec
+    from poetsim.torchio.trace import require_torch
+
+    torch = require_torch()
+    specs = [parse_input_spec(s) for s in args.input_shape or ()]
+    factory = load_factory(factory_spec)
+    torch.manual_seed(args.seed)
+    made = factory()
+    module, inputs = (made if isinstance(made, tuple) else (made, None))
+    if specs:
+        inputs = make_inputs(specs, args.seed)
+    if inputs is None:
+        raise InputError(f"model factory {factory_spec!r} gives no example inputs: pass "
+                         "--input-shape, e.g. --input-shape 1,3,32,32")
+    name = args.name or factory_spec.rpartition(":")[2]
+    return import_module(module, tuple(inputs), name=name, loss=args.loss,
+                         dtype_bytes=args.dtype_bytes, output_index=args.output_index,
+                         metadata={"factory": factory_spec})
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    from poetsim.graph import write_graph
+    from poetsim.summary import graph_summary
+
+    imported = _imported(args, args.factory)
+    write_graph(imported.graph, args.out)
+    summary = graph_summary(imported.graph).as_dict()
+    if args.json:
+        print(json.dumps({"graph": summary, "wrote": args.out}, indent=2, default=str))
+    else:
+        graph = imported.graph
+        print(f"imported {args.factory} as graph {graph.name!r}")
+        print(_row("ops (forward + loss + backward)", str(len(graph.ops))))
+        for key in ("parameters", "param_bytes", "forward_flops", "training_flops",
+                    "forward_macs", "activation_bytes", "plain_peak_bytes"):
+            print(_row(key.replace("_", " "), f"{summary[key]:,.0f}"))
+        print(_row("wrote", args.out))
+    return 0
+
+
+def _cmd_execute(args: argparse.Namespace) -> int:
+    from poetsim.boards import get_board
+    from poetsim.schedule import read_schedule
+    from poetsim.torchio import execute_schedule
+
+    imported = _imported(args, args.model_factory)
+    schedule = read_schedule(args.schedule, imported.graph)
+    board = get_board(args.board)
+    report = execute_schedule(imported, schedule, seed=args.seed, board=board,
+                              page_dir=args.page_dir, grad_rtol=args.rtol)
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2, default=str))
+    else:
+        r = report
+        verdict = "PASS" if r.passed else "FAIL"
+        print(f"{r.graph_name}: executed {r.steps} steps for real: {verdict}"
+              + ("" if r.passed else f" ({'; '.join(r.reasons)})"))
+        print(_row("computes / recomputations", f"{r.computes} / {r.recomputations}"))
+        print(_row("page-outs / page-ins / frees", f"{r.page_outs} / {r.page_ins} / {r.frees}"))
+        print(_row("max relative gradient error", f"{r.max_rel_grad_error:.3g} "
+                                                  f"({r.worst_param}; tolerance {r.grad_rtol:g})"))
+        print(_row("measured peak live bytes", f"{r.peak_live_bytes} B (graph units) at step "
+                                               f"{r.peak_step}; {r.peak_live_raw_bytes} B raw"))
+        print(_row("activation budget", "none" if r.budget_bytes is None
+                   else f"{r.budget_bytes} B"))
+        print(_row("checker / simulator peak", f"{r.checker_peak_bytes} B / "
+                                               f"{r.simulated_peak_bytes} B"))
+        if r.simulated_energy_j is not None:
+            print(_row("simulated energy", f"{r.simulated_energy_j:.6g} J on {board.name}"))
+        print(_row("written to page files", f"{r.bytes_written} B"))
+    return 0 if report.passed else 1
+
+
+def _model_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input-shape", action="append", metavar="SHAPE[:int:HIGH]",
+                   help="one example input per forward argument, e.g. 2,3,32,32 or "
+                        "2,16:int:100 (repeatable; default: the factory's own inputs)")
+    p.add_argument("--loss", default="cross_entropy", choices=("cross_entropy", "mse"),
+                   help="loss added on the model's output (default cross_entropy)")
+    p.add_argument("--output-index", type=int, default=0, metavar="N",
+                   help="which tensor output the loss reads (default 0)")
+    p.add_argument("--name", metavar="NAME", help="graph name (default: the factory's name)")
+    p.add_argument("--dtype-bytes", type=int, default=4, metavar="N",
+                   help="bytes per element in the graph (default 4, float32)")
+    p.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="torch seed for the factory and the random inputs (default 0)")
+
+
+def register(sub: Any, with_json: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
+             ) -> None:
+    """Add ``import`` and ``execute`` to the ``poetsim`` subcommands."""
+    p = with_json(sub.add_parser(
+        "import", help="trace a PyTorch nn.Module (torch.export) into a training graph file",
+        description="Trace a PyTorch model with torch.export and write its poetsim training "
+                    "graph: forward ops with shapes, FLOPs, activation and parameter bytes, "
+                    "a loss, and the backward ops with the tensors each one saves. Needs "
+                    "PyTorch (pip install 'poetsim[torch]')."))
+    p.add_argument("factory", metavar="MODULE:FACTORY", help=_FACTORY_HELP)
+    p.add_argument("--out", required=True, metavar="FILE", help="graph file to write (JSON)")
+    _model_arguments(p)
+    p.set_defaults(func=_cmd_import)
+
+    p = with_json(sub.add_parser(
+        "execute", help="run a schedule for real on a PyTorch model and check its gradients",
+        description="Execute SCHEDULE's op list on real float64 tensors on the CPU: compute "
+                    "and recompute ops, page tensors out to files and back in, free them, "
+                    "exactly in order; backward ops read only what the graph says they "
+                    "read. Then compare the parameter gradients with plain autograd on the "
+                    "same batch and report the measured peak of live tensor bytes next to "
+                    "the budget, the checker's and the simulator's peak. The model is "
+                    "re-imported from --model-factory (same --input-shape, --loss and "
+                    "--seed as for `poetsim import`); the schedule must be for that graph. "
+                    "Exit status 0 when the gradients match and the budget holds, 1 if "
+                    "not, 2 on bad input."))
+    p.add_argument("schedule", metavar="SCHEDULE", help="schedule file (JSON)")
+    p.add_argument("--model-factory", required=True, metavar="MODULE:FACTORY",
+                   help=_FACTORY_HELP)
+    p.add_argument("--board", default="nrf52840", metavar="NAME|FILE",
+                   help="board for the simulator's prediction (default nrf52840)")
+    p.add_argument("--page-dir", metavar="DIR",
+                   help="directory for the page files (default: a temporary one)")
+    p.add_argument("--rtol", type=float, default=1e-6, metavar="R",
+                   help="relative tolerance of the gradient check (default 1e-6)")
+    _model_arguments(p)
+    p.set_defaults(func=_cmd_execute)

@@ -1,0 +1,494 @@
+"""Execute a schedule for real: the op list on PyTorch tensors, paging to files on disk.
+
+:func:`execute_schedule` replays a :class:`~poetsim.schedule.Schedule` of an imported model
+(:func:`poetsim.torchio.import_module`) step by step, in float64 on the CPU:
+
+* ``COMPUTE`` of an ``input`` op copies the tensor from the batch (the data loader's copy,
+  outside the activation memory); of a forward op or the loss, evaluates the op from its
+  resident inputs; of a backward op ``v/grad``, computes the gradients of ``v``'s inputs
+  from *only* the tensors the graph says it reads (its predecessors): the gradients its
+  consumers sent back, summed, and the tensors ``v``'s KINDS rule saves. Per rule:
+
+  - saves the inputs (convolution, linear, matmul, norms, GELU, max pooling, embedding,
+    the loss): the op is re-evaluated locally from the saved inputs under autograd and
+    differentiated (``torch.autograd.grad``);
+  - saves the output (ReLU, softmax, tanh): the derivative is written in terms of the
+    output; folded input transforms are linear, so their vector-Jacobian product is taken
+    at zeros;
+  - saves nothing (addition, average pooling, concatenation): the op is affine in its
+    inputs, so it is differentiated at zeros, without any value.
+
+  Parameter gradients accumulate in a dict outside the activation memory (the resident
+  region), on the first computation of each backward op only (a recomputed gradient op
+  regenerates its activation gradient, not the parameter update).
+* ``PAGE_OUT`` writes the tensor to a file (``torch.save``) in the page directory (the SD
+  card's stand-in) and records its SHA-256; ``PAGE_IN`` reads it back and refuses a file
+  whose digest changed; ``FREE`` drops it.
+
+Reading a tensor that is not resident, computing one that is, paging in one never paged
+out: each is an :class:`ExecutionError` naming the step. Live activation bytes are
+measured after every step from the tensors actually held (unique tensors), in the graph's
+units (elements x the graph's ``dtype_bytes``, comparable to the checker and simulator)
+and raw (``tensor.nbytes`` in float64 / int64); during a COMPUTE the output is counted on
+top of the resident set, as in the contract (workspace is not modelled by the executor).
+Finally the parameter gradients are compared with plain ``loss.backward()`` on a float64
+copy of the module (dropout modules in eval mode: the graph takes dropout as the
+identity), same batch and targets: the error of a parameter is its largest absolute
+difference over its largest reference gradient, that scale floored at 1e-3 of the
+model's largest gradient (a gradient that is zero in exact arithmetic is rounding noise).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from poetsim.errors import InputError
+from poetsim.graph.autograd import KINDS
+from poetsim.graph.io import graph_fingerprint
+from poetsim.graph.ops import Phase
+from poetsim.schedule.check import check_schedule
+from poetsim.schedule.ops import Action, Schedule, Step
+from poetsim.torchio.trace import Cls, ImportedModel, require_torch, tables
+
+__all__ = ["ExecutionError", "ExecutionReport", "execute_schedule"]
+
+
+class ExecutionError(InputError):
+    """The schedule cannot be executed as written; the message names the step."""
+
+
+@attrs.frozen
+class ExecutionReport:
+    """What a real execution of a schedule measured, with units in the names.
+
+    ``peak_live_bytes`` is in the graph's units (elements x ``dtype_bytes``), directly
+    comparable to ``checker_peak_bytes`` (the contract's replay, workspace included) and
+    ``simulated_peak_bytes`` (the board simulation; activations only, the resident region
+    subtracted). ``peak_live_raw_bytes`` is what the float64 / int64 tensors really held.
+    """
+
+    graph_name: str
+    steps: int
+    computes: int
+    recomputations: int
+    page_outs: int
+    page_ins: int
+    frees: int
+    max_rel_grad_error: float
+    worst_param: str
+    grad_rtol: float
+    peak_live_bytes: int
+    peak_live_raw_bytes: int
+    peak_step: int
+    budget_bytes: int | None
+    checker_peak_bytes: int | None
+    simulated_peak_bytes: int | None
+    simulated_energy_j: float | None
+    bytes_written: int
+    passed: bool
+    reasons: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        doc = attrs.asdict(self)
+        doc["reasons"] = list(self.reasons)
+        return doc
+
+
+def _err(position: int, step: Step, graph: Any, detail: str) -> ExecutionError:
+    return ExecutionError(f"step {position} ({step.describe(graph)}): {detail}")
+
+
+class _Runner:
+    """State of one execution."""
+
+    def __init__(self, imported: ImportedModel, inputs: tuple[Any, ...], seed: int,
+                 page_dir: Path) -> None:
+        torch = require_torch()
+        self.torch = torch
+        self.im = imported
+        self.graph = imported.graph
+        self.dtype_bytes = int(self.graph.metadata.get("dtype_bytes", 4))
+        self.page_dir = page_dir
+        model = copy.deepcopy(imported.module).double().train()
+        self.params = {name: p for name, p in model.named_parameters()}
+        self.buffers = {name: b for name, b in model.named_buffers()}
+        self.batch = tuple(x.double() if x.is_floating_point() else x for x in inputs)
+        self.user = dict(zip(imported.user_input_nodes, self.batch))
+        # Statics (data inputs, masks, position ids): what the data loader delivers.
+        self.loader: dict[str, Any] = {}
+        for name, op in imported.ops.items():
+            if op.kind == "input":
+                with torch.no_grad():
+                    self.loader[name] = self.value(op.node, dict(self.user), {}, zeros=False)
+        logits_meta = imported.output_node.meta["val"]
+        gen = torch.Generator().manual_seed(seed)
+        if imported.loss == "cross_entropy":
+            classes = int(logits_meta.shape[-1])
+            rows = int(logits_meta.numel()) // classes
+            self.target = torch.randint(0, classes, (rows,), generator=gen)
+        else:
+            self.target = torch.randn(tuple(logits_meta.shape), generator=gen,
+                                      dtype=torch.float64)
+        self.resident: dict[str, Any] = {}
+        self.stored: dict[str, tuple[Path, str]] = {}
+        self.grads: dict[str, Any] = {}
+        self.done_backward: set[str] = set()
+        self.bytes_written = 0
+        self.grad_ops = {o.name for o in self.graph.ops if o.phase is Phase.BACKWARD}
+
+    # ------------------------------------------------------------------ evaluation
+
+    def value(self, node: Any, env: dict[Any, Any], cache: dict[Any, Any], *,
+              zeros: bool, root: Any = None) -> Any:
+        """Value of FX ``node`` given the graph tensors in ``env``; folds transforms and
+        parameter expressions, refuses to reach any other op's tensor."""
+        torch = self.torch
+        if node in env:
+            return env[node]
+        if node in cache:
+            return cache[node]
+        if node.op == "placeholder":
+            if node in self.im.param_nodes:
+                result = self.params[self.im.param_nodes[node]]
+            elif node in self.im.buffer_nodes:
+                result = self.buffers[self.im.buffer_nodes[node]]
+            else:
+                raise ExecutionError(f"data input {node.name!r} is read without being an "
+                                     "input of the op")
+            cache[node] = result
+            return result
+        cls = self.im.classes.get(node)
+        if cls is Cls.CORE and node is not root:
+            raise ExecutionError(f"op output {node.name!r} is read without being an input "
+                                 "of the op (the graph is missing an edge)")
+        from torch.fx.node import map_arg
+
+        args, kwargs = map_arg((node.args, node.kwargs),
+                               lambda n: self.value(n, env, cache, zeros=zeros))
+        t = tables()
+        target = t.functional.get(node.target, node.target)
+        if target in t.identity:
+            result = args[0]
+        elif target in t.casts and isinstance(args[0], torch.Tensor) \
+                and args[0].is_floating_point():
+            result = args[0]  # float casts are identities in the float64 execution
+        else:
+            result = target(*args, **kwargs)
+        cache[node] = result
+        return result
+
+    def evaluate(self, name: str, inputs: Mapping[str, Any], *, zeros: bool = False,
+                 operand_only: bool = False) -> Any:
+        op = self.im.ops[name]
+        env = {node: inputs[n] for n, node in zip(op.inputs, op.input_nodes)}
+        if op.kind in ("cross_entropy", "mse"):
+            logits = self.value(op.node, env, {}, zeros=zeros)
+            if op.kind == "mse":
+                return self.torch.nn.functional.mse_loss(logits, self.target)
+            return self.torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), self.target)
+        if operand_only:
+            return self.value(op.node.args[0], env, {}, zeros=zeros)
+        return self.value(op.node, env, {}, zeros=zeros, root=op.node)
+
+    # ------------------------------------------------------------------ steps
+
+    def read(self, position: int, step: Step, name: str) -> Any:
+        if name not in self.resident:
+            raise _err(position, step, self.graph, f"reads tensor {name!r}, which is not "
+                                                   "resident in RAM")
+        return self.resident[name]
+
+    def compute(self, position: int, step: Step) -> Any:
+        torch, graph = self.torch, self.graph
+        k = step.op
+        op = graph.ops[k]
+        preds = {graph.ops[p].name: self.read(position, step, graph.ops[p].name)
+                 for p in graph.predecessors(k)}
+        if op.phase is Phase.BACKWARD:
+            return self.backward(position, step, op.forward_of, preds)
+        if op.kind == "input":
+            return self.loader[op.name].clone()
+        with torch.no_grad():
+            out = self.evaluate(op.name, preds)
+        if any(isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr()
+               == out.untyped_storage().data_ptr() for v in preds.values()):
+            out = out.clone()  # an op's output is its own tensor, never an alias
+        return out.detach()
+
+    def backward(self, position: int, step: Step, v: str, preds: dict[str, Any]) -> Any:
+        torch, graph = self.torch, self.graph
+        op = self.im.ops[v]
+        fop = graph.op(v)
+        rule = KINDS[op.kind]
+        # The gradient of v's output: the loss's seed, or the sum of what consumers sent.
+        if fop.phase is Phase.LOSS:
+            g = torch.ones_like(self.read(position, step, v))
+        else:
+            parts = [value[v] for name, value in preds.items()
+                     if graph.op(name).phase is Phase.BACKWARD and v in value]
+            if not parts:
+                raise _err(position, step, graph, f"no gradient of {v!r} among its inputs")
+            g = parts[0]
+            for extra in parts[1:]:
+                g = g + extra
+        wants = {u: f"{u}/grad" in self.grad_ops for u in op.inputs}
+        saves_inputs = rule.saves_inputs and (fop.param_bytes > 0
+                                              or not rule.saves_inputs_only_with_params)
+        params = [self.params[p] for p in op.params]
+
+        def leaves(values: Mapping[str, Any]) -> dict[str, Any]:
+            out = {}
+            for u in op.inputs:
+                x = values[u].detach()
+                if wants[u]:
+                    x = x.clone().requires_grad_(True)
+                out[u] = x
+            return out
+
+        def zero_inputs() -> dict[str, Any]:
+            found = {}
+            for u, node in zip(op.inputs, op.input_nodes):
+                meta = node.meta["val"]
+                dtype = torch.float64 if meta.is_floating_point() else meta.dtype
+                found[u] = torch.zeros(tuple(meta.shape), dtype=dtype)
+            return leaves(found)
+
+        if saves_inputs:
+            for u in op.inputs:
+                if u not in preds:
+                    raise _err(position, step, graph, f"needs saved input {u!r} of {v!r}, "
+                                                      "which the graph does not let it read")
+            env = leaves(preds)
+            with torch.enable_grad():
+                out = self.evaluate(v, env)
+            seed, targets = g, [env[u] for u in op.inputs if wants[u]] + params
+        elif rule.saves_output:
+            if v not in preds:
+                raise _err(position, step, graph, f"needs the output of {v!r}, which the "
+                                                  "graph does not let it read")
+            y = preds[v]
+            seed = self._output_backward(op, y, g)
+            env = zero_inputs()
+            with torch.enable_grad():
+                out = self.evaluate(v, env, zeros=True, operand_only=True)
+            targets = [env[u] for u in op.inputs if wants[u]] + params
+        else:
+            env = zero_inputs()
+            with torch.enable_grad():
+                out = self.evaluate(v, env, zeros=True)
+            seed, targets = g, [env[u] for u in op.inputs if wants[u]] + params
+        grads = torch.autograd.grad(out, targets, grad_outputs=seed, allow_unused=True) \
+            if targets else ()
+        names = [u for u in op.inputs if wants[u]]
+        result = {u: (torch.zeros_like(env[u]) if gr is None else gr.detach())
+                  for u, gr in zip(names, grads)}
+        if rule.passthrough and result and all(
+                r.shape == g.shape and torch.equal(r, g) for r in result.values()):
+            result = dict.fromkeys(result, g)  # one shared tensor, as the graph counts it
+        if fop.name not in self.done_backward:
+            self.done_backward.add(fop.name)
+            for p_name, gr in zip(op.params, grads[len(names):]):
+                if gr is not None:
+                    self.grads[p_name] = self.grads.get(p_name, 0) + gr.detach()
+        return result
+
+    def _output_backward(self, op: Any, y: Any, g: Any) -> Any:
+        if op.kind == "relu":
+            return g * (y > 0)
+        if op.kind == "tanh":
+            return g * (1 - y * y)
+        if op.kind == "softmax":
+            dim = op.node.args[1]
+            return y * (g - (g * y).sum(dim=dim, keepdim=True))
+        raise ExecutionError(f"op {op.name!r}: no output-based backward for kind {op.kind!r}")
+
+    def page_out(self, position: int, step: Step, name: str) -> None:
+        value = self.read(position, step, name)
+        if name in self.stored:
+            raise _err(position, step, self.graph, f"tensor {name!r} is already on storage")
+        path = self.page_dir / f"{step.op}.pt"
+        self.torch.save(value, path)
+        data = path.read_bytes()
+        self.bytes_written += len(data)
+        self.stored[name] = (path, hashlib.sha256(data).hexdigest())
+
+    def page_in(self, position: int, step: Step, name: str) -> Any:
+        if name not in self.stored:
+            raise _err(position, step, self.graph, f"tensor {name!r} was never paged out")
+        if name in self.resident:
+            raise _err(position, step, self.graph, f"tensor {name!r} is already resident")
+        path, digest = self.stored[name]
+        try:
+            data = path.read_bytes()
+        except OSError as err:
+            raise _err(position, step, self.graph, f"cannot read page file {path}: "
+                                                   f"{err.strerror}") from None
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise _err(position, step, self.graph, f"page file {path} of {name!r} is "
+                                                   "corrupted (checksum mismatch)")
+        return self.torch.load(path, weights_only=True)
+
+    # ------------------------------------------------------------------ accounting
+
+    def _tensors(self, value: Any) -> list[Any]:
+        if isinstance(value, dict):
+            return list(value.values())
+        return [value]
+
+    def live_bytes(self, extra: Any = None) -> tuple[int, int]:
+        seen: dict[int, Any] = {}
+        for value in list(self.resident.values()) + ([extra] if extra is not None else []):
+            for x in self._tensors(value):
+                seen[id(x)] = x
+        graph_units = sum(int(x.numel()) for x in seen.values()) * self.dtype_bytes
+        raw = sum(int(x.nbytes) for x in seen.values())
+        return graph_units, raw
+
+
+def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
+                     inputs: tuple[Any, ...] | None = None, seed: int = 0,
+                     board: Any = None, budget_bytes: int | None = None,
+                     resident_bytes: int | None = None, page_dir: str | Path | None = None,
+                     grad_rtol: float = 1e-6,
+                     after_step: Callable[[int, Step, Path], None] | None = None
+                     ) -> ExecutionReport:
+    """Run ``schedule`` on real tensors and check it against plain autograd.
+
+    ``inputs`` default to the example inputs the model was imported with (the shapes must
+    be those). ``budget_bytes`` is the activation budget (default: the schedule's
+    ``budget_activation_bytes`` metadata); ``resident_bytes`` the fixed region (default:
+    the schedule's metadata). With a ``board``, the simulator's predicted peak and energy
+    are reported too. Page files go to ``page_dir`` (default: a temporary directory,
+    removed afterwards). ``after_step(position, step, page_dir)`` is called after every
+    step (tests use it to tamper with page files).
+    """
+    torch = require_torch()
+    graph = imported.graph
+    if schedule.graph_fingerprint != graph_fingerprint(graph):
+        raise ExecutionError(f"the schedule was made for graph {schedule.graph_name!r} "
+                             f"(fingerprint {schedule.graph_fingerprint[:12]}), not for the "
+                             f"imported graph {graph.name!r}")
+    inputs = imported.example_inputs if inputs is None else tuple(inputs)
+    for x, example in zip(inputs, imported.example_inputs):
+        if tuple(x.shape) != tuple(example.shape):
+            raise InputError(f"input shape {tuple(x.shape)} differs from the traced shape "
+                             f"{tuple(example.shape)}")
+    meta = schedule.metadata
+    if budget_bytes is None and "budget_activation_bytes" in meta:
+        budget_bytes = int(meta["budget_activation_bytes"])
+    if resident_bytes is None:
+        resident_bytes = int(meta.get("resident_bytes", 0))
+
+    with tempfile.TemporaryDirectory(prefix="poetsim-pages-") as tmp:
+        directory = Path(page_dir) if page_dir is not None else Path(tmp)
+        directory.mkdir(parents=True, exist_ok=True)
+        runner = _Runner(imported, inputs, seed, directory)
+        peak, peak_raw, peak_step = 0, 0, -1
+        for position, step in enumerate(schedule.steps):
+            if step.op >= len(graph.ops):
+                raise _err(position, step, graph, f"op index {step.op} is not in the graph")
+            name = graph.ops[step.op].name
+            during: tuple[int, int] | None = None
+            if step.action is Action.COMPUTE:
+                if name in runner.resident:
+                    raise _err(position, step, graph, f"tensor {name!r} is already resident")
+                value = runner.compute(position, step)
+                during = runner.live_bytes(value)
+                runner.resident[name] = value
+            elif step.action is Action.PAGE_OUT:
+                runner.page_out(position, step, name)
+            elif step.action is Action.PAGE_IN:
+                runner.resident[name] = runner.page_in(position, step, name)
+            else:
+                runner.read(position, step, name)
+                del runner.resident[name]
+            now = during or runner.live_bytes()
+            if now[0] > peak:
+                peak, peak_step = now[0], position
+            peak_raw = max(peak_raw, now[1])
+            if after_step is not None:
+                after_step(position, step, directory)
+
+        reference = _reference_grads(imported, runner)
+        worst, worst_name = 0.0, ""
+        reasons: list[str] = []
+        # Relative to the parameter's own largest gradient, but never to less than 1e-3 of
+        # the model's largest: a gradient that is zero in exact arithmetic (a key bias
+        # under softmax) is rounding noise on both sides.
+        floor = 1e-3 * max((float(r.abs().max()) for r in reference.values()), default=0.0)
+        for p_name, ref in reference.items():
+            got = runner.grads.get(p_name)
+            if got is None:
+                worst, worst_name = float("inf"), p_name
+                reasons.append(f"no gradient computed for parameter {p_name!r}")
+                continue
+            scale = max(float(ref.abs().max()), floor, 1e-300)
+            err = float((got - ref).abs().max()) / scale
+            if err > worst or not worst_name:
+                worst, worst_name = err, p_name
+        if worst > grad_rtol and not reasons:
+            reasons.append(f"gradient of {worst_name!r} differs from plain autograd by "
+                           f"{worst:.3g} (relative), over {grad_rtol:g}")
+        if budget_bytes is not None and peak > budget_bytes:
+            reasons.append(f"measured peak {peak} B over the activation budget "
+                           f"{budget_bytes} B")
+
+    check = check_schedule(graph, schedule)
+    sim_peak = sim_energy = None
+    if board is not None:
+        from poetsim.sim import simulate
+
+        report = simulate(graph, board, schedule,
+                          budget_bytes=None if budget_bytes is None
+                          else budget_bytes + resident_bytes,
+                          resident_bytes=resident_bytes)
+        sim_peak = int(report.peak_ram_bytes) - resident_bytes
+        sim_energy = float(report.energy_j)
+    del torch
+    return ExecutionReport(
+        graph_name=graph.name, steps=len(schedule.steps), computes=schedule.computes,
+        recomputations=schedule.recomputations(), page_outs=schedule.page_outs,
+        page_ins=schedule.page_ins, frees=schedule.frees, max_rel_grad_error=worst,
+        worst_param=worst_name, grad_rtol=grad_rtol, peak_live_bytes=peak,
+        peak_live_raw_bytes=peak_raw, peak_step=peak_step, budget_bytes=budget_bytes,
+        checker_peak_bytes=check.peak_activation_bytes if check.valid else None,
+        simulated_peak_bytes=sim_peak, simulated_energy_j=sim_energy,
+        bytes_written=runner.bytes_written, passed=not reasons, reasons=tuple(reasons))
+
+
+def _reference_grads(imported: ImportedModel, runner: _Runner) -> dict[str, Any]:
+    """Parameter gradients of plain ``loss.backward()`` on a float64 copy of the module."""
+    torch = runner.torch
+    model = copy.deepcopy(imported.module).double().train()
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            module.eval()  # the graph takes dropout as the identity
+    out = model(*runner.batch)
+    outputs = [x for x in _flatten(out) if isinstance(x, torch.Tensor)]
+    logits = outputs[int(imported.graph.metadata.get("output_index", 0))]
+    if imported.loss == "mse":
+        loss = torch.nn.functional.mse_loss(logits, runner.target)
+    else:
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 runner.target)
+    loss.backward()
+    return {name: p.grad.detach() for name, p in model.named_parameters()
+            if p.grad is not None}
+
+
+def _flatten(value: Any) -> list[Any]:
+    if isinstance(value, Mapping):
+        return [y for v in value.values() for y in _flatten(v)]
+    if isinstance(value, (list, tuple)):
+        return [y for v in value for y in _flatten(v)]
+    if hasattr(value, "to_tuple"):
+        return _flatten(value.to_tuple())
+    return [value]

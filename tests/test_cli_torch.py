@@ -1,0 +1,89 @@
+"""The ``poetsim import`` and ``poetsim execute`` commands."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from poetsim.cli.main import main
+
+MODELS = str(Path(__file__).with_name("torch_models.py"))
+
+
+def test_poetsim_imports_without_torch():
+    code = ("import sys; import poetsim.cli.main, poetsim.torchio; "
+            "sys.exit(1 if 'torch' in sys.modules else 0)")
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_missing_torch_is_one_line(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
+    status = main(["import", f"{MODELS}:mlp", "--input-shape", "2,32",
+                   "--out", str(tmp_path / "g.json")])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.strip() == ("poetsim: error: poetsim import needs PyTorch: "
+                           "pip install 'poetsim[torch]'")
+
+
+def test_import_solve_execute_end_to_end(tmp_path, capsys):
+    pytest.importorskip("torch")
+    graph = tmp_path / "mlp.json"
+    schedule = tmp_path / "s.json"
+    factory = f"{MODELS}:mlp"
+    assert main(["import", factory, "--input-shape", "2,32", "--out", str(graph),
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["graph"]["parameters"] == 32 * 16 + 16 + 16 * 16 + 16 + 16 * 4 + 4
+    assert main(["solve", "--graph", str(graph), "--board", "nrf52840", "--ram", "60%",
+                 "--time-limit", "5", "--out", str(schedule), "--json"]) == 0
+    capsys.readouterr()
+    assert main(["execute", str(schedule), "--model-factory", factory, "--input-shape",
+                 "2,32", "--page-dir", str(tmp_path / "pages"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed"] and report["max_rel_grad_error"] <= 1e-6
+    assert report["peak_live_bytes"] <= report["budget_bytes"]
+    assert main(["execute", str(schedule), "--model-factory", factory, "--input-shape",
+                 "2,32"]) == 0
+    text = capsys.readouterr().out
+    assert "PASS" in text and "max relative gradient error" in text
+
+
+def test_execute_refuses_a_schedule_for_another_model(tmp_path, capsys):
+    pytest.importorskip("torch")
+    graph, schedule = tmp_path / "g.json", tmp_path / "s.json"
+    assert main(["import", f"{MODELS}:mlp", "--input-shape", "2,32", "--out",
+                 str(graph)]) == 0
+    assert main(["solve", "--graph", str(graph), "--ram", "100%", "--time-limit", "2",
+                 "--out", str(schedule)]) == 0
+    capsys.readouterr()
+    status = main(["execute", str(schedule), "--model-factory", f"{MODELS}:small_cnn",
+                   "--input-shape", "2,3,8,8"])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and "fingerprint" in err
+
+
+def test_unsupported_op_is_a_one_line_error(tmp_path, capsys):
+    pytest.importorskip("torch")
+    status = main(["import", f"{MODELS}:unsupported", "--input-shape", "2,4", "--out",
+                   str(tmp_path / "g.json")])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1
+    assert "aten.sin" in err and "body.act" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["import", "nonexistent_module_xyz:f", "--out", "g.json"], "cannot import"),
+    (["import", "no_colon", "--out", "g.json"], "MODULE:FACTORY"),
+    (["import", f"{MODELS}:nope", "--out", "g.json"], "no callable"),
+    (["import", f"{MODELS}:mlp", "--out", "g.json"], "--input-shape"),
+    (["import", f"{MODELS}:mlp", "--input-shape", "2,x", "--out", "g.json"], "sizes"),
+])
+def test_bad_arguments(argv, message, capsys):
+    pytest.importorskip("torch")
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
