@@ -35,8 +35,10 @@ def plain_plan(graph: TrainingGraph) -> StagePlan:
 
 class _Greedy:
     def __init__(self, graph: TrainingGraph, costs: OpCosts, budget_bytes: int, *,
-                 remat: bool, paging: bool, by_time: bool, cascade: bool) -> None:
+                 remat: bool, paging: bool, by_time: bool, cascade: bool,
+                 keep_guide: np.ndarray | None = None) -> None:
         self.graph = graph
+        self.keep_guide = keep_guide
         self.n = len(graph)
         self.size = costs.output_bytes
         self.workspace = costs.workspace_bytes
@@ -148,8 +150,11 @@ class _Greedy:
                         cost, page = self.eviction_cost(v, keep, stored)
                         if np.isfinite(cost):
                             # cheapest per byte first; among equals, the one needed last
-                            candidates.append((cost / size[v], -self.last_reader[v], v, page))
-                    for _, _, v, page in sorted(candidates):
+                            # (with a guide, the least wanted in RAM first)
+                            wanted = 0.0 if self.keep_guide is None else self.keep_guide[t + 1, v]
+                            candidates.append((wanted, cost / size[v], -self.last_reader[v], v,
+                                               page))
+                    for *_, v, page in sorted(candidates):
                         if deficit <= 0:
                             break
                         keep.discard(v)
@@ -169,14 +174,16 @@ class _Greedy:
 
 
 def greedy_plan(graph: TrainingGraph, costs: OpCosts, budget_bytes: int, *, remat: bool = True,
-                paging: bool = True, by_time: bool = False,
-                cascade: bool = False) -> StagePlan | None:
+                paging: bool = True, by_time: bool = False, cascade: bool = False,
+                keep_guide: np.ndarray | None = None) -> StagePlan | None:
     """A feasible plan within ``budget_bytes`` of activation memory, or None.
 
     ``by_time`` ranks evictions by the time they cost instead of the energy, which helps
     when the deadline is tight. ``cascade`` lets a dropped tensor's inputs be dropped too
     (needed when recomputation is the only option); without it, bringing a tensor back is
-    always a single recomputation.
+    always a single recomputation. ``keep_guide[t, i]`` (e.g. an LP solution's keep
+    values) ranks evictions before the cost does: the tensor least wanted in RAM in
+    stage ``t`` goes first.
     """
     return _Greedy(graph, costs, budget_bytes, remat=remat, paging=paging, by_time=by_time,
-                   cascade=cascade).run()
+                   cascade=cascade, keep_guide=keep_guide).run()

@@ -370,8 +370,30 @@ class MilpModel:
         """Offer ``plan`` to SCIP as a complete solution; True if SCIP accepted it."""
         if not self.fits(plan):
             return False
+        return bool(self.model.addSol(self._solution(plan), free=True))
+
+    def try_plan(self, plan: StagePlan, heuristic: Any) -> bool:
+        """During the search, from a primal heuristic: True if SCIP accepted ``plan``."""
+        if not self.fits(plan):
+            return False
+        return bool(self.model.trySol(self._solution(plan, heuristic), printreason=False,
+                                          free=True))
+
+    def lp_values(self) -> dict[str, np.ndarray]:
+        """The current LP solution as fractional plan matrices (``compute[t, t]`` is 1)."""
+        m, n = self.model, self.n
+        values = {name: np.zeros((n, n)) for name, _ in self._families()}
+        np.fill_diagonal(values["compute"], 1.0)
+        for name, family in self._families():
+            matrix = values[name]
+            for (t, i), var in family.items():
+                matrix[t, i] = m.getSolVal(None, var)
+        return values
+
+    def _solution(self, plan: StagePlan, heuristic: Any = None) -> Any:
+        """A complete SCIP solution (original space) for ``plan``."""
         m = self.model
-        sol = m.createSol()
+        sol = m.createOrigSol(heuristic) if heuristic is not None else m.createSol()
         for name, family in self._families():
             matrix = getattr(plan, name)
             for (t, i), var in family.items():
@@ -404,7 +426,7 @@ class MilpModel:
                 transfer = float(plan.page_in[t].astype(float) @ c.pagein_time_s
                                  + plan.page_out[t].astype(float) @ c.pageout_time_s) * scale
                 m.setSolVal(sol, var, max(compute, transfer))
-        return bool(m.addSol(sol, free=True))
+        return sol
 
     def fix_outside(self, plan: StagePlan, first: int, last: int) -> int:
         """Fix every decision outside stages ``first..last`` to ``plan``'s; returns how

@@ -32,6 +32,7 @@ from poetsim.graph.io import graph_fingerprint
 from poetsim.graph.memory import plain_peak
 from poetsim.optimizer.heuristic import greedy_plan, plain_plan
 from poetsim.optimizer.milp import BuildTimeout, Formulation, build_milp
+from poetsim.optimizer.rounding import RoundingHeuristic
 from poetsim.optimizer.plan import (
     PlanMetrics,
     StagePlan,
@@ -381,6 +382,8 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
                        timing=dict(binaries=0, build_time_s=build_time, solve_time_s=0.0,
                                    warm_start=heuristic))
     build_time = time.perf_counter() - started
+    RoundingHeuristic(milp, costs, budget.activation_bytes, deadline_s,
+                      board.storage.capacity_bytes).include()
     warm = None
     if plan is not None and milp.add_warm_start(plan):
         warm = heuristic
