@@ -19,6 +19,8 @@ Formulation (paper Algorithm 1 on Checkmate's frontier-advancing stages; notatio
   ``F <= R[t,k]`` (an op that did not run frees nothing), ``F <= 1 - S[t+1,i]`` and
   ``F <= 1 - R[t,j]`` for every later reader ``j`` of ``i`` in the stage. At integer
   ``R, S`` these bounds are 0 or 1 and freeing only helps, so the relaxation is exact.
+  ``sum_k F[t,i,k] <= 1`` (a tensor leaves RAM once per stage) is redundant at integer
+  points and keeps the LP from freeing a tensor twice.
 * frontier knapsacks (redundant, for the LP bound): while op ``t`` runs, RAM holds its
   inputs, output and workspace and every tensor kept into stage ``t + 1``:
   ``sum_{i < t, i not an input of t} S[t+1,i] m_i <= budget - m_t - w_t - sum_inputs m_u``;
@@ -278,6 +280,7 @@ class MilpModel:
         start_terms = [self.mem[i] * S[t, i] for i in range(t) if (t, i) in S]
         start_terms += [self.mem[i] * Min[t, i] for i in range(t) if (t, i) in Min]
         frees_after: dict[int, list[tuple[int, Any]]] = {}
+        frees_of: dict[int, list[Any]] = {}
         for i, k, later in self._free_pairs(t, runnable):
             if self.mem[i] == 0:
                 continue
@@ -290,6 +293,11 @@ class MilpModel:
             for j in later:
                 m.addCons(f <= 1 - self.r(t, j), name=f"fl_{t}_{i}_{k}_{j}")
             frees_after.setdefault(k, []).append((i, f))
+            frees_of.setdefault(i, []).append(f)
+        for i, fs in frees_of.items():
+            if len(fs) > 1:
+                # a tensor leaves RAM at most once per stage (redundant; tightens the LP)
+                m.addCons(quicksum(fs) <= 1, name=f"fone_{t}_{i}")
         previous = None
         for k in runnable:
             u = m.addVar(vtype="C", lb=0.0, name=f"U_{t}_{k}")
