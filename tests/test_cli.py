@@ -72,16 +72,18 @@ def test_models_export_then_costs_from_graph_file(capsys, tmp_path):
     assert from_file["compute_energy_j"] == from_zoo["compute_energy_j"]
 
 
-def test_costs_and_demo(capsys):
+def test_costs_and_demo(capsys, tmp_path):
     doc = run_json(capsys, "costs", "--model", "mlp", "--board", "rpi4", "--per-op")
     assert doc["compute_energy_j"] > 0 and doc["compute_time_s"] > 0
     assert len(doc["ops"]) == 41 or len(doc["ops"]) > 10
     assert all(k.endswith(("_s", "_j", "_bytes")) or k in ("op", "phase", "kind")
                for k in doc["ops"][0])
-    status, out, _ = run(capsys, "demo", "--model", "mlp", "--time-limit", "2")
+    status, out, _ = run(capsys, "demo", "--model", "mlp", "--time-limit", "2",
+                         "--out", str(tmp_path / "demo"))
     assert status == 0
     assert "mlp on nrf52840" in out and "compute energy" in out
     assert "simulating the schedule" in out and "PASS" in out
+    assert (tmp_path / "demo" / "summary.md").is_file()
 
 
 def test_solve_writes_schedules_that_simulate(capsys, tmp_path):

@@ -17,6 +17,7 @@ from poetsim.boards import DEFAULT_BOARD, board_to_dict, builtin_board_names, ge
 from poetsim.baselines import seeded_solve
 from poetsim.compare import compare, format_table
 from poetsim.boards.spec import Board
+from poetsim.cli import sweep_commands
 from poetsim.cli import torch_commands
 from poetsim.costs import op_costs
 from poetsim.errors import InputError, PoetsimError
@@ -316,36 +317,28 @@ def _print_solve(graph: TrainingGraph, board: Board, result: SolveResult,
 # ----------------------------------------------------------------------------- demo
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    """Costs, then the least-energy schedule at a tight budget, then its simulation."""
+    """Costs, POET at a tight budget, simulation, two baselines; files in a new folder."""
+    from poetsim.demo import run_demo
+
     graph = _graph_from_args(args)
     board = get_board(args.board)
+    if not args.json:
+        _show_costs(graph, board, args)
+        print(flush=True)
+    result = run_demo(graph, board, ram=args.ram, deadline=args.deadline,
+                      time_limit_s=args.time_limit, out_dir=args.out,
+                      echo=None if args.json else lambda line: print(line, flush=True))
     if args.json:
-        result = seeded_solve(graph, board, ram=args.ram, deadline=args.deadline,
-                              time_limit_s=args.time_limit)
-        doc: dict[str, Any] = {"costs": cost_summary(graph, board).as_dict(),
-                               "solve": result.summary()}
-        if result.schedule is not None:
-            doc["simulation"] = _simulate_result(graph, board, result).as_dict(transfers=False)
-        _emit_json(doc)
-        return 0 if result.schedule is not None else 1
-    _show_costs(graph, board, args)
-    print(f"\nsolving: RAM {args.ram} of the plain peak, deadline {args.deadline}, "
-          f"time limit {args.time_limit:g} s", flush=True)
-    result = seeded_solve(graph, board, ram=args.ram, deadline=args.deadline,
-                          time_limit_s=args.time_limit, progress=_progress_printer(False))
-    _print_solve(graph, board, result, [])
-    if result.schedule is None:
-        return 1
-    print("\nsimulating the schedule on the board")
-    report = _simulate_result(graph, board, result)
-    _print_sim(report)
-    return 0 if report.passed else 1
-
-
-def _simulate_result(graph: TrainingGraph, board: Board, result: SolveResult) -> SimReport:
-    budget = result.budget
-    return simulate(graph, board, result.schedule, budget_bytes=budget.total_bytes,
-                    resident_bytes=budget.resident_bytes)
+        _emit_json({**result.summary, "out_dir": str(result.out_dir)})
+        return 0 if result.passed else 1
+    if result.report is not None:
+        print()
+        _print_sim(result.report)
+    print()
+    print(format_table(result.rows))
+    print(f"\nwrote {', '.join(result.files)} into\n{result.out_dir.resolve()}"
+          f"  ({result.wall_s:.1f} s; start with summary.md)")
+    return 0 if result.passed else 1
 
 
 # ----------------------------------------------------------------------------- simulate
@@ -540,7 +533,10 @@ def build_parser() -> argparse.ArgumentParser:
                            help="deadline of the solve (default 1.5x)")
             p.add_argument("--time-limit", type=float, default=20.0, metavar="S",
                            help="solver time limit (default 20 s)")
+            p.add_argument("--out", metavar="DIR", help="output folder (must not exist; "
+                           "default ./poetsim-demo-YYYYmmdd-HHMMSS)")
             p.set_defaults(func=_cmd_demo)
+    sweep_commands.register(sub, with_json)
     return parser
 
 

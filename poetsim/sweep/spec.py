@@ -1,0 +1,471 @@
+"""Sweep files: what-if sweeps as a cross product of models, boards, overrides and budgets.
+
+A sweep file is TOML::
+
+    name = "whatif_nrf52840"               # optional; default: the file name
+    models = ["resnet18_cifar", { name = "mlp", layers = 4, width = 64 }]
+    boards = ["nrf52840", "my_board.toml"] # built-in names or board files (relative to
+                                           # the sweep file)
+    ram = ["50%", "70%", "256KiB", "board"] # RAM budgets of activations (see below)
+    deadlines = ["1.5x", "none"]           # "1.5x", seconds ("2.5" / "2.5s") or "none"
+    methods = ["poet", "dtr", "chen_greedy"]
+
+    [overrides]                            # dotted board keys, each a list of values
+    "storage.read_throughput_bytes_per_s" = [3.64e5, 7.28e5]
+    "ram.bytes" = [262144, 524288]
+    "dma.channels" = [0, 1]
+
+    [solver]                               # the MILP methods' settings (poet, checkmate,
+    time_limit_s = 30                      # paging_only); threads are always 1
+    gap_limit = 0.0
+    seed = 0
+
+The points are the cross product of models x boards x override values x ram x deadlines
+x methods, in that nesting order (the last varies fastest), which is also the order they
+are submitted and reported in. Dotted override keys may be quoted or written as TOML
+dotted keys (the two are the same table). A RAM budget is as for ``poetsim solve`` (a
+percentage of the plain schedule's peak, a size or bytes), or ``"board"``: the board's
+usable RAM (``ram.bytes - ram.reserved_bytes``) for activations, with parameters and
+gradients beside it as in every poetsim budget; the budget that makes ``ram.bytes``
+overrides matter.
+
+Everything is checked when the file is read: models and their options, boards, every
+override combination applied to every board (with all of :mod:`poetsim.boards.spec`'s
+validators), budgets, deadlines, methods and solver settings. A problem raises
+:class:`SweepError` with one line naming the file, the key, the value and the rule,
+before any point runs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import itertools
+import json
+import math
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from poetsim.boards.load import SECTIONS
+from poetsim.boards.registry import get_board
+from poetsim.boards.spec import Board, BoardFieldError, Source, SourceKind
+from poetsim.errors import InputError, PoetsimError
+from poetsim.optimizer.solve import parse_deadline, resolve_budget
+from poetsim.runs import METHODS, SOLVER_METHODS
+
+__all__ = ["BOARD_BUDGET", "Point", "SolverSettings", "Sweep", "SweepError", "apply_overrides",
+           "board_numbers", "expand_points", "load_sweep", "parse_sweep", "variant_label"]
+
+#: The RAM budget word meaning "the board's usable RAM" (for activations).
+BOARD_BUDGET = "board"
+
+_TOP_KEYS = ("name", "models", "boards", "overrides", "ram", "deadlines", "methods", "solver")
+_SOLVER_KEYS = ("time_limit_s", "gap_limit", "seed")
+
+
+class SweepError(InputError):
+    """A sweep file or results store is invalid; the message names file, key, value, rule."""
+
+
+@attrs.frozen
+class SolverSettings:
+    """Settings of the MILP methods (``poet``, ``checkmate``, ``paging_only``)."""
+
+    time_limit_s: float = 30.0
+    gap_limit: float = 0.0
+    seed: int = 0
+
+    def for_method(self, method: str) -> dict[str, Any]:
+        """The settings that decide ``method``'s result ({} for a heuristic baseline)."""
+        return attrs.asdict(self) if method in SOLVER_METHODS else {}
+
+
+@attrs.frozen
+class ModelChoice:
+    """A zoo model with its options (sorted ``(name, value)`` pairs)."""
+
+    name: str
+    options: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def label(self) -> str:
+        opts = ",".join(f"{k}={v}" for k, v in self.options)
+        return f"{self.name}[{opts}]" if opts else self.name
+
+
+@attrs.frozen
+class Sweep:
+    """A parsed, validated sweep file."""
+
+    name: str
+    source: str
+    models: tuple[ModelChoice, ...]
+    boards: tuple[Board, ...]
+    overrides: tuple[tuple[str, tuple[Any, ...]], ...]
+    ram: tuple[str, ...]
+    deadlines: tuple[str | None, ...]
+    methods: tuple[str, ...]
+    solver: SolverSettings = SolverSettings()
+
+    @property
+    def size(self) -> int:
+        """The number of points (before duplicates are dropped)."""
+        variants = math.prod(len(values) for _, values in self.overrides)
+        return (len(self.models) * len(self.boards) * variants * len(self.ram)
+                * len(self.deadlines) * len(self.methods))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "source": self.source,
+                "models": [{"name": m.name, **dict(m.options)} for m in self.models],
+                "boards": [b.name for b in self.boards],
+                "overrides": {k: list(v) for k, v in self.overrides},
+                "ram": list(self.ram), "deadlines": [d or "none" for d in self.deadlines],
+                "methods": list(self.methods), "solver": attrs.asdict(self.solver)}
+
+
+@attrs.frozen
+class Point:
+    """One (model, board variant, RAM budget, deadline, method) of a sweep.
+
+    ``board`` is the overridden board (its name is the base board's; ``variant`` is the
+    label with the overrides, e.g. ``nrf52840[dma.channels=0]``). ``point_id`` is a
+    SHA-256 of every input that decides the result: the results store's key.
+    """
+
+    index: int
+    model: ModelChoice
+    board: Board = attrs.field(eq=False, repr=False)
+    variant: str
+    overrides: tuple[tuple[str, Any], ...]
+    ram: str
+    deadline: str | None
+    method: str
+    solver: SolverSettings
+    point_id: str
+
+    def inputs(self) -> dict[str, Any]:
+        """The point's inputs as JSON-ready columns of the results store."""
+        return {"id": self.point_id, "idx": self.index, "model": self.model.name,
+                "model_options": json.dumps(dict(self.model.options), sort_keys=True),
+                "board": self.board.name, "variant": self.variant,
+                "overrides": json.dumps(dict(self.overrides)), "ram": self.ram,
+                "deadline": self.deadline or "none", "method": self.method,
+                "solver": json.dumps(self.solver.for_method(self.method), sort_keys=True)}
+
+
+# ----------------------------------------------------------------------------- boards
+
+def board_numbers(board: Board) -> dict[str, Any]:
+    """Every number and choice of ``board`` (no names or sources), JSON-ready."""
+
+    def plain(_inst: Any, _field: Any, value: Any) -> Any:
+        return value.value if hasattr(value, "value") and not isinstance(value, (int, float)) \
+            else value
+
+    doc: dict[str, Any] = {"profile": board.profile.value}
+    for section in SECTIONS:
+        doc[section] = attrs.asdict(getattr(board, section), value_serializer=plain)
+    return doc
+
+
+def _format_value(value: Any) -> str:
+    """``2e6`` for 2000000.0, ``728000`` for 728000.0, ``1`` for 1: short and exact enough."""
+    if isinstance(value, float):
+        return re.sub(r"e\+?(-?)0*(\d)", r"e\1\2", f"{value:g}")
+    return str(value)
+
+
+def variant_label(board: Board, overrides: tuple[tuple[str, Any], ...]) -> str:
+    """``nrf52840[dma.channels=0,ram.bytes=524288]``; the plain name without overrides."""
+    if not overrides:
+        return board.name
+    return f"{board.name}[{','.join(f'{k}={_format_value(v)}' for k, v in overrides)}]"
+
+
+def _split_key(origin: str, key: str) -> tuple[str, str]:
+    section, dot, field = key.partition(".")
+    if section not in SECTIONS:
+        close = difflib.get_close_matches(section, list(SECTIONS), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise SweepError(f"{origin}: overrides: key {key!r}: unknown board section "
+                         f"{section!r}{hint}; sections: {', '.join(SECTIONS)}")
+    names = [f.name for f in attrs.fields(SECTIONS[section])]
+    if not dot or field not in names:
+        close = difflib.get_close_matches(field, names, n=1)
+        hint = f" (did you mean '{section}.{close[0]}'?)" if close else ""
+        raise SweepError(f"{origin}: overrides: key {key!r}: not a field of [{section}]{hint}; "
+                         f"fields: {', '.join(names)}")
+    return section, field
+
+
+def apply_overrides(board: Board, overrides: tuple[tuple[str, Any], ...], *,
+                    origin: str = "<sweep>") -> Board:
+    """``board`` with dotted ``overrides`` applied through :func:`attrs.evolve`.
+
+    Each section is rebuilt once with all its overridden fields, then the board, so every
+    validator of :mod:`poetsim.boards.spec` runs on the combination. Overridden numbers
+    get the source kind ``what-if``. Raises :class:`SweepError` naming the key and value.
+    """
+    if not overrides:
+        return board
+    by_section: dict[str, dict[str, Any]] = {}
+    for key, value in overrides:
+        section, field = _split_key(origin, key)
+        by_section.setdefault(section, {})[field] = value
+    label = ", ".join(f"{k} = {_format_value(v)}" for k, v in overrides)
+    where = f"{origin}: overrides ({label}) on board {board.name!r}"
+    changes: dict[str, Any] = {}
+    for section, fields in by_section.items():
+        try:
+            changes[section] = attrs.evolve(getattr(board, section), **fields)
+        except BoardFieldError as err:
+            err = err.within(section)
+            raise SweepError(f"{where}: {err.field} = {err.value!r}: {err.rule}") from None
+        except (TypeError, ValueError) as err:
+            raise SweepError(f"{where}: {err}") from None
+    sources = dict(board.sources)
+    for key, _ in overrides:
+        sources[key] = Source(SourceKind.WHAT_IF, f"sweep {origin}")
+    try:
+        return attrs.evolve(board, sources=sources, **changes)
+    except BoardFieldError as err:
+        raise SweepError(f"{where}: {err.field} = {err.value!r}: {err.rule}") from None
+
+
+# ----------------------------------------------------------------------------- parsing
+
+def _flatten(prefix: str, table: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        full = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict):
+            out.update(_flatten(full, value))
+        else:
+            out[full] = value
+    return out
+
+
+def _list(origin: str, data: Mapping[str, Any], key: str, default: list[Any] | None = None
+          ) -> list[Any]:
+    if key not in data:
+        if default is None:
+            raise SweepError(f"{origin}: missing key {key!r}: a list of values")
+        return default
+    value = data[key]
+    if not isinstance(value, list):
+        value = [value]
+    if not value:
+        raise SweepError(f"{origin}: {key} = []: must list at least one value")
+    return value
+
+
+def _models(origin: str, raw: list[Any]) -> tuple[ModelChoice, ...]:
+    from poetsim.zoo import build_model, model_options
+
+    out = []
+    for item in raw:
+        if isinstance(item, str):
+            name, options = item, {}
+        elif isinstance(item, dict) and isinstance(item.get("name"), str):
+            options = {k: v for k, v in item.items() if k != "name"}
+            name = item["name"]
+        else:
+            raise SweepError(f"{origin}: models: {item!r}: must be a model name or a table "
+                             "{ name = ..., OPTION = VALUE, ... }")
+        try:
+            model_options(name)
+            build_model(name, **options)
+        except PoetsimError as err:
+            raise SweepError(f"{origin}: models: {err}") from None
+        out.append(ModelChoice(name, tuple(sorted((k, int(v)) for k, v in options.items()))))
+    return tuple(out)
+
+
+def _boards(origin: str, base: Path, raw: list[Any]) -> tuple[Board, ...]:
+    out = []
+    for item in raw:
+        if not isinstance(item, str) or not item.strip():
+            raise SweepError(f"{origin}: boards: {item!r}: must be a built-in board name or "
+                             "the path of a board file")
+        ref = item
+        if ref.endswith(".toml") and not Path(ref).is_absolute():
+            ref = str(base / ref)
+        try:
+            out.append(get_board(ref))
+        except PoetsimError as err:
+            raise SweepError(f"{origin}: boards: {err}") from None
+    return tuple(out)
+
+
+def _overrides(origin: str, raw: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise SweepError(f"{origin}: overrides = {raw!r}: must be a table of dotted board "
+                         "keys, each with a list of values")
+    out = []
+    for key, values in _flatten("", raw).items():
+        _split_key(origin, key)
+        if not isinstance(values, list):
+            values = [values]
+        if not values:
+            raise SweepError(f"{origin}: overrides: {key} = []: must list at least one value")
+        for value in values:
+            if isinstance(value, (dict, list)):
+                raise SweepError(f"{origin}: overrides: {key} = {value!r}: must be a number, "
+                                 "a string or a boolean")
+        out.append((key, tuple(values)))
+    return tuple(out)
+
+
+def _ram(origin: str, raw: list[Any], models: tuple[ModelChoice, ...]) -> tuple[str, ...]:
+    from poetsim.zoo import build_model
+
+    graph = build_model(models[0].name, **dict(models[0].options))
+    out = []
+    for item in raw:
+        if isinstance(item, bool) or not isinstance(item, (str, int)):
+            raise SweepError(f"{origin}: ram = {item!r}: must be a percentage (\"50%\"), a size "
+                             f"(\"256KiB\"), bytes or {BOARD_BUDGET!r}")
+        text = str(item).strip()
+        if text != BOARD_BUDGET:
+            try:
+                budget = resolve_budget(graph, text)
+            except PoetsimError as err:
+                raise SweepError(f"{origin}: {err}") from None
+            if budget.activation_bytes <= 0:
+                raise SweepError(f"{origin}: ram = {text!r}: must be positive")
+        out.append(text)
+    return tuple(out)
+
+
+def _deadlines(origin: str, raw: list[Any]) -> tuple[str | None, ...]:
+    out: list[str | None] = []
+    for item in raw:
+        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+            raise SweepError(f"{origin}: deadlines = {item!r}: must be a factor (\"1.5x\"), "
+                             "seconds or \"none\"")
+        text = str(item).strip()
+        if text.lower() == "none":
+            out.append(None)
+            continue
+        try:
+            parse_deadline(text, 1.0)
+        except PoetsimError as err:
+            raise SweepError(f"{origin}: {err}") from None
+        out.append(text)
+    return tuple(out)
+
+
+def _methods(origin: str, raw: list[Any]) -> tuple[str, ...]:
+    for item in raw:
+        if item not in METHODS:
+            raise SweepError(f"{origin}: methods = {item!r}: must be one of {', '.join(METHODS)}")
+    if len(set(raw)) != len(raw):
+        raise SweepError(f"{origin}: methods = {raw!r}: lists a method twice")
+    return tuple(raw)
+
+
+def _solver(origin: str, raw: Any) -> SolverSettings:
+    if raw is None:
+        return SolverSettings()
+    if not isinstance(raw, dict):
+        raise SweepError(f"{origin}: solver = {raw!r}: must be a table")
+    for key in raw:
+        if key not in _SOLVER_KEYS:
+            raise SweepError(f"{origin}: solver: unknown key {key!r}; allowed: "
+                             f"{', '.join(_SOLVER_KEYS)}")
+    settings = SolverSettings()
+    limit = raw.get("time_limit_s", settings.time_limit_s)
+    gap = raw.get("gap_limit", settings.gap_limit)
+    seed = raw.get("seed", settings.seed)
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0 \
+            or not math.isfinite(limit):
+        raise SweepError(f"{origin}: solver.time_limit_s = {limit!r}: must be a positive "
+                         "number of seconds")
+    if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not 0 <= gap < 1:
+        raise SweepError(f"{origin}: solver.gap_limit = {gap!r}: must be in [0, 1)")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise SweepError(f"{origin}: solver.seed = {seed!r}: must be a whole number >= 0")
+    return SolverSettings(float(limit), float(gap), seed)
+
+
+def parse_sweep(data: Mapping[str, Any], *, origin: str = "<sweep>",
+                base_dir: str | Path = ".") -> Sweep:
+    """Validate a sweep document (the TOML structure) and every point it implies."""
+    for key in data:
+        if key not in _TOP_KEYS:
+            close = difflib.get_close_matches(key, _TOP_KEYS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise SweepError(f"{origin}: unknown key {key!r}{hint}; allowed: "
+                             f"{', '.join(_TOP_KEYS)}")
+    name = data.get("name", Path(origin).stem)
+    if not isinstance(name, str) or not name.strip():
+        raise SweepError(f"{origin}: name = {name!r}: must be a non-empty string")
+    models = _models(origin, _list(origin, data, "models"))
+    boards = _boards(origin, Path(base_dir), _list(origin, data, "boards"))
+    sweep = Sweep(
+        name=name, source=origin, models=models, boards=boards,
+        overrides=_overrides(origin, data.get("overrides")),
+        ram=_ram(origin, _list(origin, data, "ram"), models),
+        deadlines=_deadlines(origin, _list(origin, data, "deadlines", ["none"])),
+        methods=_methods(origin, _list(origin, data, "methods")),
+        solver=_solver(origin, data.get("solver")),
+    )
+    expand_points(sweep)  # every override combination on every board must validate
+    return sweep
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read and validate a sweep file (TOML)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SweepError(f"{path}: cannot read sweep file: {err.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise SweepError(f"{path}: not valid TOML: {err}") from None
+    return parse_sweep(data, origin=str(path), base_dir=path.parent)
+
+
+# ----------------------------------------------------------------------------- points
+
+def _point_id(model: ModelChoice, board: Board, variant: str, ram: str, deadline: str | None,
+              method: str, solver: SolverSettings) -> str:
+    doc = {"model": model.name, "options": dict(model.options), "board": board_numbers(board),
+           "variant": variant, "ram": ram, "deadline": deadline, "method": method,
+           "solver": solver.for_method(method)}
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def expand_points(sweep: Sweep) -> list[Point]:
+    """The sweep's points in their deterministic order (duplicates dropped)."""
+    keys = [k for k, _ in sweep.overrides]
+    combos = list(itertools.product(*(values for _, values in sweep.overrides)))
+    points: list[Point] = []
+    seen: set[str] = set()
+    for model in sweep.models:
+        for base in sweep.boards:
+            for combo in combos:
+                overrides = tuple(zip(keys, combo, strict=True))
+                board = apply_overrides(base, overrides, origin=sweep.source)
+                variant = variant_label(base, overrides)
+                for ram, deadline, method in itertools.product(sweep.ram, sweep.deadlines,
+                                                               sweep.methods):
+                    pid = _point_id(model, board, variant, ram, deadline, method, sweep.solver)
+                    if pid in seen:
+                        continue
+                    seen.add(pid)
+                    points.append(Point(index=len(points), model=model, board=board,
+                                        variant=variant, overrides=overrides, ram=ram,
+                                        deadline=deadline, method=method,
+                                        solver=sweep.solver, point_id=pid))
+    return points

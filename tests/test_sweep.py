@@ -1,0 +1,243 @@
+"""Sweep files, board overrides, the results store, one point on a worker, the report."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from poetsim.boards import get_board
+from poetsim.boards.spec import SourceKind
+from poetsim.cli.main import main
+from poetsim.sweep import (
+    ResultsStore,
+    SweepError,
+    apply_overrides,
+    cache_dir_for,
+    expand_points,
+    load_sweep,
+    parse_sweep,
+    variant_label,
+)
+from poetsim.sweep.report import format_table, read_results, write_csv, write_plots
+from poetsim.sweep.store import pending_points
+from poetsim.sweep.worker import run_point
+
+MLP = {"name": "mlp", "layers": 4, "width": 64}
+
+
+def doc(**changes):
+    base = {"models": [MLP], "boards": ["nrf52840"], "ram": ["80%"],
+            "methods": ["dtr", "chen_greedy"]}
+    base.update(changes)
+    return base
+
+
+# ----------------------------------------------------------------------------- spec
+
+def test_cross_product_order_and_labels():
+    sweep = parse_sweep(doc(ram=["80%", "board"], deadlines=["1.5x", "none"],
+                            overrides={"dma": {"channels": [0, 1]},
+                                       "storage.read_throughput_bytes_per_s": [3.64e5, 2e6]}))
+    points = expand_points(sweep)
+    assert len(points) == sweep.size == 2 * 2 * 2 * 2 * 2
+    assert [p.index for p in points] == list(range(len(points)))
+    first, last = points[0], points[-1]
+    assert first.variant == "nrf52840[dma.channels=0,storage.read_throughput_bytes_per_s=364000]"
+    assert last.variant == "nrf52840[dma.channels=1,storage.read_throughput_bytes_per_s=2e6]"
+    assert (first.ram, first.deadline, first.method) == ("80%", "1.5x", "dtr")
+    assert (last.ram, last.deadline, last.method) == ("board", None, "chen_greedy")
+    assert last.board.dma.channels == 1 and last.board.storage.read_throughput_bytes_per_s == 2e6
+    assert last.board.source_of("dma.channels").kind is SourceKind.WHAT_IF
+    assert len({p.point_id for p in points}) == len(points)
+    # deterministic: the same file gives the same ids
+    assert [p.point_id for p in expand_points(sweep)] == [p.point_id for p in points]
+
+
+def test_point_id_depends_on_inputs_only():
+    a = expand_points(parse_sweep(doc()))
+    b = expand_points(parse_sweep(doc(solver={"time_limit_s": 7})))
+    assert [p.point_id for p in a] == [p.point_id for p in b]  # heuristics ignore solver
+    c = expand_points(parse_sweep(doc(methods=["poet"])))
+    d = expand_points(parse_sweep(doc(methods=["poet"], solver={"time_limit_s": 7})))
+    assert c[0].point_id != d[0].point_id
+
+
+def test_apply_overrides_runs_every_validator():
+    board = get_board("nrf52840")
+    assert apply_overrides(board, ()) is board
+    faster = apply_overrides(board, (("storage.read_throughput_bytes_per_s", 7.28e5),))
+    assert faster.storage.read_throughput_bytes_per_s == 7.28e5
+    assert faster.name == board.name and faster.ram == board.ram
+    assert variant_label(board, (("ram.bytes", 524288),)) == "nrf52840[ram.bytes=524288]"
+    # 4 MB/s exceeds the 16 MHz SPI wire rate: a cross-field rule of Storage
+    with pytest.raises(SweepError, match=r"sweep.toml: overrides .*storage\."
+                                         r"read_throughput_bytes_per_s = 4000000\.0: exceeds "
+                                         r"the wire rate"):
+        apply_overrides(board, (("storage.read_throughput_bytes_per_s", 4e6),),
+                        origin="sweep.toml")
+    with pytest.raises(SweepError, match=r"dma\.channels = -1: must be >= 0"):
+        apply_overrides(board, (("dma.channels", -1),))
+    with pytest.raises(SweepError, match=r"ram\.reserved_bytes = 24576: must be below bytes"):
+        apply_overrides(board, (("ram.bytes", 16384),))
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"overrides": {"storage.read_throughput_bytes_per_s": [1e6, 2e6, 4e6]}},
+     r"storage\.read_throughput_bytes_per_s = 4000000\.0: exceeds the wire rate"),
+    ({"overrides": {"dma.chanels": [0]}}, r"'dma\.chanels': not a field of \[dma\] "
+                                          r"\(did you mean 'dma\.channels'\?\)"),
+    ({"overrides": {"flash.bytes": [1]}}, r"unknown board section 'flash'"),
+    ({"overrides": {"ram.bytes": []}}, r"ram\.bytes = \[\]: must list at least one value"),
+    ({"overrides": {"storage.kind": ["floppy"]}}, r"storage\.kind = 'floppy': must be one of"),
+    ({"ram": ["50 percent"]}, r"ram"),
+    ({"deadlines": ["soon"]}, r"deadline = 'soon'"),
+    ({"methods": ["magic"]}, r"methods = 'magic': must be one of poet"),
+    ({"models": ["no_such_model"]}, r"models: unknown model"),
+    ({"models": [{"name": "mlp", "depth": 3}]}, r"unknown option 'depth'"),
+    ({"boards": ["no_such_board"]}, r"boards: unknown board 'no_such_board'"),
+    ({"solver": {"time_limit_s": 0}}, r"solver\.time_limit_s = 0"),
+    ({"solver": {"threads": 4}}, r"solver: unknown key 'threads'"),
+    ({"method": ["dtr"]}, r"unknown key 'method' \(did you mean 'methods'\?\)"),
+])
+def test_invalid_sweeps_fail_naming_key_and_value(changes, message):
+    with pytest.raises(SweepError, match=message):
+        parse_sweep(doc(**changes), origin="s.toml")
+
+
+def test_load_sweep_file_and_cli_error(tmp_path, capsys):
+    path = tmp_path / "bad.toml"
+    path.write_text('models = ["mlp"]\nboards = ["nrf52840"]\nram = ["80%"]\n'
+                    'methods = ["dtr"]\n[overrides]\n"storage.read_throughput_bytes_per_s" = '
+                    '[1e6, 4e6]\n')
+    with pytest.raises(SweepError, match=str(path)):
+        load_sweep(path)
+    results = tmp_path / "r.sqlite"
+    assert main(["sweep", str(path), "--results", str(results)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("poetsim: error: ")
+    assert "4000000.0" in err[0] and "read_throughput_bytes_per_s" in err[0]
+    assert not results.exists()  # nothing ran
+    (tmp_path / "junk.toml").write_text("models = [")
+    with pytest.raises(SweepError, match="not valid TOML"):
+        load_sweep(tmp_path / "junk.toml")
+
+
+def test_example_sweep_file_is_valid():
+    from pathlib import Path
+
+    sweep = load_sweep(Path(__file__).parents[1] / "sweeps" / "whatif_nrf52840.toml")
+    assert len(expand_points(sweep)) == sweep.size == 144
+
+
+# ----------------------------------------------------------------------------- worker
+
+def test_run_point_result_and_error(tmp_path):
+    sweep = parse_sweep(doc(ram=["80%", "board", "1"]))
+    points = expand_points(sweep)
+    ok = run_point(points[0], str(tmp_path / "cache"))
+    assert ok["status"] == "done" and ok["feasible"] is True and ok["cached"] is False
+    assert ok["energy_j"] > 0 and ok["makespan_s"] > 0 and ok["energy_overhead"] >= 0
+    assert ok["peak_ram_bytes"] <= ok["budget_activation_bytes"] + ok["resident_bytes"]
+    again = run_point(points[0], str(tmp_path / "cache"))
+    assert again["cached"] is True and again["energy_j"] == ok["energy_j"]
+    board_budget = run_point(points[2], None)
+    assert board_budget["budget_activation_bytes"] == points[2].board.ram.usable_bytes
+    tiny = run_point(points[4], None)  # 1 byte: infeasible, recorded as a finished point
+    assert tiny["status"] == "done" and tiny["feasible"] is False and tiny["reason"]
+
+
+def test_run_point_records_exceptions(monkeypatch):
+    import poetsim.sweep.worker as worker
+
+    point = expand_points(parse_sweep(doc()))[0]
+
+    def boom(*_a, **_k):
+        raise RuntimeError("solver exploded\nsecond line")
+
+    monkeypatch.setattr(worker, "run_method", boom)
+    result = run_point(point, None)
+    assert result["status"] == "error"
+    assert result["error"] == "RuntimeError: solver exploded"
+    assert result["wall_s"] >= 0 and result["worker"]
+
+
+# ----------------------------------------------------------------------------- store
+
+def test_store_resume_skips_finished_points(tmp_path):
+    points = expand_points(parse_sweep(doc(ram=["70%", "80%"])))
+    path = tmp_path / "r.sqlite"
+    assert cache_dir_for(path) == tmp_path / "r.cache"
+    with ResultsStore(path) as store:
+        session = store.begin_session(sweep={"source": "x"}, points=4, skipped=0,
+                                      scheduler="local")
+        store.record({**points[0].inputs(), "status": "done", "session": session,
+                      "energy_j": 1.0, "feasible": True})
+        store.record({**points[1].inputs(), "status": "error", "session": session,
+                      "error": "RuntimeError: x"})
+    with ResultsStore(path) as store:
+        statuses = store.statuses()
+        assert statuses == {points[0].point_id: "done", points[1].point_id: "error"}
+        assert pending_points(points, statuses) == points[2:]
+        assert pending_points(points, statuses, retry_failed=True) == points[1:]
+        # a retried point replaces its error row: still one row per point
+        store.record({**points[1].inputs(), "status": "done", "session": session})
+        assert len(store.rows()) == 2
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+
+
+def test_store_rejects_other_files(tmp_path):
+    other = tmp_path / "other.sqlite"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE x (a)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(SweepError, match="not a poetsim results store: no such table: meta"):
+        ResultsStore(other, create=False)
+    with pytest.raises(SweepError, match="no such results store"):
+        ResultsStore(tmp_path / "missing.sqlite", create=False)
+    (tmp_path / "text.sqlite").write_text("hello, not a database " * 100)
+    with pytest.raises(SweepError, match="not a poetsim results store"):
+        ResultsStore(tmp_path / "text.sqlite", create=False)
+
+
+# ----------------------------------------------------------------------------- report
+
+@pytest.fixture
+def finished_store(tmp_path):
+    sweep = parse_sweep(doc(ram=["70%", "80%", "1"], deadlines=["1.5x", "3x"],
+                            overrides={"storage.read_throughput_bytes_per_s": [3.64e5, 7.28e5]}))
+    path = tmp_path / "r.sqlite"
+    with ResultsStore(path) as store:
+        session = store.begin_session(sweep=sweep.as_dict(), points=0, skipped=0,
+                                      scheduler="local")
+        for point in expand_points(sweep):
+            store.record({**point.inputs(), "sweep": sweep.name, "session": session,
+                          **run_point(point, None)})
+    return path
+
+
+def test_report_table_csv_json_plots(finished_store, tmp_path, capsys):
+    rows = read_results(finished_store)
+    assert len(rows) == 24 and rows[0]["model_options"] == {"layers": 4, "width": 64}
+    table = format_table(rows)
+    assert table.splitlines()[-1].startswith("24 points: 24 done (")
+    assert 0 < sum(r["feasible"] for r in rows) < 24
+    write_csv(rows, tmp_path / "r.csv")
+    lines = (tmp_path / "r.csv").read_text().splitlines()
+    assert len(lines) == 25 and lines[0].startswith("id,idx,sweep,model")
+    written = write_plots(rows, tmp_path / "plots")
+    assert [p.name for p in written] == ["energy_vs_ram.png", "energy_vs_deadline.png"]
+    assert all(p.stat().st_size > 10_000 for p in written)
+
+    assert main(["sweep", "report", str(finished_store), "--json", "--no-plots"]) == 0
+    doc_out = json.loads(capsys.readouterr().out)
+    assert len(doc_out["points"]) == 24 and doc_out["files"] == []
+    assert main(["sweep", "report", str(finished_store), "--csv", str(tmp_path / "c.csv"),
+                 "--plots", str(tmp_path / "p2")]) == 0
+    out = capsys.readouterr().out
+    assert "energy_J" in out and "wrote" in out and (tmp_path / "p2" / "energy_vs_ram.png").is_file()
+    assert main(["sweep", "report", str(tmp_path / "missing.sqlite")]) == 2
