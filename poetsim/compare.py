@@ -23,7 +23,7 @@ from poetsim.runs import MethodRun, RunCache, run_method, simulate_run
 from poetsim.schedule import plain_schedule
 from poetsim.sim import SimReport, simulate
 
-__all__ = ["ComparisonRow", "compare", "format_table", "reference_energy_j"]
+__all__ = ["ComparisonRow", "compare", "comparison_row", "format_table", "reference_energy_j"]
 
 
 @attrs.frozen
@@ -57,7 +57,9 @@ class ComparisonRow:
         return attrs.asdict(self)
 
 
-def _row(run: MethodRun, report: SimReport | None) -> ComparisonRow:
+def comparison_row(run: MethodRun, report: SimReport | None) -> ComparisonRow:
+    """``run`` and its simulation (None without a schedule) as a row; the energy overhead
+    is left for the caller, who knows the reference."""
     feasible_status = run.status in (OK, SolveStatus.OPTIMAL.value, SolveStatus.FEASIBLE.value)
     status = OK if feasible_status else run.status
     if run.method == "poet" and run.status == SolveStatus.NO_SOLUTION.value:
@@ -112,7 +114,7 @@ def compare(graph: TrainingGraph, board: Board, *, ram: str | int,
     for name in names:
         run = run_method(graph, board, name, ram=ram, deadline=deadline,
                          time_limit_s=time_limit_s, costs=costs, cache=cache)
-        rows.append(_row(run, simulate_run(graph, board, run, costs=costs)))
+        rows.append(comparison_row(run, simulate_run(graph, board, run, costs=costs)))
     ref = reference_energy_j(graph, board, costs)
     return [attrs.evolve(r, energy_overhead=(r.energy_j / ref - 1 if r.energy_j is not None
                                              and ref > 0 else None)) for r in rows]

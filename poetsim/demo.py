@@ -34,7 +34,7 @@ import attrs
 
 from poetsim.boards import DEFAULT_BOARD, get_board
 from poetsim.boards.spec import Board
-from poetsim.compare import ComparisonRow, _row, reference_energy_j
+from poetsim.compare import ComparisonRow, comparison_row, reference_energy_j
 from poetsim.costs import op_costs
 from poetsim.errors import InputError
 from poetsim.fileio import atomic_write_text
@@ -121,14 +121,14 @@ def run_demo(graph: TrainingGraph | None = None, board: Board | None = None, *,
                           budget_bytes=poet.budget_activation_bytes + poet.resident_bytes,
                           resident_bytes=poet.resident_bytes, deadline_s=poet.deadline_s,
                           costs=costs, trace=True)
-    rows = [_row(poet, report)]
+    rows = [comparison_row(poet, report)]
     runs = {"poet": poet}
     for name in baselines:
         say(f"running baseline {name}")
         run = run_method(graph, board, name, ram=ram, deadline=deadline,
                          time_limit_s=time_limit_s, seed=seed, costs=costs)
         runs[name] = run
-        rows.append(_row(run, simulate_run(graph, board, run, costs=costs)))
+        rows.append(comparison_row(run, simulate_run(graph, board, run, costs=costs)))
     reference = reference_energy_j(graph, board, costs)
     rows = [attrs.evolve(r, energy_overhead=(r.energy_j / reference - 1
                                              if r.energy_j is not None and reference > 0
@@ -188,13 +188,13 @@ def _plot_comparison(rows: Sequence[ComparisonRow], reference: float, poet: Meth
     from matplotlib.ticker import FuncFormatter
 
     from poetsim.report.data import byte_unit
-    from poetsim.report.plots import _figure, _save, _style
+    from poetsim.report.plots import new_figure, save_figure, plot_style
 
     labels = [r.method for r in rows]
     budget = poet.budget_activation_bytes
     feasible_colour, other_colour = "#0072B2", "#BBBBBB"
-    with _style():
-        fig = _figure(10, 0.55 * len(rows) + 2.2)
+    with plot_style():
+        fig = new_figure(10, 0.55 * len(rows) + 2.2)
         ax_e, ax_m = fig.subplots(1, 2)
         ys = list(range(len(rows)))[::-1]
         energies = [r.energy_j or 0.0 for r in rows]
@@ -238,7 +238,7 @@ def _plot_comparison(rows: Sequence[ComparisonRow], reference: float, poet: Meth
                      f"{format_bytes(poet.budget_activation_bytes)} of activation RAM"
                      + (f", deadline {format_quantity(poet.deadline_s, 's', 3)}"
                         if poet.deadline_s is not None else ""), fontsize=11)
-        _save(fig, path, 120)
+        save_figure(fig, path, 120)
 
 
 def _summary(graph: TrainingGraph, board: Board, poet: MethodRun, report: SimReport | None,

@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["plot_power", "plot_ram", "plot_schedule_matrix", "plot_simulation"]
+__all__ = ["new_figure", "plot_power", "plot_ram", "plot_schedule_matrix", "plot_simulation",
+           "plot_style", "save_figure"]
 
 # Colours (colour-blind-safe Okabe-Ito hues; grey for the passive states).
 _RAM_COLOUR = "#0072B2"
@@ -97,7 +98,8 @@ def _format_for(path: str | Path) -> str:
     return fmt
 
 
-def _figure(width_in: float, height_in: float) -> Figure:
+def new_figure(width_in: float, height_in: float) -> Figure:
+    """A figure on the Agg canvas (no GUI backend, no global pyplot state)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -106,7 +108,8 @@ def _figure(width_in: float, height_in: float) -> Figure:
     return fig
 
 
-def _save(fig: Figure, path: str | Path, dpi: int) -> None:
+def save_figure(fig: Figure, path: str | Path, dpi: int) -> None:
+    """Write ``fig`` atomically, in the format the suffix names, byte-for-byte reproducible."""
     fmt = _format_for(path)
     # No dates or versions in the file: the same figure gives the same bytes.
     metadata: dict[str, Any] = {
@@ -119,7 +122,8 @@ def _save(fig: Figure, path: str | Path, dpi: int) -> None:
     atomic_write_bytes(path, buffer.getvalue())
 
 
-def _style():
+def plot_style():
+    """poetsim's matplotlib style, as a context manager."""
     import matplotlib
 
     return matplotlib.rc_context(_STYLE)
@@ -429,10 +433,10 @@ def plot_ram(report: SimReport, path: str | Path, *, dpi: int = 120) -> None:
     """
     ram_series(report)  # fail early without a timeline
     _format_for(path)
-    with _style():
-        fig = _figure(10, 4.5)
+    with plot_style():
+        fig = new_figure(10, 4.5)
         _draw_ram(fig.add_subplot(), report)
-        _save(fig, path, dpi)
+        save_figure(fig, path, dpi)
 
 
 def plot_power(report: SimReport, path: str | Path, *, dpi: int = 120) -> None:
@@ -443,10 +447,10 @@ def plot_power(report: SimReport, path: str | Path, *, dpi: int = 120) -> None:
     """
     power_series(report)
     _format_for(path)
-    with _style():
-        fig = _figure(10, 4.5)
+    with plot_style():
+        fig = new_figure(10, 4.5)
         _draw_power(fig.add_subplot(), report)
-        _save(fig, path, dpi)
+        save_figure(fig, path, dpi)
 
 
 def plot_schedule_matrix(graph: TrainingGraph, schedule: Schedule, path: str | Path, *,
@@ -460,10 +464,10 @@ def plot_schedule_matrix(graph: TrainingGraph, schedule: Schedule, path: str | P
     """
     _check_pair(graph, schedule)
     _format_for(path)
-    with _style():
-        fig = _figure(10, 8)
+    with plot_style():
+        fig = new_figure(10, 8)
         _draw_matrix(fig.add_subplot(), graph, schedule)
-        _save(fig, path, dpi)
+        save_figure(fig, path, dpi)
 
 
 def plot_simulation(graph: TrainingGraph, schedule: Schedule, report: SimReport,
@@ -475,8 +479,8 @@ def plot_simulation(graph: TrainingGraph, schedule: Schedule, report: SimReport,
     if report.graph_name != graph.name:
         raise InputError(f"the report is of graph {report.graph_name!r}, not of {graph.name!r}")
     _format_for(path)
-    with _style():
-        fig = _figure(12, 9)
+    with plot_style():
+        fig = new_figure(12, 9)
         grid = fig.add_gridspec(2, 2, width_ratios=(1.35, 1.0))
         ax_ram = fig.add_subplot(grid[0, 0])
         ax_power = fig.add_subplot(grid[1, 0], sharex=ax_ram)
@@ -495,4 +499,4 @@ def plot_simulation(graph: TrainingGraph, schedule: Schedule, report: SimReport,
                  f"{_seconds(report.makespan_s)}, peak RAM {_bytes(report.peak_ram_bytes)}"
                  f" of {_bytes(report.budget_bytes)} budget")
         fig.suptitle(f"{head}\n{facts}", fontsize=11)
-        _save(fig, path, dpi)
+        save_figure(fig, path, dpi)

@@ -27,7 +27,7 @@ from typing import Any
 
 from poetsim.fileio import atomic_write_text
 from poetsim.report.data import byte_unit
-from poetsim.report.plots import _figure, _save, _style
+from poetsim.report.plots import new_figure, save_figure, plot_style
 from poetsim.sweep.store import COLUMNS, ResultsStore
 from poetsim.units import format_bytes, format_quantity
 
@@ -164,7 +164,7 @@ def _panels(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], list[dict[s
 def _grid(count: int, *, width_in: float = 4.4, height_in: float = 3.3):
     cols = min(3 if count != 4 else 2, count)
     rows = math.ceil(count / cols)
-    fig = _figure(width_in * cols, height_in * rows + 0.7)
+    fig = new_figure(width_in * cols, height_in * rows + 0.7)
     # one energy scale for every panel, so variants compare at a glance
     axes = fig.subplots(rows, cols, squeeze=False, sharey=True)
     for extra in axes.flat[count:]:
@@ -213,7 +213,7 @@ def plot_energy_vs_ram(rows: Sequence[dict[str, Any]], path: str | Path, *,
     unit, scale = byte_unit(max(everything) if everything else 1)
     log_x = bool(everything) and max(everything) > 20 * min(everything)
     common = _common(panels)
-    with _style():
+    with plot_style():
         fig, axes = _grid(len(panels))
         for ax, (_key, panel) in zip(axes, panels.items(), strict=True):
             best: dict[str, dict[int, float]] = defaultdict(dict)
@@ -252,7 +252,7 @@ def plot_energy_vs_ram(rows: Sequence[dict[str, Any]], path: str | Path, *,
                      + (" (least energy over deadlines " f"{', '.join(deadlines)})"
                         if len(deadlines) > 1 else f" (deadline {deadlines[0]})"),
                      fontsize=11)
-        _save(fig, path, dpi)
+        save_figure(fig, path, dpi)
     return True
 
 
@@ -268,7 +268,7 @@ def plot_energy_vs_deadline(rows: Sequence[dict[str, Any]], path: str | Path, *,
     colours = _method_colours(timed)
     budgets = sorted({r["ram"] for r in timed})
     common = _common(panels)
-    with _style():
+    with plot_style():
         fig, axes = _grid(len(panels))
         for ax, (_key, panel) in zip(axes, panels.items(), strict=True):
             lines: dict[tuple[str, str], dict[float, float]] = defaultdict(dict)
@@ -293,7 +293,7 @@ def plot_energy_vs_deadline(rows: Sequence[dict[str, Any]], path: str | Path, *,
             _infeasible_note(ax, panel)
         _legend(fig, colours, budgets if len(budgets) > 1 else ())
         fig.suptitle("Energy vs deadline" + (f": {common}" if common else ""), fontsize=11)
-        _save(fig, path, dpi)
+        save_figure(fig, path, dpi)
     return True
 
 

@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from poetsim.boards.spec import Board
-from poetsim.compare import _row as comparison_row
+from poetsim.compare import comparison_row
 from poetsim.compare import reference_energy_j
 from poetsim.costs import OpCosts, op_costs
 from poetsim.graph.graph import TrainingGraph
