@@ -23,7 +23,8 @@ from poetsim.runs import MethodRun, RunCache, run_method, simulate_run
 from poetsim.schedule import plain_schedule
 from poetsim.sim import SimReport, simulate
 
-__all__ = ["ComparisonRow", "compare", "comparison_row", "format_table", "reference_energy_j"]
+__all__ = ["ComparisonRow", "compare", "comparison_row", "format_table", "reference_energy_j",
+           "with_overheads"]
 
 
 @attrs.frozen
@@ -115,9 +116,14 @@ def compare(graph: TrainingGraph, board: Board, *, ram: str | int,
         run = run_method(graph, board, name, ram=ram, deadline=deadline,
                          time_limit_s=time_limit_s, costs=costs, cache=cache)
         rows.append(comparison_row(run, simulate_run(graph, board, run, costs=costs)))
-    ref = reference_energy_j(graph, board, costs)
-    return [attrs.evolve(r, energy_overhead=(r.energy_j / ref - 1 if r.energy_j is not None
-                                             and ref > 0 else None)) for r in rows]
+    return with_overheads(rows, reference_energy_j(graph, board, costs))
+
+
+def with_overheads(rows: Iterable[ComparisonRow], reference_j: float) -> list[ComparisonRow]:
+    """``rows`` with ``energy_overhead = energy_j / reference_j - 1`` filled in."""
+    return [attrs.evolve(r, energy_overhead=(r.energy_j / reference_j - 1
+                                             if r.energy_j is not None and reference_j > 0
+                                             else None)) for r in rows]
 
 
 def format_table(rows: Iterable[ComparisonRow]) -> str:

@@ -34,7 +34,12 @@ import attrs
 
 from poetsim.boards import DEFAULT_BOARD, get_board
 from poetsim.boards.spec import Board
-from poetsim.compare import ComparisonRow, comparison_row, reference_energy_j
+from poetsim.compare import (
+    ComparisonRow,
+    comparison_row,
+    reference_energy_j,
+    with_overheads,
+)
 from poetsim.costs import op_costs
 from poetsim.errors import InputError
 from poetsim.fileio import atomic_write_text
@@ -130,9 +135,7 @@ def run_demo(graph: TrainingGraph | None = None, board: Board | None = None, *,
         runs[name] = run
         rows.append(comparison_row(run, simulate_run(graph, board, run, costs=costs)))
     reference = reference_energy_j(graph, board, costs)
-    rows = [attrs.evolve(r, energy_overhead=(r.energy_j / reference - 1
-                                             if r.energy_j is not None and reference > 0
-                                             else None)) for r in rows]
+    rows = with_overheads(rows, reference)
 
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
@@ -147,6 +150,10 @@ def run_demo(graph: TrainingGraph | None = None, board: Board | None = None, *,
         atomic_write_text(tmp / "summary.md", _markdown(summary))
         if final.is_dir():
             final.rmdir()  # checked empty above
+        # mkdtemp makes the folder private; give it the mode a plain mkdir would
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)
         os.rename(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
