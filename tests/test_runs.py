@@ -87,3 +87,19 @@ def test_summary_has_units_and_no_steps(mlp, board):
     summary = run.summary()
     assert "schedule" not in summary and summary["energy_j"] > 0
     assert isinstance(run, MethodRun) and run.status == "ok"
+
+
+def test_a_solver_schedule_late_in_simulation_is_solved_again_with_a_tighter_deadline():
+    # On the Pi 4 the MILP's fully overlapped transfers stall in simulation; the first POET
+    # schedule at 70% / 2x is late by about 6%.
+    graph, board = build_model("mlp"), get_board("rpi4")
+    run = run_method(graph, board, "poet", ram="70%", deadline="2x", time_limit_s=1)
+    assert run.tightenings >= 1
+    assert run.solver_deadline_s < run.deadline_s
+    report = simulate_run(graph, board, run)
+    assert report.makespan_s <= run.deadline_s and report.passed
+
+
+def test_without_a_deadline_nothing_is_tightened(mlp, board):
+    run = run_method(mlp, board, "poet", ram="60%", time_limit_s=1)
+    assert run.tightenings == 0 and run.solver_deadline_s is None
