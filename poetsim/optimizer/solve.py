@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
+import numpy as np
 from pyscipopt import SCIP_PARAMSETTING
 
 from poetsim.boards.spec import Board
@@ -255,12 +256,20 @@ def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline:
                     formulation: Formulation, overlap: bool, storage_capacity: int | None = None,
                     warm_starts: Sequence[Schedule] = ()
                     ) -> tuple[StagePlan | None, PlanMetrics | None, str | None]:
-    """The cheapest greedy plan (or given schedule, lifted) that meets budget and deadline."""
+    """The cheapest plan that meets budget and deadline among the greedy variants, the
+    given schedules lifted into stage form, and the greedy variants guided by each lifted
+    schedule's keep decisions (a baseline that drops and recomputes within a stage has no
+    stage form within the budget, but what it chose to keep still guides the greedy well)."""
     candidates: list[tuple[str, StagePlan | None]] = [("plain", plain_plan(graph))]
+    guides: list[tuple[str, np.ndarray | None]] = [("", None)]
     for schedule in warm_starts:
         plan = plan_from_schedule(graph, schedule)
-        if plan is not None and _allowed(plan, formulation):
-            candidates.append((str(schedule.metadata.get("method", "given schedule")), plan))
+        if plan is None:
+            continue
+        name = str(schedule.metadata.get("method", "given schedule"))
+        guides.append((f"-guided-by-{name}", plan.keep.astype(float)))
+        if _allowed(plan, formulation):
+            candidates.append((name, plan))
     variants = []
     if formulation.remat and formulation.paging:
         variants.append((True, True))
@@ -268,14 +277,15 @@ def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline:
         variants.append((False, True))
     if formulation.remat:
         variants.append((True, False))
-    for remat, paging in variants:
-        for by_time in (False, True):
-            for cascade in ((False, True) if remat else (False,)):
-                name = (f"greedy-{_method(remat, paging)}{'-time' if by_time else ''}"
-                        f"{'-cascade' if cascade else ''}")
-                candidates.append((name, greedy_plan(graph, costs, budget, remat=remat,
-                                                     paging=paging, by_time=by_time,
-                                                     cascade=cascade)))
+    for suffix, guide in guides:
+        for remat, paging in variants:
+            for by_time in (False, True):
+                for cascade in ((False, True) if remat else (False,)):
+                    name = (f"greedy-{_method(remat, paging)}{'-time' if by_time else ''}"
+                            f"{'-cascade' if cascade else ''}{suffix}")
+                    candidates.append((name, greedy_plan(
+                        graph, costs, budget, remat=remat, paging=paging, by_time=by_time,
+                        cascade=cascade, keep_guide=guide)))
     best: tuple[StagePlan | None, PlanMetrics | None, str | None] = (None, None, None)
     for name, plan in candidates:
         if plan is None:
