@@ -185,14 +185,18 @@ def finish(method: str, graph: TrainingGraph, board: Board, costs: OpCosts, budg
            metadata: Mapping[str, Any] | None = None) -> BaselineResult:
     """Wrap ``steps`` as a schedule, check it, and predict its figures.
 
-    A schedule over the budget gives an ``infeasible`` result (the method's own schedule
-    does not fit); a structural violation is a bug of the method and raises
-    ``AssertionError``.
+    A schedule over the budget or over the board's storage capacity gives an
+    ``infeasible`` result (the method's own schedule does not fit); a structural violation
+    is a bug of the method and raises ``AssertionError``.
     """
     raw = list(steps.steps if isinstance(steps, Schedule) else steps)
     capacity = board.storage.capacity_bytes
     schedule = Schedule(graph.name, graph_fingerprint(graph), raw, {})
     check = check_schedule(graph, schedule, storage_capacity_bytes=capacity)
+    if not check.valid and check.violation.rule == "storage_full":
+        # like a schedule over the RAM budget: the method's plan does not fit this board
+        return infeasible(method, f"its schedule does not fit the board's storage: "
+                          f"{check.violation.message}", budget_bytes, deadline_s, details)
     if not check.valid:
         raise AssertionError(f"{method} produced an invalid schedule: "
                              f"{check.violation.message} [{check.violation.rule}]")

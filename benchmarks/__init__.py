@@ -1,0 +1,1 @@
+"""poetsim benchmarks: pytest-benchmark suites (bench_*.py) and the paper experiments."""

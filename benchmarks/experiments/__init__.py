@@ -1,0 +1,1 @@
+"""The POET paper experiments (issue #4): see benchmarks/RESULTS.md."""

@@ -1,0 +1,140 @@
+"""Figure 5 of the POET paper: Capuchin vs POET, ResNet-18 (CIFAR) on the Raspberry Pi 4.
+
+Run: ``python -m benchmarks.experiments.fig5_capuchin [--smoke|--full] [--jobs N]``. Writes
+``benchmarks/results/fig5_capuchin/{data.csv, plot.png, table.md}``.
+
+Energy overhead (simulated) vs checkpoint-all with unlimited RAM, as the RAM budget shrinks,
+for Capuchin (page first, recompute only when a swap cannot be hidden) and POET, on the
+Raspberry Pi 4 paper profile (``poet_rpi4``) and the physical ``rpi4``. Deadline 1.5x the
+plain compute time; the solver settings match Fig. 3, so shared points come from the cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from benchmarks.experiments.common import (
+    BOARD_LABEL,
+    CACHE_DIR,
+    METHOD_LABEL,
+    METHOD_STYLE,
+    Point,
+    default_out,
+    fmt,
+    log,
+    markdown_table,
+    pyplot,
+    run_points,
+    status_cell,
+    write_csv,
+    write_text,
+)
+from benchmarks.experiments.fig3_energy_vs_ram import FULL as FIG3_FULL
+
+NAME = "fig5_capuchin"
+METHODS = ("capuchin", "poet", "checkpoint_all")
+DEADLINE = "1.5x"
+FULL = {"model": "resnet18_cifar", "boards": ["poet_rpi4", "rpi4"],
+        "budgets": ["90%", "80%", "70%", "60%", "50%", "40%", "30%", "25%"],
+        "time_limit_s": FIG3_FULL["time_limit_s"]}
+SMOKE = {"model": "mlp", "boards": ["poet_rpi4", "rpi4"], "budgets": ["70%", "40%"],
+         "time_limit_s": 0.5}
+
+
+def points(mode: str) -> list[Point]:
+    cfg = SMOKE if mode == "smoke" else FULL
+    return [Point(NAME, cfg["model"], board, ram, DEADLINE, METHODS, cfg["time_limit_s"])
+            for board in cfg["boards"] for ram in cfg["budgets"]]
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> Path:
+    plt = pyplot()
+    boards = list(dict.fromkeys(r["board"] for r in rows))
+    fig, axes = plt.subplots(1, len(boards), squeeze=False, figsize=(5.0 * len(boards), 3.9))
+    for ax, board in zip(axes[0], boards, strict=True):
+        cell = [r for r in rows if r["board"] == board]
+        for method in ("capuchin", "poet"):
+            pts = sorted((r for r in cell if r["method"] == method and r["energy_j"] is not None
+                          and r["budget_ok"]), key=lambda r: -r["ram_pct"])
+            color, marker = METHOD_STYLE[method]
+            ax.plot([r["ram_pct"] for r in pts], [100 * r["energy_overhead"] for r in pts],
+                    color=color, marker=marker, lw=2, label=METHOD_LABEL[method])
+            for r in pts:
+                ax.annotate(f"{100 * r['energy_overhead']:.1f}%",
+                            (r["ram_pct"], 100 * r["energy_overhead"]), fontsize=7,
+                            textcoords="offset points", xytext=(0, 6 if method == "capuchin"
+                                                                 else -11), ha="center",
+                            color=color)
+        ax.set_yscale("symlog", linthresh=1.0)
+        from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+        ax.yaxis.set_major_locator(FixedLocator([0, 0.5, 1, 3, 10, 30, 100, 300, 1000]))
+        ax.yaxis.set_minor_locator(NullLocator())
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}%"))
+        ax.invert_xaxis()
+        ax.set_xticks(sorted({r["ram_pct"] for r in cell}))
+        ax.grid(True, which="both", alpha=0.3)
+        profile = "paper profile" if cell[0]["profile"] == "paper" else "physical"
+        ax.set_title(f"{BOARD_LABEL.get(board, board)} [{board}, {profile}]")
+        ax.set_xlabel("RAM budget (% of plain activation peak)")
+        ax.set_ylabel("energy overhead vs checkpoint-all,\nunlimited RAM (symlog scale)")
+        ax.legend(loc="upper left")
+    fig.suptitle(f"Fig. 5: Capuchin vs POET, {rows[0]['model']}, deadline {DEADLINE} "
+                 "(simulated)", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    parts = [f"# Fig. 5: Capuchin vs POET, {rows[0]['model']} (deadline {DEADLINE})", "",
+             ("Simulated energy overhead vs checkpoint-all with unlimited RAM; pages out / "
+              "recomputations of each schedule."), ""]
+    body = []
+    for board in dict.fromkeys(r["board"] for r in rows):
+        for ram in dict.fromkeys(r["ram"] for r in rows if r["board"] == board):
+            cell = {r["method"]: r for r in rows if r["board"] == board and r["ram"] == ram}
+            cap, poet = cell["capuchin"], cell["poet"]
+
+            def ops(r):
+                return "-" if r["energy_j"] is None else f"{r['page_outs']} / {r['recomputes']}"
+
+            body.append([board, ram, status_cell(cap), ops(cap), status_cell(poet), ops(poet),
+                         fmt(cap["energy_j"], "j"), fmt(poet["energy_j"], "j"),
+                         fmt(poet["predicted_energy_j"], "j")])
+    parts.append(markdown_table(
+        ["board", "RAM", "Capuchin overhead", "Capuchin out/remat", "POET overhead",
+         "POET out/remat", "Capuchin J", "POET J (sim)", "POET J (predicted)"], body))
+    return "\n".join(parts)
+
+
+def outputs(rows: list[dict[str, Any]], out: Path) -> list[Path]:
+    folder = out / NAME
+    return [write_csv(rows, folder / "data.csv"), plot(rows, folder / "plot.png"),
+            write_text(folder / "table.md", table(rows))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--smoke", action="store_true")
+    group.add_argument("--full", action="store_true")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output folder (default benchmarks/results, or "
+                        "out/experiments-smoke with --smoke)")
+    parser.add_argument("--cache", type=Path, default=CACHE_DIR)
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args(argv)
+    rows = run_points(points("smoke" if args.smoke else "full"), cache_dir=args.cache,
+                      jobs=args.jobs)
+    for f in outputs(rows, args.out or default_out(args.smoke)):
+        log(f"wrote {f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,82 @@
+"""Run the four paper experiments (Fig. 3, Fig. 4, Fig. 5, Table 3) in one process pool.
+
+    .venv/bin/python -m benchmarks.experiments.run_all --smoke   # seconds, for CI
+    .venv/bin/python -m benchmarks.experiments.run_all --full    # the reproduction
+
+All points of all experiments share one pool of ``--jobs`` workers and one
+:class:`~poetsim.runs.RunCache` (``--cache``, default ``benchmarks/results/cache/``), so a
+re-run only re-simulates. Outputs go to ``--out`` (default ``benchmarks/results``, or
+``out/experiments-smoke`` with ``--smoke``), one folder per experiment, plus ``findings.md`` and
+``run_all_<mode>.md`` with the wall time and cache use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+from pathlib import Path
+
+from benchmarks.experiments import (
+    fig3_energy_vs_ram,
+    fig4_deadlines,
+    fig5_capuchin,
+    findings,
+    table3_pofo,
+)
+from benchmarks.experiments.common import CACHE_DIR, default_out, log, run_points, write_text
+
+#: In pool order: Fig. 5 last, so that the points it shares with Fig. 3 come from the cache.
+EXPERIMENTS = (fig3_energy_vs_ram, fig4_deadlines, table3_pofo, fig5_capuchin)
+
+
+def run(mode: str, out: Path, cache: Path | None, jobs: int) -> dict:
+    started = time.perf_counter()
+    plan = [(exp, exp.points(mode)) for exp in EXPERIMENTS]
+    allpoints = [p for _, pts in plan for p in pts]
+    log(f"run_all --{mode}: {len(allpoints)} points, {jobs} jobs")
+    rows = run_points(allpoints, cache_dir=cache, jobs=jobs)
+    solved_s = time.perf_counter() - started
+    files = []
+    for exp, _ in plan:
+        exp_rows = [r for r in rows if r["experiment"] == exp.NAME]
+        files += exp.outputs(exp_rows, out)
+    files.append(write_text(out / "findings.md", findings.findings(out)))
+    wall = time.perf_counter() - started
+    cached = sum(1 for r in rows if r["cached"])
+    solver_s = sum(r["run_time_s"] or 0.0 for r in rows if not r["cached"])
+    summary = {"mode": mode, "points": len(allpoints), "method_runs": len(rows),
+               "cached_runs": cached, "solver_seconds_this_run": solver_s,
+               "wall_s": wall, "solve_and_simulate_s": solved_s, "jobs": jobs,
+               "files": [str(f) for f in files]}
+    write_text(out / f"run_all_{mode}.md", "\n".join([
+        f"# run_all --{mode}",
+        "",
+        f"- points: {len(allpoints)}, method runs: {len(rows)} ({cached} from the cache)",
+        (f"- wall time: {wall:.0f} s ({wall / 60:.1f} min) with {jobs} worker processes on "
+         f"{platform.machine()} ({platform.python_version()})"),
+        f"- method run time spent in this run (not cached): {solver_s:.0f} s",
+    ]))
+    log(f"run_all --{mode}: {wall:.1f} s wall, {cached}/{len(rows)} method runs cached")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--smoke", action="store_true", help="tiny version (seconds)")
+    group.add_argument("--full", action="store_true", help="the full reproduction (default)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output folder (default benchmarks/results, or "
+                        "out/experiments-smoke with --smoke)")
+    parser.add_argument("--cache", type=Path, default=CACHE_DIR)
+    parser.add_argument("--no-cache", action="store_true")
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args(argv)
+    run("smoke" if args.smoke else "full", args.out or default_out(args.smoke),
+        None if args.no_cache else args.cache, args.jobs)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
