@@ -51,6 +51,9 @@ MAX_DEADLINE_TIGHTENINGS = 3
 
 #: Methods whose result depends on the solver settings (time limit, gap, seed).
 SOLVER_METHODS = frozenset({"poet", "checkmate", "paging_only"})
+#: Part of the key of the MILP methods' runs: bumped when the optimizer's search changes,
+#: so that their cached runs go stale while the baselines' stay valid.
+SOLVER_VERSION = 2
 
 
 def method_names() -> tuple[str, ...]:
@@ -109,7 +112,8 @@ def _solver_settings(method: str, time_limit_s: float, gap_limit: float,
                      seed: int) -> dict[str, Any]:
     if method not in SOLVER_METHODS:
         return {}
-    return {"time_limit_s": time_limit_s, "gap_limit": gap_limit, "seed": seed}
+    return {"time_limit_s": time_limit_s, "gap_limit": gap_limit, "seed": seed,
+            "solver_version": SOLVER_VERSION}
 
 
 def _board_numbers(board: Board) -> dict[str, Any]:
@@ -194,10 +198,12 @@ def _poet(graph: TrainingGraph, board: Board, ram: int, deadline_s: float | None
 
 
 def _baseline(method: str, graph: TrainingGraph, board: Board, costs: OpCosts, ram: int,
-              deadline_s: float | None, time_limit_s: float) -> dict[str, Any]:
+              deadline_s: float | None, time_limit_s: float, gap_limit: float,
+              seed: int) -> dict[str, Any]:
     from poetsim.baselines import BASELINES
 
-    extra = {"time_limit_s": time_limit_s} if method in SOLVER_METHODS else {}
+    extra = ({"time_limit_s": time_limit_s, "gap_limit": gap_limit, "seed": seed}
+             if method in SOLVER_METHODS else {})
     result = BASELINES[method](graph, board, costs, ram, deadline_s=deadline_s, **extra)
     return {"status": result.status, "reason": result.reason, "schedule": result.schedule,
             "energy_j": result.energy_j, "time_s": result.time_s,
@@ -235,7 +241,7 @@ def run_method(graph: TrainingGraph, board: Board, method: str, *, ram: str | in
                              time_limit_s, gap_limit, seed)
         else:
             produced = _baseline(method, graph, board, costs, budget.activation_bytes,
-                                 solver_deadline_s, time_limit_s)
+                                 solver_deadline_s, time_limit_s, gap_limit, seed)
         return MethodRun(method=method, budget_activation_bytes=budget.activation_bytes,
                          resident_bytes=budget.resident_bytes, deadline_s=deadline_s,
                          solver_deadline_s=solver_deadline_s, tightenings=tightenings,

@@ -13,7 +13,8 @@ __all__ = ["solver_baseline"]
 
 def solver_baseline(method: str, graph: TrainingGraph, board: Board, costs: OpCosts | None,
                     budget_bytes: int, *, deadline_s: float | None, time_limit_s: float,
-                    remat: bool, paging: bool) -> BaselineResult:
+                    remat: bool, paging: bool, gap_limit: float = 0.0,
+                    seed: int = 0) -> BaselineResult:
     """:func:`poetsim.optimizer.solve` with one technique switched off.
 
     The solver computes its own costs (``op_costs(graph, board)``); ``costs`` is used for
@@ -22,7 +23,7 @@ def solver_baseline(method: str, graph: TrainingGraph, board: Board, costs: OpCo
     budget_bytes = check_budget(budget_bytes)
     costs = costs_for(graph, board, costs)
     result = solve(graph, board, ram=budget_bytes, deadline=deadline_s, remat=remat,
-                   paging=paging, time_limit_s=time_limit_s)
+                   paging=paging, time_limit_s=time_limit_s, gap_limit=gap_limit, seed=seed)
     details = {"solver_status": result.status.value, "solver_message": result.message,
                "objective_j": result.objective_j, "bound_j": result.bound_j, "gap": result.gap,
                "solve_time_s": result.build_time_s + result.solve_time_s,

@@ -19,8 +19,9 @@ __all__ = ["checkmate"]
 
 
 def checkmate(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_bytes: int, *,
-              deadline_s: float | None = None, time_limit_s: float = 30.0) -> BaselineResult:
+              deadline_s: float | None = None, time_limit_s: float = 30.0,
+              gap_limit: float = 0.0, seed: int = 0) -> BaselineResult:
     """``solve(..., paging=False)`` at ``budget_bytes`` of activation RAM."""
     return solver_baseline("checkmate", graph, board, costs, budget_bytes,
                            deadline_s=deadline_s, time_limit_s=time_limit_s,
-                           remat=True, paging=False)
+                           gap_limit=gap_limit, seed=seed, remat=True, paging=False)

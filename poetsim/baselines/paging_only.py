@@ -17,9 +17,9 @@ __all__ = ["paging_only"]
 
 
 def paging_only(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_bytes: int,
-                *, deadline_s: float | None = None, time_limit_s: float = 30.0
-                ) -> BaselineResult:
+                *, deadline_s: float | None = None, time_limit_s: float = 30.0,
+                gap_limit: float = 0.0, seed: int = 0) -> BaselineResult:
     """``solve(..., remat=False)`` at ``budget_bytes`` of activation RAM."""
     return solver_baseline("paging_only", graph, board, costs, budget_bytes,
                            deadline_s=deadline_s, time_limit_s=time_limit_s,
-                           remat=False, paging=True)
+                           gap_limit=gap_limit, seed=seed, remat=False, paging=True)
