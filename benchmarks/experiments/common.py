@@ -14,6 +14,7 @@ Outputs of an experiment go to ``<out>/<experiment>/{data.csv, plot.png, table.m
 
 from __future__ import annotations
 
+import argparse
 import csv
 import functools
 import math
@@ -366,3 +367,24 @@ def ratio_axis(ax, values: Sequence[float], cap: float = 3.0) -> None:
         span = max(top - min(values), 0.02)
         ax.set_ylim(min(values) - 0.06 * span, top + 0.08 * span)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}x"))
+
+
+def experiment_main(doc: str | None, points: Callable[[str], Sequence[Point]],
+                    outputs: Callable[[list[dict[str, Any]], Path], list[Path]],
+                    argv: list[str] | None = None) -> int:
+    """The command line every experiment script shares: run its points, write its files."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--smoke", action="store_true", help="tiny version (seconds)")
+    group.add_argument("--full", action="store_true", help="the full experiment (default)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output folder (default benchmarks/results, or "
+                        "out/experiments-smoke with --smoke)")
+    parser.add_argument("--cache", type=Path, default=CACHE_DIR)
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args(argv)
+    rows = run_points(points("smoke" if args.smoke else "full"), cache_dir=args.cache,
+                      jobs=args.jobs)
+    for f in outputs(rows, args.out or default_out(args.smoke)):
+        log(f"wrote {f}")
+    return 0

@@ -11,22 +11,18 @@ MILP with paging only, with rematerialization only (Checkmate), and integrated (
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
 from benchmarks.experiments.common import (
     BOARD_LABEL,
-    CACHE_DIR,
     METHOD_LABEL,
     Point,
-    default_out,
+    experiment_main,
     fmt,
-    log,
     markdown_table,
     plot_method_series,
     pyplot,
-    run_points,
     status_cell,
     write_csv,
     write_text,
@@ -127,21 +123,7 @@ def outputs(rows: list[dict[str, Any]], out: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--smoke", action="store_true")
-    group.add_argument("--full", action="store_true")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="output folder (default benchmarks/results, or "
-                        "out/experiments-smoke with --smoke)")
-    parser.add_argument("--cache", type=Path, default=CACHE_DIR)
-    parser.add_argument("--jobs", type=int, default=2)
-    args = parser.parse_args(argv)
-    rows = run_points(points("smoke" if args.smoke else "full"), cache_dir=args.cache,
-                      jobs=args.jobs)
-    for f in outputs(rows, args.out or default_out(args.smoke)):
-        log(f"wrote {f}")
-    return 0
+    return experiment_main(__doc__, points, outputs, argv)
 
 
 if __name__ == "__main__":

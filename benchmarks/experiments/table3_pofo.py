@@ -15,19 +15,15 @@ a 1.5x deadline.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
 from benchmarks.experiments.common import (
-    CACHE_DIR,
     Point,
-    default_out,
+    experiment_main,
     fmt,
-    log,
     markdown_table,
     pyplot,
-    run_points,
     write_csv,
     write_text,
 )
@@ -159,21 +155,7 @@ def outputs(rows: list[dict[str, Any]], out: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--smoke", action="store_true")
-    group.add_argument("--full", action="store_true")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="output folder (default benchmarks/results, or "
-                        "out/experiments-smoke with --smoke)")
-    parser.add_argument("--cache", type=Path, default=CACHE_DIR)
-    parser.add_argument("--jobs", type=int, default=2)
-    args = parser.parse_args(argv)
-    rows = run_points(points("smoke" if args.smoke else "full"), cache_dir=args.cache,
-                      jobs=args.jobs)
-    for f in outputs(rows, args.out or default_out(args.smoke)):
-        log(f"wrote {f}")
-    return 0
+    return experiment_main(__doc__, points, outputs, argv)
 
 
 if __name__ == "__main__":
