@@ -51,6 +51,12 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     fig, axes = plt.subplots(1, len(boards), squeeze=False, figsize=(5.0 * len(boards), 3.9))
     for ax, board in zip(axes[0], boards, strict=True):
         cell = [r for r in rows if r["board"] == board]
+        shown = [100 * r["energy_overhead"] for r in cell
+                 if r["method"] in ("capuchin", "poet") and r["energy_j"] is not None
+                 and r["budget_ok"]]
+        # all overheads below 1%: a linear axis with enough decimals, else symlog
+        tiny = max(shown, default=0.0) < 1.0
+        digits = 3 if tiny else 1
         for method in ("capuchin", "poet"):
             pts = sorted((r for r in cell if r["method"] == method and r["energy_j"] is not None
                           and r["budget_ok"]), key=lambda r: -r["ram_pct"])
@@ -58,24 +64,28 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
             ax.plot([r["ram_pct"] for r in pts], [100 * r["energy_overhead"] for r in pts],
                     color=color, marker=marker, lw=2, label=METHOD_LABEL[method])
             for r in pts:
-                ax.annotate(f"{100 * r['energy_overhead']:.1f}%",
+                ax.annotate(f"{100 * r['energy_overhead']:.{digits}f}%",
                             (r["ram_pct"], 100 * r["energy_overhead"]), fontsize=7,
                             textcoords="offset points", xytext=(0, 6 if method == "capuchin"
                                                                  else -11), ha="center",
                             color=color)
-        ax.set_yscale("symlog", linthresh=1.0)
         from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-        ax.yaxis.set_major_locator(FixedLocator([0, 0.5, 1, 3, 10, 30, 100, 300, 1000]))
-        ax.yaxis.set_minor_locator(NullLocator())
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}%"))
+        if tiny:
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}%"))
+        else:
+            ax.set_yscale("symlog", linthresh=1.0)
+            ax.yaxis.set_major_locator(FixedLocator([0, 0.5, 1, 3, 10, 30, 100, 300, 1000]))
+            ax.yaxis.set_minor_locator(NullLocator())
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}%"))
         ax.invert_xaxis()
         ax.set_xticks(sorted({r["ram_pct"] for r in cell}))
         ax.grid(True, which="both", alpha=0.3)
         profile = "paper profile" if cell[0]["profile"] == "paper" else "physical"
         ax.set_title(f"{BOARD_LABEL.get(board, board)} [{board}, {profile}]")
         ax.set_xlabel("RAM budget (% of plain activation peak)")
-        ax.set_ylabel("energy overhead vs checkpoint-all,\nunlimited RAM (symlog scale)")
+        ax.set_ylabel("energy overhead vs checkpoint-all,\nunlimited RAM"
+                      + ("" if tiny else " (symlog scale)"))
         ax.legend(loc="upper left")
     fig.suptitle(f"Fig. 5: Capuchin vs POET, {rows[0]['model']}, deadline {DEADLINE} "
                  "(simulated)", fontsize=10)
