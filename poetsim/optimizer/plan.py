@@ -132,6 +132,14 @@ class PlanMetrics:
     page_outs: int
     peak_storage_bytes: int
 
+    def fits(self, budget_bytes: int, deadline_s: float | None = None,
+             storage_capacity_bytes: int | None = None) -> bool:
+        """Within the RAM budget, the deadline and the storage capacity (None: no limit)."""
+        return (self.peak_ram_bytes <= budget_bytes
+                and (deadline_s is None or self.time_s <= deadline_s)
+                and (storage_capacity_bytes is None
+                     or self.peak_storage_bytes <= storage_capacity_bytes))
+
 
 def stage_times(costs: OpCosts, plan: StagePlan, *, overlap: bool) -> np.ndarray:
     """Time of each stage: compute and transfers overlap (DMA) or add up (no DMA)."""

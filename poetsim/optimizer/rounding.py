@@ -132,7 +132,6 @@ class RoundingHeuristic(Heur):
     def _round(self) -> Any:
         milp = self.milp
         values = milp.lp_values()
-        formulation = milp.formulation
         incumbent = self.model.getPrimalbound()
         result = SCIP_RESULT.DIDNOTFIND
         tried: list[StagePlan] = []
@@ -141,10 +140,8 @@ class RoundingHeuristic(Heur):
                 continue
             tried.append(plan)
             metrics = evaluate_plan(milp.graph, self.costs, plan, overlap=milp.overlap)
-            if (metrics.peak_ram_bytes > self.budget_bytes
-                    or (self.deadline_s is not None and metrics.time_s > self.deadline_s)
-                    or (self.storage_capacity_bytes is not None
-                        and metrics.peak_storage_bytes > self.storage_capacity_bytes)):
+            if not metrics.fits(self.budget_bytes, self.deadline_s,
+                                self.storage_capacity_bytes):
                 continue
             if metrics.energy_j * milp.energy_scale >= incumbent * (1 - 1e-9):
                 continue

@@ -87,9 +87,7 @@ def _window_search(milp: Any, graph: TrainingGraph, costs: OpCosts, plan: StageP
         if model.getNSols() > 0:
             candidate = milp.plan_from_solution(model.getBestSol())
             found = evaluate_plan(graph, costs, candidate, overlap=overlap)
-            fits = found.peak_ram_bytes <= budget and (deadline_s is None
-                                                        or found.time_s <= deadline_s)
-            if fits and found.energy_j < metrics.energy_j * (1 - 1e-9):
+            if found.fits(budget, deadline_s) and found.energy_j < metrics.energy_j * (1 - 1e-9):
                 plan, metrics = candidate, found
                 improved += 1
     model.freeTransform()
@@ -291,11 +289,7 @@ def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline:
         if plan is None:
             continue
         metrics = evaluate_plan(graph, costs, plan, overlap=overlap)
-        if metrics.peak_ram_bytes > budget:
-            continue
-        if deadline is not None and metrics.time_s > deadline:
-            continue
-        if storage_capacity is not None and metrics.peak_storage_bytes > storage_capacity:
+        if not metrics.fits(budget, deadline, storage_capacity):
             continue
         if best[1] is None or metrics.energy_j < best[1].energy_j:
             best = (plan, metrics, name)
@@ -441,10 +435,7 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
     if model.getNSols() > 0:
         best_plan = milp.plan_from_solution(model.getBestSol())
         best_metrics = evaluate_plan(graph, costs, best_plan, overlap=overlap)
-        within_tolerance_only = (
-            best_metrics.peak_ram_bytes > budget.activation_bytes
-            or (deadline_s is not None and best_metrics.time_s > deadline_s))
-        if within_tolerance_only:
+        if not best_metrics.fits(budget.activation_bytes, deadline_s):
             # SCIP accepts constraint violations within its feasibility tolerance, which on
             # memory counted in millions of units can be a byte. Such a plan is not ours to
             # return, and the search's optimality claim goes with it.
