@@ -1,12 +1,15 @@
-"""Small file helpers shared by every writer: atomic writes, so no partial file is left."""
+"""Small file helpers: atomic writes, so no partial file is left, and TOML reading with
+one-line errors."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+import tomllib
 from pathlib import Path
+from typing import Any
 
-__all__ = ["atomic_write_bytes", "atomic_write_text"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "read_toml"]
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -35,3 +38,17 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def read_toml(path: str | Path, error: type[Exception], what: str) -> dict[str, Any]:
+    """The parsed TOML document at ``path``; an unreadable or invalid file raises ``error``
+    with one line naming the file (``what`` says which kind of file it should be)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise error(f"{path}: cannot read {what}: {err.strerror}") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise error(f"{path}: not valid TOML: {err}") from None

@@ -9,7 +9,6 @@ that names the file, the dotted key, the value and the rule.
 from __future__ import annotations
 
 import difflib
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from poetsim.boards.spec import (
     numeric_fields,
 )
 from poetsim.errors import BoardError
+from poetsim.fileio import read_toml
 
 __all__ = ["SCHEMA_VERSION", "SECTIONS", "board_from_dict", "board_to_dict", "load_board"]
 
@@ -44,14 +44,7 @@ _SOURCE_KEYS = ("value", "source", "ref")
 def load_board(path: str | Path) -> Board:
     """Read and validate one board file."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise BoardError(f"{path}: cannot read board file: {err.strerror}") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise BoardError(f"{path}: not valid TOML: {err}") from None
+    data = read_toml(path, BoardError, "board file")
     board = board_from_dict(data, origin=str(path))
     if board.name != path.stem:
         raise BoardError(f"{path}: name = {board.name!r}: must equal the file name "

@@ -44,7 +44,6 @@ import itertools
 import json
 import math
 import re
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -55,6 +54,7 @@ from poetsim.boards.load import SECTIONS
 from poetsim.boards.registry import get_board
 from poetsim.boards.spec import Board, BoardFieldError, Source, SourceKind
 from poetsim.errors import InputError, PoetsimError
+from poetsim.fileio import read_toml
 from poetsim.optimizer.solve import parse_deadline, resolve_budget
 from poetsim.runs import METHODS, SOLVER_METHODS
 
@@ -424,14 +424,7 @@ def parse_sweep(data: Mapping[str, Any], *, origin: str = "<sweep>",
 def load_sweep(path: str | Path) -> Sweep:
     """Read and validate a sweep file (TOML)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise SweepError(f"{path}: cannot read sweep file: {err.strerror}") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise SweepError(f"{path}: not valid TOML: {err}") from None
+    data = read_toml(path, SweepError, "sweep file")
     return parse_sweep(data, origin=str(path), base_dir=path.parent)
 
 
