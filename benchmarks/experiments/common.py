@@ -369,10 +369,16 @@ def ratio_axis(ax, values: Sequence[float], cap: float = 3.0) -> None:
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}x"))
 
 
-def experiment_main(doc: str | None, points: Callable[[str], Sequence[Point]],
-                    outputs: Callable[[list[dict[str, Any]], Path], list[Path]],
-                    argv: list[str] | None = None) -> int:
-    """The command line every experiment script shares: run its points, write its files."""
+def write_outputs(rows: list[dict[str, Any]], folder: Path,
+                  plot: Callable[[list[dict[str, Any]], Path], Path],
+                  table: Callable[[list[dict[str, Any]]], str]) -> list[Path]:
+    """An experiment's usual files: ``data.csv``, ``plot.png`` and ``table.md``."""
+    return [write_csv(rows, folder / "data.csv"), plot(rows, folder / "plot.png"),
+            write_text(folder / "table.md", table(rows))]
+
+
+def experiment_parser(doc: str | None) -> argparse.ArgumentParser:
+    """Options of every experiment command: --smoke / --full, --out, --cache, --jobs."""
     parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--smoke", action="store_true", help="tiny version (seconds)")
@@ -382,7 +388,14 @@ def experiment_main(doc: str | None, points: Callable[[str], Sequence[Point]],
                         "out/experiments-smoke with --smoke)")
     parser.add_argument("--cache", type=Path, default=CACHE_DIR)
     parser.add_argument("--jobs", type=int, default=2)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def experiment_main(doc: str | None, points: Callable[[str], Sequence[Point]],
+                    outputs: Callable[[list[dict[str, Any]], Path], list[Path]],
+                    argv: list[str] | None = None) -> int:
+    """The command line every experiment script shares: run its points, write its files."""
+    args = experiment_parser(doc).parse_args(argv)
     rows = run_points(points("smoke" if args.smoke else "full"), cache_dir=args.cache,
                       jobs=args.jobs)
     for f in outputs(rows, args.out or default_out(args.smoke)):

@@ -24,8 +24,7 @@ from benchmarks.experiments.common import (
     plot_method_series,
     pyplot,
     status_cell,
-    write_csv,
-    write_text,
+    write_outputs,
 )
 
 NAME = "fig4_deadlines"
@@ -117,9 +116,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def outputs(rows: list[dict[str, Any]], out: Path) -> list[Path]:
-    folder = out / NAME
-    return [write_csv(rows, folder / "data.csv"), plot(rows, folder / "plot.png"),
-            write_text(folder / "table.md", table(rows))]
+    return write_outputs(rows, out / NAME, plot, table)
 
 
 def main(argv: list[str] | None = None) -> int:

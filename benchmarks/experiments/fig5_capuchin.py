@@ -24,8 +24,7 @@ from benchmarks.experiments.common import (
     markdown_table,
     pyplot,
     status_cell,
-    write_csv,
-    write_text,
+    write_outputs,
 )
 from benchmarks.experiments.fig3_energy_vs_ram import FULL as FIG3_FULL
 
@@ -119,9 +118,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def outputs(rows: list[dict[str, Any]], out: Path) -> list[Path]:
-    folder = out / NAME
-    return [write_csv(rows, folder / "data.csv"), plot(rows, folder / "plot.png"),
-            write_text(folder / "table.md", table(rows))]
+    return write_outputs(rows, out / NAME, plot, table)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,6 @@ re-run only re-simulates. Outputs go to ``--out`` (default ``benchmarks/results`
 
 from __future__ import annotations
 
-import argparse
 import platform
 import time
 from pathlib import Path
@@ -24,7 +23,13 @@ from benchmarks.experiments import (
     findings,
     table3_pofo,
 )
-from benchmarks.experiments.common import CACHE_DIR, default_out, log, run_points, write_text
+from benchmarks.experiments.common import (
+    default_out,
+    experiment_parser,
+    log,
+    run_points,
+    write_text,
+)
 
 #: In pool order: Fig. 5 last, so that the points it shares with Fig. 3 come from the cache.
 EXPERIMENTS = (fig3_energy_vs_ram, fig4_deadlines, table3_pofo, fig5_capuchin)
@@ -62,16 +67,8 @@ def run(mode: str, out: Path, cache: Path | None, jobs: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--smoke", action="store_true", help="tiny version (seconds)")
-    group.add_argument("--full", action="store_true", help="the full reproduction (default)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="output folder (default benchmarks/results, or "
-                        "out/experiments-smoke with --smoke)")
-    parser.add_argument("--cache", type=Path, default=CACHE_DIR)
-    parser.add_argument("--no-cache", action="store_true")
-    parser.add_argument("--jobs", type=int, default=2)
+    parser = experiment_parser(__doc__)
+    parser.add_argument("--no-cache", action="store_true", help="solve everything again")
     args = parser.parse_args(argv)
     run("smoke" if args.smoke else "full", args.out or default_out(args.smoke),
         None if args.no_cache else args.cache, args.jobs)

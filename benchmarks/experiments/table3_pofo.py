@@ -24,8 +24,7 @@ from benchmarks.experiments.common import (
     fmt,
     markdown_table,
     pyplot,
-    write_csv,
-    write_text,
+    write_outputs,
 )
 
 NAME = "table3_pofo"
@@ -149,9 +148,7 @@ def _line(model: str, board: str, ram: str, poet: dict[str, Any], pofo: dict[str
 
 
 def outputs(rows: list[dict[str, Any]], out: Path) -> list[Path]:
-    folder = out / NAME
-    return [write_csv(rows, folder / "data.csv"), plot(rows, folder / "plot.png"),
-            write_text(folder / "table.md", table(rows))]
+    return write_outputs(rows, out / NAME, plot, table)
 
 
 def main(argv: list[str] | None = None) -> int:
