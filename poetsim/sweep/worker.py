@@ -22,8 +22,7 @@ import time
 from typing import Any
 
 from poetsim.boards.spec import Board
-from poetsim.compare import comparison_row
-from poetsim.compare import reference_energy_j
+from poetsim.compare import comparison_row, reference_energy_j, with_overheads
 from poetsim.costs import OpCosts, op_costs
 from poetsim.graph.graph import TrainingGraph
 from poetsim.runs import RunCache, run_method, simulate_run
@@ -75,13 +74,15 @@ def _evaluate(point: Point, cache_dir: str | None) -> dict[str, Any]:
     report = simulate_run(graph, board, run, costs=costs)
     row = comparison_row(run, report)
     simulated = time.perf_counter()
-    reference = _reference_j(point, graph, board, costs) if row.energy_j is not None else None
+    reference = None
+    if row.energy_j is not None:
+        reference = _reference_j(point, graph, board, costs)
+        (row,) = with_overheads([row], reference)
     return {
         "status": "done", "method_status": run.status, "feasible": row.feasible,
         "reason": row.reason, "energy_j": row.energy_j, "predicted_energy_j": run.energy_j,
         "reference_energy_j": reference,
-        "energy_overhead": (row.energy_j / reference - 1
-                            if row.energy_j is not None and reference else None),
+        "energy_overhead": row.energy_overhead,
         "makespan_s": row.makespan_s, "peak_ram_bytes": row.peak_ram_bytes,
         "budget_activation_bytes": run.budget_activation_bytes,
         "resident_bytes": run.resident_bytes, "deadline_s": run.deadline_s,
