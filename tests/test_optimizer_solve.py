@@ -569,6 +569,37 @@ def test_deadline_at_the_plain_time_is_met_by_the_plain_schedule() -> None:
     assert result.metrics.recomputations == result.metrics.page_ins == 0
 
 
+def test_no_time_for_any_restore_is_proven_infeasible_without_the_milp() -> None:
+    """Below the plain peak something must be restored; at the plain time without DMA
+    nothing can be, and the relaxation bound proves it before any MILP is built."""
+    graph = tail_graph()
+    board = make_board(dma_channels=0, read_latency_s=1e-4, write_latency_s=1e-4,
+                       block_bytes=16)
+    costs = op_costs(graph, board)
+    below_peak = plain_peak(graph).bytes - 4
+    assert below_peak >= minimum_ram_bytes(graph)[0]
+    plain_time = float(costs.compute_time_s.sum())
+    assert BruteForce(graph, costs).optimum(below_peak, remat=True, paging=True, overlap=False,
+                                            deadline=plain_time) is None
+    result = solve(graph, board, ram=below_peak, deadline="1x", time_limit_s=5)
+    assert result.status is SolveStatus.INFEASIBLE, result.message
+    assert result.binaries == 0 and "\n" not in result.message
+
+
+def test_a_starting_plan_within_the_gap_limit_skips_the_milp() -> None:
+    from poetsim.boards import get_board
+
+    graph = build_model("mlp")
+    board = get_board("rpi4")
+    result = solve(graph, board, ram="90%", time_limit_s=5, gap_limit=0.01)
+    assert result.binaries == 0  # no MILP was built
+    assert result.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE)
+    assert result.gap <= 0.01
+    exact = solve(graph, board, ram="90%", time_limit_s=30)
+    assert exact.status is SolveStatus.OPTIMAL
+    assert result.bound_j <= exact.objective_j * (1 + 1e-9) <= result.objective_j * (1 + 1e-9)
+
+
 def test_budget_parsing() -> None:
     graph = residual_graph()
     peak = plain_peak(graph).bytes
@@ -916,7 +947,7 @@ def test_window_search_never_worsens_the_incumbent() -> None:
                       energy_reference_j=float(costs.compute_energy_j.sum()))
     assert milp.add_warm_start(plan)
     better, found, _ = _window_search(milp, graph, costs, plan, metrics, budget, None, True,
-                                      time_budget=3.0)
+                                      time_budget=3.0, gap_limit=0.0)
     assert found.energy_j <= metrics.energy_j
     assert evaluate_plan(graph, costs, better, overlap=True) == found
     assert check_schedule(graph, lower_plan(graph, better), budget_bytes=budget).valid

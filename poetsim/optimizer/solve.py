@@ -31,6 +31,7 @@ from poetsim.errors import InputError
 from poetsim.graph.graph import TrainingGraph, resident_memory
 from poetsim.graph.io import graph_fingerprint
 from poetsim.graph.memory import plain_peak
+from poetsim.optimizer.bound import relaxation_bound_j
 from poetsim.optimizer.heuristic import greedy_plan, plain_plan
 from poetsim.optimizer.milp import BuildTimeout, Formulation, build_milp
 from poetsim.optimizer.rounding import RoundingHeuristic
@@ -59,37 +60,55 @@ _WINDOWS = 8
 #: remat-only model, whose plan seeds the integrated search.
 _SEED_MIN_TIME_S = 5.0
 _SEED_SHARE = 0.25
+#: Share of the time limit (at most ``_BOUND_MAX_S``) for the relaxation bound.
+_BOUND_SHARE = 0.05
+_BOUND_MAX_S = 5.0
+#: Relative difference below which a plan's energy counts as equal to a proven lower bound
+#: (far below the energy of the cheapest op of any zoo model relative to its iteration).
+_SAME_ENERGY = 1e-10
 
 
 def _window_search(milp: Any, graph: TrainingGraph, costs: OpCosts, plan: StagePlan,
                    metrics: PlanMetrics, budget: int, deadline_s: float | None, overlap: bool,
-                   *, time_budget: float) -> tuple[StagePlan, PlanMetrics, int]:
+                   *, time_budget: float, gap_limit: float) -> tuple[StagePlan, PlanMetrics, int]:
     """Large-neighbourhood search: re-optimize overlapping windows of stages exactly, with
     every decision outside the window fixed to the incumbent's. Each window is a much
-    smaller MILP that SCIP solves quickly; any better plan becomes the new incumbent.
-    The windows run from the last stages (where most remat and paging happens) backwards.
+    smaller MILP; any better plan becomes the new incumbent. The windows run from the last
+    stages (where most remat and paging happens) backwards, in passes: a window solved to
+    optimality for the current incumbent is done, and the time the easy windows leave over
+    goes to the ones that ran out of time, in the next pass.
     """
     model = milp.model
+    # A window's gap is relative to the whole plan's energy, most of it fixed: a tenth of
+    # the caller's gap limit keeps the windows from stopping as soon as they start.
+    model.setParam("limits/gap", gap_limit / 10)
     n = len(graph)
     step = max(1, n // _WINDOWS)
     starts = list(range(max(0, n - 2 * step), -1, -step))
     deadline_at = time.perf_counter() + time_budget
     improved = 0
-    for position, first in enumerate(starts):
-        remaining = deadline_at - time.perf_counter()
-        if remaining < 0.2:
+    solved_for: dict[int, int] = {}  # window -> the incumbent (count of improvements) it was solved for
+    while True:
+        pending = [first for first in starts if solved_for.get(first) != improved]
+        if not pending or deadline_at - time.perf_counter() < 0.2:
             break
-        model.freeTransform()
-        milp.fix_outside(plan, first, min(n - 1, first + 2 * step - 1))
-        milp.add_warm_start(plan)
-        model.setParam("limits/time", remaining / (len(starts) - position))
-        model.optimize()
-        if model.getNSols() > 0:
-            candidate = milp.plan_from_solution(model.getBestSol())
-            found = evaluate_plan(graph, costs, candidate, overlap=overlap)
-            if found.fits(budget, deadline_s) and found.energy_j < metrics.energy_j * (1 - 1e-9):
-                plan, metrics = candidate, found
-                improved += 1
+        for position, first in enumerate(pending):
+            remaining = deadline_at - time.perf_counter()
+            if remaining < 0.2:
+                break
+            model.freeTransform()
+            milp.fix_outside(plan, first, min(n - 1, first + 2 * step - 1))
+            milp.add_warm_start(plan)
+            model.setParam("limits/time", remaining / (len(pending) - position))
+            model.optimize()
+            if model.getNSols() > 0:
+                candidate = milp.plan_from_solution(model.getBestSol())
+                found = evaluate_plan(graph, costs, candidate, overlap=overlap)
+                if found.fits(budget, deadline_s) and found.energy_j < metrics.energy_j * (1 - 1e-9):
+                    plan, metrics = candidate, found
+                    improved += 1
+            if model.getStatus() in ("optimal", "gaplimit", "infeasible"):
+                solved_for[first] = improved
     model.freeTransform()
     milp.unfix()
     return plan, metrics, improved
@@ -358,6 +377,28 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
     plan, metrics, heuristic = _best_heuristic(graph, costs, budget.activation_bytes, deadline_s,
                                                formulation, overlap,
                                                board.storage.capacity_bytes, warm_starts)
+    relaxed = relaxation_bound_j(graph, costs, budget.activation_bytes, deadline_s,
+                                 remat=remat, paging=paging, overlap=overlap,
+                                 storage_capacity_bytes=board.storage.capacity_bytes,
+                                 time_limit_s=min(_BOUND_MAX_S, _BOUND_SHARE * time_limit_s),
+                                 seed=seed)
+    if relaxed is None:
+        if metrics is not None:
+            raise AssertionError(f"the relaxation bound calls a request infeasible that the "
+                                 f"{heuristic} plan meets")
+        return SolveResult(SolveStatus.INFEASIBLE, (
+            "no schedule meets the RAM budget and the deadline together: even restoring each "
+            "evicted tensor at its cheapest does not fit (each alone is possible: smallest "
+            f"RAM {min_ram} B of activations, shortest time {plain_time:.6g} s)"), **base,
+            build_time_s=time.perf_counter() - started)
+    lower = max(plain_energy, relaxed)
+    if metrics is not None and metrics.energy_j * (1 - gap_limit) <= lower:
+        # The heuristic plan already meets the gap limit: no MILP needed.
+        return _finish(graph, board, base, plan, metrics, budget, restricted, bound=lower,
+                       scip_status="gaplimit", time_limit_s=time_limit_s,
+                       timing=dict(binaries=0, build_time_s=0.0,
+                                   solve_time_s=time.perf_counter() - started,
+                                   warm_start=heuristic))
     if formulation.remat and formulation.paging and time_limit_s >= _SEED_MIN_TIME_S:
         # The remat-only model is several times smaller and SCIP often solves it to
         # optimality quickly; its plan is a plan of the integrated model too.
@@ -381,7 +422,7 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
                 "schedule fits; a longer time limit may find one"), **base,
                 build_time_s=build_time)
         return _finish(graph, board, base, plan, metrics, budget, restricted,
-                       bound=plain_energy, scip_status="build-timelimit",
+                       bound=lower, scip_status="build-timelimit",
                        time_limit_s=time_limit_s,
                        timing=dict(binaries=0, build_time_s=build_time, solve_time_s=0.0,
                                    warm_start=heuristic))
@@ -410,8 +451,9 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
         remaining = time_limit_s - (time.perf_counter() - solve_started)
         plan, metrics, improved_by_windows = _window_search(
             milp, graph, costs, plan, metrics, budget.activation_bytes, deadline_s, overlap,
-            time_budget=remaining * _WINDOW_SEARCH_SHARE)
+            time_budget=remaining * _WINDOW_SEARCH_SHARE, gap_limit=gap_limit)
         model.setParam("limits/time", max(0.1, time_limit_s - (time.perf_counter() - solve_started)))
+        model.setParam("limits/gap", float(gap_limit))
         milp.add_warm_start(plan)
     if progress is not None:
         # Attached only now: the window sub-problems' incumbents are not the problem's.
@@ -427,7 +469,7 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
     # bound counts only when the model is exact (not restricted, memory not rounded).
     proofs_hold = milp.exact_memory and not restricted
     dual = model.getDualbound()
-    bound = plain_energy
+    bound = lower
     if proofs_hold and scip_status != "infeasible" and abs(dual) < 1e19:
         bound = max(bound, dual / scale)
     if scip_status == "optimal" and not proofs_hold:
@@ -488,6 +530,8 @@ def _finish(graph: TrainingGraph, board: Board, base: dict[str, Any], plan: Stag
         status, message = SolveStatus.OPTIMAL, (
             "optimal (proven: every op runs once and nothing is paged, the least any "
             "schedule can spend)")
+    elif bound is not None and objective <= bound * (1 + _SAME_ENERGY) and not restricted:
+        status, message = SolveStatus.OPTIMAL, "optimal (proven: equals the lower bound)"
     else:
         status = SolveStatus.FEASIBLE
         why = {"timelimit": f"time limit {time_limit_s:g} s", "gaplimit": "gap limit",

@@ -1,0 +1,139 @@
+"""A lower bound on the optimal energy from a small relaxation of the MILP.
+
+At ResNet and BERT size SCIP's root LP of the full model takes tens of seconds, and until
+it is solved the only bound is the every-op-once energy. This module solves a much
+smaller integer program whose optimum no stage plan can beat, in the stage notation of
+:mod:`poetsim.optimizer.plan`:
+
+* **Frontiers.** While op ``t`` runs (the last op of stage ``t``), RAM holds its inputs,
+  its output, its workspace and every tensor kept into stage ``t + 1``; the rest of the
+  budget is the room at frontier ``t``.
+* **Segments.** Let tensor ``i`` be read by ops ``j_1 < j_2 < ...``. A frontier
+  ``t > i`` that is not a reader of ``i`` lies in the segment of the first reader
+  ``j_k > t``. If ``i`` is not kept into stage ``t + 1``, op ``j_k`` (which runs in stage
+  ``j_k``) can only get it back by a recomputation or a page-in in some stage of
+  ``(t, j_k]``, which lies inside ``(j_{k-1}, j_k]``. Different segments of one tensor
+  therefore need different restores.
+* **The relaxation.** For each segment, ``r`` (restored by recomputation, costs the op's
+  compute energy) or ``p`` (by a page-in, costs the page-in energy and needs the tensor
+  written once, ``z``, which costs the page-out energy). At every frontier the tensors of
+  segments with neither must fit the room. Recomputations add at least their compute time
+  to the iteration, and page-ins and page-outs their transfer time (added to compute time
+  without DMA; with DMA the iteration still lasts at least the sum of all transfers).
+  Written bytes respect the storage capacity.
+
+Every stage plan maps onto a feasible point of this program with no more energy (restores
+of inputs that recomputations need, and second restores within a segment, are simply not
+counted), so its optimum plus the every-op-once energy is a lower bound. SCIP's dual bound
+of the small program is used, so the result is valid even when the time limit stops it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pyscipopt import Model, quicksum
+
+from poetsim.costs import OpCosts
+from poetsim.graph.graph import TrainingGraph
+
+__all__ = ["relaxation_bound_j"]
+
+
+def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
+                       deadline_s: float | None, *, remat: bool = True, paging: bool = True,
+                       overlap: bool = True,
+                       storage_capacity_bytes: int | None = None,
+                       time_limit_s: float = 5.0, seed: int = 0) -> float | None:
+    """A lower bound (joules) on the energy of every stage plan within the budget and
+    deadline, or None when the relaxation is infeasible (then no plan exists)."""
+    n = len(graph)
+    mem = [int(b) for b in costs.output_bytes]
+    plain_j = float(costs.compute_energy_j.sum())
+    plain_s = float(costs.compute_time_s.sum())
+    # Energies relative to the plain schedule, so that the objective is of order one.
+    scale = 1.0 / plain_j if plain_j > 0 else 1.0
+
+    model = Model("poet_bound")
+    model.hideOutput()
+    model.setParam("randomization/randomseedshift", int(seed))
+    model.setParam("limits/time", max(0.1, float(time_limit_s)))
+
+    written: dict[int, Any] = {}
+    restored: dict[tuple[int, int], Any] = {}  # (tensor, segment end) -> r + p
+    recomputes: list[tuple[int, Any]] = []
+    page_ins: list[tuple[int, Any]] = []
+    room = []
+    for t in range(n):
+        inputs = graph.predecessors(t)
+        room.append(budget_bytes - mem[t] - int(costs.workspace_bytes[t])
+                    - sum(mem[u] for u in inputs))
+    segment_of: list[dict[int, tuple[int, int]]] = [dict() for _ in range(n)]
+    for i in range(n):
+        if mem[i] == 0:
+            continue
+        readers = sorted(graph.successors(i))
+        previous = i
+        for end in readers:
+            frontiers = range(previous + 1, end)  # a reader's frontier holds i as input
+            previous = end
+            if not frontiers:
+                continue
+            parts = []
+            if remat:
+                r = model.addVar(vtype="B", name=f"r_{i}_{end}",
+                                 obj=scale * float(costs.compute_energy_j[i]))
+                recomputes.append((i, r))
+                parts.append(r)
+            if paging:
+                if i not in written:
+                    written[i] = model.addVar(vtype="B", name=f"z_{i}",
+                                              obj=scale * float(costs.pageout_energy_j[i]))
+                p = model.addVar(vtype="B", name=f"p_{i}_{end}",
+                                 obj=scale * float(costs.pagein_energy_j[i]))
+                model.addCons(p <= written[i], name=f"written_{i}_{end}")
+                page_ins.append((i, p))
+                parts.append(p)
+            away = quicksum(parts) if parts else 0
+            if len(parts) > 1:
+                model.addCons(away <= 1, name=f"once_{i}_{end}")
+            restored[i, end] = away
+            for t in frontiers:
+                segment_of[t][i] = (i, end)
+
+    for t in range(n):
+        kept = segment_of[t]
+        if not kept:
+            if room[t] < 0:
+                return None
+            continue
+        total = sum(mem[i] for i in kept)
+        if total <= room[t]:
+            continue
+        # sum_i m_i (1 - away_i) <= room  <=>  sum_i m_i away_i >= total - room
+        model.addCons(quicksum(mem[i] * restored[key] for i, key in kept.items())
+                      >= total - room[t], name=f"frontier_{t}")
+
+    if deadline_s is not None and math.isfinite(deadline_s):
+        slack = (deadline_s - plain_s) / deadline_s
+        compute = quicksum(float(costs.compute_time_s[i]) / deadline_s * r for i, r in recomputes)
+        transfers = (quicksum(float(costs.pagein_time_s[i]) / deadline_s * p for i, p in page_ins)
+                     + quicksum(float(costs.pageout_time_s[i]) / deadline_s * z
+                                for i, z in written.items()))
+        if overlap:
+            model.addCons(compute <= slack, name="deadline_compute")
+            model.addCons(transfers <= 1.0, name="deadline_transfers")
+        else:
+            model.addCons(compute + transfers <= slack, name="deadline")
+    if storage_capacity_bytes is not None and written:
+        model.addCons(quicksum(mem[i] * z for i, z in written.items()) <= storage_capacity_bytes,
+                      name="capacity")
+
+    model.optimize()
+    if model.getStatus() == "infeasible":
+        return None
+    dual = model.getDualbound()
+    if not math.isfinite(dual) or abs(dual) >= 1e19:
+        return plain_j
+    return plain_j + max(0.0, dual) / scale

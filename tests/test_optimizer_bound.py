@@ -1,0 +1,117 @@
+"""The relaxation bound: never above any plan's energy, and tight where it should be."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from poetsim.boards import get_board
+from poetsim.costs import op_costs
+from poetsim.graph import plain_peak
+from poetsim.optimizer import minimum_ram_bytes
+from poetsim.optimizer.bound import relaxation_bound_j
+from poetsim.optimizer.heuristic import greedy_plan
+from poetsim.optimizer.plan import evaluate_plan
+from poetsim.zoo import build_model
+
+from conftest import make_board
+from test_optimizer_solve import MODES, TINY, BruteForce, budgets, tiny_dags
+
+
+def _bound(graph, costs, budget, board, deadline=None, remat=True, paging=True):
+    return relaxation_bound_j(graph, costs, budget, deadline, remat=remat, paging=paging,
+                              overlap=board.dma.present,
+                              storage_capacity_bytes=board.storage.capacity_bytes)
+
+
+@pytest.mark.parametrize("case", sorted(TINY))
+def test_bound_is_below_the_brute_force_optimum_of_every_tiny_case(case) -> None:
+    make_graph, make = TINY[case]
+    graph, board = make_graph(), make()
+    costs = op_costs(graph, board)
+    brute = BruteForce(graph, costs)
+    low, _ = minimum_ram_bytes(graph)
+    for remat, paging in MODES:
+        for budget in [low - 1] + budgets(graph):
+            optimum = brute.optimum(budget, remat=remat, paging=paging,
+                                    overlap=board.dma.present)
+            bound = _bound(graph, costs, budget, board, remat=remat, paging=paging)
+            if bound is None:
+                assert optimum is None, (remat, paging, budget)
+            elif optimum is not None:
+                assert bound <= optimum * (1 + 1e-9), (remat, paging, budget)
+
+
+def test_bound_rises_above_the_plain_energy_and_can_be_exact() -> None:
+    """On the chain, at its minimum RAM, the bound is the optimum: one restore is forced."""
+    graph, board = TINY["chain-cheap-storage"][0](), TINY["chain-cheap-storage"][1]()
+    costs = op_costs(graph, board)
+    plain = float(costs.compute_energy_j.sum())
+    low, _ = minimum_ram_bytes(graph)
+    brute = BruteForce(graph, costs)
+    exact = 0
+    for budget in budgets(graph):
+        optimum = brute.optimum(budget, remat=True, paging=True, overlap=True)
+        bound = _bound(graph, costs, budget, board)
+        if optimum > plain * (1 + 1e-9):
+            assert bound > plain
+            exact += bound == pytest.approx(optimum, rel=1e-9)
+    assert exact >= 1
+    assert low < plain_peak(graph).bytes
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graph=tiny_dags(), fraction=st.floats(0, 1), mode=st.sampled_from(MODES),
+       dma=st.sampled_from([0, 1]), throughput=st.floats(1e4, 2e6),
+       deadline_pick=st.one_of(st.none(), st.floats(0, 1)),
+       capacity=st.one_of(st.none(), st.sampled_from([16, 48, 96])))
+def test_bound_never_exceeds_the_optimum_on_random_tiny_dags(graph, fraction, mode, dma,
+                                                             throughput, deadline_pick,
+                                                             capacity) -> None:
+    board = make_board(dma_channels=dma, read_latency_s=1e-4, write_latency_s=1e-4,
+                       block_bytes=16, read_throughput_bytes_per_s=throughput)
+    remat, paging = mode
+    costs = op_costs(graph, board)
+    low, _ = minimum_ram_bytes(graph)
+    budget = low + math.floor(fraction * (plain_peak(graph).bytes - low))
+    front = BruteForce(graph, costs, capacity=capacity).frontier(
+        budget, remat=remat, paging=paging, overlap=board.dma.present)
+    deadline = None
+    times = sorted({s for _, s in front})
+    if deadline_pick is not None and times:
+        deadline = times[min(int(deadline_pick * len(times)), len(times) - 1)] * (1 + 1e-9)
+    feasible = [e for e, s in front if deadline is None or s <= deadline]
+    bound = relaxation_bound_j(graph, costs, budget, deadline, remat=remat, paging=paging,
+                               overlap=board.dma.present, storage_capacity_bytes=capacity)
+    if bound is None:
+        assert not feasible
+    elif feasible:
+        assert bound <= min(feasible) * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("model", ["mlp", "resnet18_cifar"])
+@pytest.mark.parametrize("board_name", ["nrf52840", "rpi4"])
+def test_bound_is_below_every_greedy_plan_on_zoo_models(model, board_name) -> None:
+    graph, board = build_model(model), get_board(board_name)
+    costs = op_costs(graph, board)
+    peak = plain_peak(graph).bytes
+    checked = 0
+    for fraction in (0.7, 0.5, 0.35):
+        budget = math.floor(fraction * peak)
+        bound = _bound(graph, costs, budget, board)
+        for remat, paging in MODES:
+            for by_time in (False, True):
+                plan = greedy_plan(graph, costs, budget, remat=remat, paging=paging,
+                                   by_time=by_time)
+                if plan is None:
+                    continue
+                metrics = evaluate_plan(graph, costs, plan, overlap=board.dma.present)
+                if not metrics.fits(budget, None, board.storage.capacity_bytes):
+                    continue
+                assert bound is not None
+                assert bound <= metrics.energy_j * (1 + 1e-9)
+                checked += 1
+    assert checked >= 6
