@@ -584,6 +584,7 @@ def test_no_time_for_any_restore_is_proven_infeasible_without_the_milp() -> None
     result = solve(graph, board, ram=below_peak, deadline="1x", time_limit_s=5)
     assert result.status is SolveStatus.INFEASIBLE, result.message
     assert result.binaries == 0 and "\n" not in result.message
+    assert "deadline" in result.message and "relaxation" in result.message
 
 
 def test_a_starting_plan_within_the_gap_limit_skips_the_milp() -> None:

@@ -386,19 +386,26 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
         if metrics is not None:
             raise AssertionError(f"the relaxation bound calls a request infeasible that the "
                                  f"{heuristic} plan meets")
+        what = "the RAM budget and the deadline together" if deadline_s else "the RAM budget"
         return SolveResult(SolveStatus.INFEASIBLE, (
-            "no schedule meets the RAM budget and the deadline together: even restoring each "
-            "evicted tensor at its cheapest does not fit (each alone is possible: smallest "
-            f"RAM {min_ram} B of activations, shortest time {plain_time:.6g} s)"), **base,
-            build_time_s=time.perf_counter() - started)
+            f"no {base['method']} schedule meets {what}: tensors must leave RAM and there is "
+            "no way to bring them back in time (proven by the relaxation bound; smallest RAM "
+            f"of any schedule {min_ram} B of activations, shortest time {plain_time:.6g} s)"),
+            **base, build_time_s=time.perf_counter() - started)
     lower = max(plain_energy, relaxed)
-    if metrics is not None and metrics.energy_j * (1 - gap_limit) <= lower:
-        # The heuristic plan already meets the gap limit: no MILP needed.
+
+    def within_gap() -> bool:
+        return metrics is not None and metrics.energy_j * (1 - gap_limit) <= lower
+
+    def finish_without_milp() -> SolveResult:
         return _finish(graph, board, base, plan, metrics, budget, restricted, bound=lower,
                        scip_status="gaplimit", time_limit_s=time_limit_s,
                        timing=dict(binaries=0, build_time_s=0.0,
                                    solve_time_s=time.perf_counter() - started,
                                    warm_start=heuristic))
+
+    if within_gap():
+        return finish_without_milp()
     if formulation.remat and formulation.paging and time_limit_s >= _SEED_MIN_TIME_S:
         # The remat-only model is several times smaller and SCIP often solves it to
         # optimality quickly; its plan is a plan of the integrated model too.
@@ -410,6 +417,8 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
                 metrics is None or seeded.metrics.energy_j < metrics.energy_j):
             plan, metrics = seeded.plan, seeded.metrics
             heuristic = f"remat-only solve ({seeded.status.value})"
+            if within_gap():
+                return finish_without_milp()
     try:
         milp = build_milp(graph, costs, budget.activation_bytes, deadline_s, formulation,
                           overlap=overlap, storage_capacity_bytes=board.storage.capacity_bytes,
