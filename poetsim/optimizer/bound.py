@@ -21,11 +21,19 @@ smaller integer program whose optimum no stage plan can beat, in the stage notat
   to the iteration, and page-ins and page-outs their transfer time (added to compute time
   without DMA; with DMA the iteration still lasts at least the sum of all transfers).
   Written bytes respect the storage capacity.
+* **Inputs of a recomputation.** Recomputing ``i`` in a later segment needs each input
+  ``u``. When ``i`` is ``u``'s only reader (``fc -> relu``, ``bn -> relu``), nothing else
+  keeps ``u`` around: it is restored as well (one more restore, paid), or it stays in RAM
+  from the segment's start until ``i`` is recomputed, at every frontier where ``i`` is
+  away; where ``i`` is back, ``i`` itself is resident. So "held" puts the smaller of the two
+  sizes at every frontier of the segment. Without this, a cheap op over an expensive one
+  (a ReLU over a linear layer) looks almost free to restore, and the bound is weak.
 
-Every stage plan maps onto a feasible point of this program with no more energy (restores
-of inputs that recomputations need, and second restores within a segment, are simply not
-counted), so its optimum plus the every-op-once energy is a lower bound. SCIP's dual bound
-of the small program is used, so the result is valid even when the time limit stops it.
+Every stage plan maps onto a feasible point of this program with no more energy and no
+more memory at any frontier (restores of other inputs and second restores within a segment
+are simply not counted), so its optimum plus the every-op-once energy is a lower bound.
+SCIP's dual bound of the small program is used, so the result is valid even when the time
+limit stops it. The tests check it against brute force on random tiny graphs.
 """
 
 from __future__ import annotations
@@ -61,58 +69,76 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
     model.setParam("limits/time", max(0.1, float(time_limit_s)))
 
     written: dict[int, Any] = {}
-    restored: dict[tuple[int, int], Any] = {}  # (tensor, segment end) -> r + p
     recomputes: list[tuple[int, Any]] = []
     page_ins: list[tuple[int, Any]] = []
+
+    def restore(x: int, tag: str) -> tuple[Any, Any]:
+        """Binaries for one restore of tensor ``x``: (their sum, the recompute or None)."""
+        parts, r = [], None
+        if remat:
+            r = model.addVar(vtype="B", name=f"r_{x}_{tag}",
+                             obj=scale * float(costs.compute_energy_j[x]))
+            recomputes.append((x, r))
+            parts.append(r)
+        if paging:
+            if x not in written:
+                written[x] = model.addVar(vtype="B", name=f"z_{x}",
+                                          obj=scale * float(costs.pageout_energy_j[x]))
+            p = model.addVar(vtype="B", name=f"p_{x}_{tag}",
+                             obj=scale * float(costs.pagein_energy_j[x]))
+            model.addCons(p <= written[x], name=f"written_{x}_{tag}")
+            page_ins.append((x, p))
+            parts.append(p)
+        if len(parts) > 1:
+            model.addCons(quicksum(parts) <= 1, name=f"once_{x}_{tag}")
+        return (quicksum(parts) if parts else 0), r
+
     room = []
     for t in range(n):
         inputs = graph.predecessors(t)
         room.append(budget_bytes - mem[t] - int(costs.workspace_bytes[t])
                     - sum(mem[u] for u in inputs))
-    segment_of: list[dict[int, tuple[int, int]]] = [dict() for _ in range(n)]
+    away_at: list[dict[int, Any]] = [dict() for _ in range(n)]  # tracked tensor -> away
+    held_at: list[list[tuple[int, Any]]] = [[] for _ in range(n)]  # (bytes, held)
     for i in range(n):
         if mem[i] == 0:
             continue
-        readers = sorted(graph.successors(i))
         previous = i
-        for end in readers:
+        for end in sorted(graph.successors(i)):
             frontiers = range(previous + 1, end)  # a reader's frontier holds i as input
-            previous = end
+            start, previous = previous, end
             if not frontiers:
                 continue
-            parts = []
-            if remat:
-                r = model.addVar(vtype="B", name=f"r_{i}_{end}",
-                                 obj=scale * float(costs.compute_energy_j[i]))
-                recomputes.append((i, r))
-                parts.append(r)
-            if paging:
-                if i not in written:
-                    written[i] = model.addVar(vtype="B", name=f"z_{i}",
-                                              obj=scale * float(costs.pageout_energy_j[i]))
-                p = model.addVar(vtype="B", name=f"p_{i}_{end}",
-                                 obj=scale * float(costs.pagein_energy_j[i]))
-                model.addCons(p <= written[i], name=f"written_{i}_{end}")
-                page_ins.append((i, p))
-                parts.append(p)
-            away = quicksum(parts) if parts else 0
-            if len(parts) > 1:
-                model.addCons(away <= 1, name=f"once_{i}_{end}")
-            restored[i, end] = away
+            away, recompute = restore(i, str(end))
             for t in frontiers:
-                segment_of[t][i] = (i, end)
+                away_at[t][i] = away
+            if recompute is None or start == i:
+                continue
+            # Recomputing i after frontier ``start`` needs each input u. An input read by
+            # i alone is not needed after i's first run: either it is restored too, or it
+            # stays in RAM from frontier ``start`` until i is recomputed, that is at every
+            # frontier where i is away; wherever i is back, i itself is resident. Either
+            # way, at least the smaller of the two sizes is resident at every frontier of
+            # the segment, its start included.
+            for u in graph.predecessors(i):
+                if mem[u] == 0 or graph.successors(u) != (i,):
+                    continue
+                held = model.addVar(vtype="B", name=f"h_{u}_{end}")
+                for t in (start, *frontiers):
+                    held_at[t].append((min(mem[u], mem[i]), held))
+                model.addCons(recompute <= held + restore(u, f"{i}_{end}")[0],
+                              name=f"needs_{i}_{end}_{u}")
 
     for t in range(n):
-        kept = segment_of[t]
-        if not kept:
-            if room[t] < 0:
-                return None
+        tracked, held = away_at[t], held_at[t]
+        total = sum(mem[i] for i in tracked)
+        if not held and total <= room[t]:
             continue
-        total = sum(mem[i] for i in kept)
-        if total <= room[t]:
-            continue
-        # sum_i m_i (1 - away_i) <= room  <=>  sum_i m_i away_i >= total - room
-        model.addCons(quicksum(mem[i] * restored[key] for i, key in kept.items())
+        if not tracked and not held:
+            return None  # room[t] < 0: op t cannot run at all
+        # resident tracked + held <= room  <=>  sum m away - sum m held >= total - room
+        model.addCons(quicksum(mem[i] * away for i, away in tracked.items())
+                      - quicksum(size * h for size, h in held)
                       >= total - room[t], name=f"frontier_{t}")
 
     if deadline_s is not None and math.isfinite(deadline_s):

@@ -395,7 +395,8 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
     lower = max(plain_energy, relaxed)
 
     def within_gap() -> bool:
-        return metrics is not None and metrics.energy_j * (1 - gap_limit) <= lower
+        return (metrics is not None
+                and metrics.energy_j * (1 - gap_limit) <= lower * (1 + _SAME_ENERGY))
 
     def finish_without_milp() -> SolveResult:
         return _finish(graph, board, base, plan, metrics, budget, restricted, bound=lower,
