@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from poetsim.boards import get_board
 from poetsim.costs import op_costs
-from poetsim.graph import plain_peak
+from poetsim.graph import Op, Phase, TrainingGraph, plain_peak
 from poetsim.optimizer import minimum_ram_bytes
 from poetsim.optimizer.bound import relaxation_bound_j
 from poetsim.optimizer.heuristic import greedy_plan
@@ -43,6 +43,31 @@ def test_bound_is_below_the_brute_force_optimum_of_every_tiny_case(case) -> None
                 assert optimum is None, (remat, paging, budget)
             elif optimum is not None:
                 assert bound <= optimum * (1 + 1e-9), (remat, paging, budget)
+
+
+def expand_graph() -> TrainingGraph:
+    """x (8 B) -> up (64 B, cheap) -> loss; loss/grad (large workspace) -> up/grad. At
+    budget 100 ``up`` cannot stay through loss/grad, but ``x``, which only ``up`` reads, can:
+    the optimum holds x and recomputes up for up/grad."""
+    ops = [Op("x", "input", Phase.FORWARD, output_bytes=8),
+           Op("up", "relu", Phase.FORWARD, flops=50, output_bytes=64),
+           Op("loss", "cross_entropy", Phase.LOSS, flops=100, output_bytes=4),
+           Op("loss/grad", "cross_entropy", Phase.BACKWARD, flops=100, output_bytes=16,
+              workspace_bytes=32, forward_of="loss"),
+           Op("up/grad", "relu", Phase.BACKWARD, flops=50, output_bytes=0, forward_of="up")]
+    inputs = {"up": ["x"], "loss": ["up"], "loss/grad": ["loss"],
+              "up/grad": ["up", "loss/grad"]}
+    return TrainingGraph.from_ops("expand", ops, inputs)
+
+
+def test_holding_a_small_input_instead_of_its_large_output_is_priced_right() -> None:
+    graph, board = expand_graph(), make_board()
+    costs = op_costs(graph, board)
+    optimum = BruteForce(graph, costs).optimum(100, remat=True, paging=True, overlap=True)
+    plain = float(costs.compute_energy_j.sum())
+    up = graph.index("up")
+    assert optimum == pytest.approx(plain + float(costs.compute_energy_j[up]), rel=1e-9)
+    assert _bound(graph, costs, 100, board) == pytest.approx(optimum, rel=1e-9)
 
 
 def test_bound_rises_above_the_plain_energy_and_can_be_exact() -> None:
