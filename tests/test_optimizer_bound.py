@@ -189,3 +189,16 @@ def test_bound_is_below_proven_optima_where_recomputations_need_their_inputs(sha
                 above_plain += 1
                 exact += bound >= optimum * (1 - 1e-9)
     assert above_plain >= 4 and exact >= 2
+
+
+def test_bound_is_below_the_proven_optimum_of_a_small_transformer() -> None:
+    """Attention and residual structure: a two-block BERT, solved to optimality by SCIP."""
+    graph = build_model("bert", blocks=2, seq_len=16, hidden=32, heads=2, intermediate=64)
+    board = get_board("rpi4")
+    costs = op_costs(graph, board)
+    budget = math.floor(0.7 * plain_peak(graph).bytes)
+    deadline = 1.5 * float(costs.compute_time_s.sum())
+    optimum = _milp_optimum(graph, board, budget, deadline)
+    bound = _bound(graph, costs, budget, board, deadline)
+    assert optimum > float(costs.compute_energy_j.sum()) * (1 + 1e-6)
+    assert bound == pytest.approx(optimum, rel=1e-9)
