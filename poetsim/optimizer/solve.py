@@ -465,8 +465,9 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
         model.setParam("limits/time", max(0.1, time_limit_s - (time.perf_counter() - solve_started)))
         model.setParam("limits/gap", float(gap_limit))
         milp.add_warm_start(plan)
+    # Attached only now: the window sub-problems' incumbents are not the problem's.
+    _stop_within_gap(model, milp.energy_scale, lower, gap_limit)
     if progress is not None:
-        # Attached only now: the window sub-problems' incumbents are not the problem's.
         _attach_progress(model, milp.energy_scale, progress)
     if threads > 1:
         model.solveConcurrent()
@@ -545,6 +546,7 @@ def _finish(graph: TrainingGraph, board: Board, base: dict[str, Any], plan: Stag
     else:
         status = SolveStatus.FEASIBLE
         why = {"timelimit": f"time limit {time_limit_s:g} s", "gaplimit": "gap limit",
+               "userinterrupt": "gap limit",
                "optimal-for-approximation": "optimal only for the restricted or "
                                             "memory-rounded model",
                "infeasible": "SCIP found the approximate model infeasible; greedy schedule",
@@ -566,6 +568,24 @@ def _finish(graph: TrainingGraph, board: Board, base: dict[str, Any], plan: Stag
     schedule = attrs.evolve(schedule, metadata=metadata)
     return SolveResult(status, message, **base, schedule=schedule, plan=plan, metrics=metrics,
                        objective_j=objective, bound_j=bound, gap=gap, **timing)
+
+
+def _stop_within_gap(model: Any, scale: float, lower_j: float, gap_limit: float) -> None:
+    """Interrupt SCIP once an incumbent is within ``gap_limit`` of ``lower_j``, a bound
+    SCIP does not know (it stops by its own, often weaker, bound otherwise)."""
+    from pyscipopt import SCIP_EVENTTYPE, Eventhdlr
+
+    class StopWithinGap(Eventhdlr):
+        def eventinit(self):
+            self.model.catchEvent(SCIP_EVENTTYPE.BESTSOLFOUND, self)
+
+        def eventexec(self, event):
+            incumbent_j = self.model.getPrimalbound() / scale
+            if incumbent_j * (1 - gap_limit) <= lower_j * (1 + _SAME_ENERGY):
+                self.model.interruptSolve()
+
+    model.includeEventhdlr(StopWithinGap(), "poetsim_stop_within_gap",
+                           "stops at the gap limit against the relaxation bound")
 
 
 def _attach_progress(model: Any, scale: float, callback: Callable[[dict[str, float]], None],
