@@ -573,13 +573,17 @@ def _finish(graph: TrainingGraph, board: Board, base: dict[str, Any], plan: Stag
 def _stop_within_gap(model: Any, scale: float, lower_j: float, gap_limit: float) -> None:
     """Interrupt SCIP once an incumbent is within ``gap_limit`` of ``lower_j``, a bound
     SCIP does not know (it stops by its own, often weaker, bound otherwise)."""
-    from pyscipopt import SCIP_EVENTTYPE, Eventhdlr
+    from pyscipopt import SCIP_EVENTTYPE, SCIP_STAGE, Eventhdlr
 
     class StopWithinGap(Eventhdlr):
         def eventinit(self):
+            # A warm start arrives before SCIP may be interrupted: check again at the nodes.
             self.model.catchEvent(SCIP_EVENTTYPE.BESTSOLFOUND, self)
+            self.model.catchEvent(SCIP_EVENTTYPE.NODESOLVED, self)
 
         def eventexec(self, event):
+            if self.model.getStage() != SCIP_STAGE.SOLVING or self.model.getNSols() == 0:
+                return
             incumbent_j = self.model.getPrimalbound() / scale
             if incumbent_j * (1 - gap_limit) <= lower_j * (1 + _SAME_ENERGY):
                 self.model.interruptSolve()
