@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from poetsim.boards import get_board
 from poetsim.costs import op_costs
-from poetsim.graph import Op, Phase, TrainingGraph, plain_peak
+from poetsim.graph import ForwardGraph, Op, Phase, TrainingGraph, plain_peak
 from poetsim.optimizer import minimum_ram_bytes
 from poetsim.optimizer.bound import relaxation_bound_j
 from poetsim.optimizer.heuristic import greedy_plan
@@ -202,3 +202,42 @@ def test_bound_is_below_the_proven_optimum_of_a_small_transformer() -> None:
     bound = _bound(graph, costs, budget, board, deadline)
     assert optimum > float(costs.compute_energy_j.sum()) * (1 + 1e-6)
     assert bound == pytest.approx(optimum, rel=1e-9)
+
+
+def residual_block_graph() -> TrainingGraph:
+    """Two linear + batch-norm + ReLU layers with a skip: relu2 <- add <- bn2, a chain of
+    single-reader inputs two deep, as in every ResNet block."""
+    fg = ForwardGraph("block")
+    x = fg.input("x", 24)
+    h = fg.op("fc1", "linear", [x], output_elements=16, flops=800, param_count=400)
+    h = fg.op("bn1", "batchnorm", [h], output_elements=16, flops=160, param_count=32)
+    r = fg.op("relu1", "relu", [h], output_elements=16, flops=16)
+    h = fg.op("fc2", "linear", [r], output_elements=16, flops=600, param_count=272)
+    h = fg.op("bn2", "batchnorm", [h], output_elements=16, flops=160, param_count=32)
+    h = fg.op("add", "add", [h, r], output_elements=16, flops=16)
+    h = fg.op("relu2", "relu", [h], output_elements=16, flops=16)
+    h = fg.op("fc3", "linear", [h], output_elements=4, flops=200, param_count=68)
+    fg.loss("loss", h)
+    return fg.build()
+
+
+@pytest.mark.parametrize("board_name", ["nrf52840", "rpi4"])
+def test_bound_is_below_proven_optima_of_a_residual_block(board_name) -> None:
+    graph = residual_block_graph()
+    assert graph.successors(graph.index("bn2")) == (graph.index("add"),)
+    board = get_board(board_name)
+    costs = op_costs(graph, board)
+    plain = float(costs.compute_energy_j.sum())
+    peak = plain_peak(graph).bytes
+    low, _ = minimum_ram_bytes(graph)
+    above_plain = 0
+    for budget in sorted({max(low, math.floor(f * peak)) for f in (0.85, 0.7, 0.55, 0.4)}):
+        for factor in (None, 1.5):
+            deadline = None if factor is None else factor * float(costs.compute_time_s.sum())
+            optimum = _milp_optimum(graph, board, budget, deadline)
+            bound = _bound(graph, costs, budget, board, deadline)
+            if optimum is None:
+                continue
+            assert bound is not None and bound <= optimum * (1 + 1e-9), (budget, factor)
+            above_plain += bound > plain * (1 + 1e-9)
+    assert above_plain >= 2

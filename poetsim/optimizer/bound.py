@@ -48,6 +48,9 @@ from poetsim.graph.graph import TrainingGraph
 
 __all__ = ["relaxation_bound_j"]
 
+#: How far up a chain of single-reader inputs a recomputation's needs are followed.
+_CASCADE_DEPTH = 4
+
 
 def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
                        deadline_s: float | None, *, remat: bool = True, paging: bool = True,
@@ -93,6 +96,25 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
             model.addCons(quicksum(parts) <= 1, name=f"once_{x}_{tag}")
         return (quicksum(parts) if parts else 0), r
 
+    def needs_inputs(x: int, recompute: Any, smallest: int, frontiers: tuple[int, ...],
+                     tag: str, depth: int) -> None:
+        """Recomputing ``x`` within a segment needs each input u. An input read by x alone
+        is not needed after x's first run: either it is restored too within the segment,
+        or it stays in RAM from the segment's start until x is recomputed. Then at every
+        frontier of the segment x, u or (when x itself came back by recomputation) an
+        input further up this chain is resident: the smallest of their sizes at least."""
+        for u in graph.predecessors(x):
+            if mem[u] == 0 or graph.successors(u) != (x,):
+                continue
+            size = min(smallest, mem[u])
+            held = model.addVar(vtype="B", name=f"h_{u}_{tag}")
+            for t in frontiers:
+                held_at[t].append((size, held))
+            back, recomputed = restore(u, f"{tag}_{u}")
+            model.addCons(recompute <= held + back, name=f"needs_{tag}_{x}_{u}")
+            if recomputed is not None and depth > 1:
+                needs_inputs(u, recomputed, size, frontiers, f"{tag}_{u}", depth - 1)
+
     room = []
     for t in range(n):
         inputs = graph.predecessors(t)
@@ -112,22 +134,9 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
             away, recompute = restore(i, str(end))
             for t in frontiers:
                 away_at[t][i] = away
-            if recompute is None or start == i:
-                continue
-            # Recomputing i after frontier ``start`` needs each input u. An input read by
-            # i alone is not needed after i's first run: either it is restored too, or it
-            # stays in RAM from frontier ``start`` until i is recomputed, that is at every
-            # frontier where i is away; wherever i is back, i itself is resident. Either
-            # way, at least the smaller of the two sizes is resident at every frontier of
-            # the segment, its start included.
-            for u in graph.predecessors(i):
-                if mem[u] == 0 or graph.successors(u) != (i,):
-                    continue
-                held = model.addVar(vtype="B", name=f"h_{u}_{end}")
-                for t in (start, *frontiers):
-                    held_at[t].append((min(mem[u], mem[i]), held))
-                model.addCons(recompute <= held + restore(u, f"{i}_{end}")[0],
-                              name=f"needs_{i}_{end}_{u}")
+            if recompute is not None and start != i:
+                needs_inputs(i, recompute, mem[i], (start, *frontiers), str(end),
+                             _CASCADE_DEPTH)
 
     for t in range(n):
         tracked, held = away_at[t], held_at[t]
