@@ -160,6 +160,29 @@ def _milp_optimum(graph, board, budget, deadline):
     return milp.model.getObjVal() / milp.energy_scale
 
 
+def _check_against_proven_optima(graph, board, fractions, factors) -> tuple[int, int]:
+    """Bound against SCIP's proven optimum at each budget fraction and deadline factor;
+    returns (cases above the every-op-once energy, cases where the bound is exact)."""
+    costs = op_costs(graph, board)
+    plain = float(costs.compute_energy_j.sum())
+    peak = plain_peak(graph).bytes
+    low, _ = minimum_ram_bytes(graph)
+    exact = above_plain = 0
+    for budget in sorted({max(low, math.floor(f * peak)) for f in fractions}):
+        for factor in factors:
+            deadline = None if factor is None else factor * float(costs.compute_time_s.sum())
+            optimum = _milp_optimum(graph, board, budget, deadline)
+            bound = _bound(graph, costs, budget, board, deadline)
+            if optimum is None:
+                continue
+            assert bound is not None and bound <= optimum * (1 + 1e-9), (budget, factor)
+            if optimum > plain * (1 + 1e-6):
+                assert bound > plain, (budget, factor)
+                above_plain += 1
+                exact += bound >= optimum * (1 - 1e-9)
+    return above_plain, exact
+
+
 @pytest.mark.parametrize("shape", [(4, 32, 48), (6, 64, 16)], ids=["mlp4", "mlp6"])
 @pytest.mark.parametrize("board_name", ["nrf52840", "rpi4"])
 def test_bound_is_below_proven_optima_where_recomputations_need_their_inputs(shape,
@@ -169,25 +192,8 @@ def test_bound_is_below_proven_optima_where_recomputations_need_their_inputs(sha
     same requests infeasible, and is often exact."""
     layers, width, input_dim = shape
     graph = build_model("mlp", layers=layers, width=width, input_dim=input_dim)
-    board = get_board(board_name)
-    costs = op_costs(graph, board)
-    plain = float(costs.compute_energy_j.sum())
-    peak = plain_peak(graph).bytes
-    low, _ = minimum_ram_bytes(graph)
-    exact = above_plain = 0
-    for budget in sorted({max(low, math.floor(f * peak)) for f in (0.9, 0.75, 0.6, 0.45)}):
-        for factor in (None, 1.3):
-            deadline = None if factor is None else factor * float(costs.compute_time_s.sum())
-            optimum = _milp_optimum(graph, board, budget, deadline)
-            bound = _bound(graph, costs, budget, board, deadline)
-            if optimum is None:
-                continue
-            assert bound is not None
-            assert bound <= optimum * (1 + 1e-9), (budget, factor)
-            if optimum > plain * (1 + 1e-6):
-                assert bound > plain
-                above_plain += 1
-                exact += bound >= optimum * (1 - 1e-9)
+    above_plain, exact = _check_against_proven_optima(
+        graph, get_board(board_name), (0.9, 0.75, 0.6, 0.45), (None, 1.3))
     assert above_plain >= 4 and exact >= 2
 
 
@@ -225,19 +231,6 @@ def residual_block_graph() -> TrainingGraph:
 def test_bound_is_below_proven_optima_of_a_residual_block(board_name) -> None:
     graph = residual_block_graph()
     assert graph.successors(graph.index("bn2")) == (graph.index("add"),)
-    board = get_board(board_name)
-    costs = op_costs(graph, board)
-    plain = float(costs.compute_energy_j.sum())
-    peak = plain_peak(graph).bytes
-    low, _ = minimum_ram_bytes(graph)
-    above_plain = 0
-    for budget in sorted({max(low, math.floor(f * peak)) for f in (0.85, 0.7, 0.55, 0.4)}):
-        for factor in (None, 1.5):
-            deadline = None if factor is None else factor * float(costs.compute_time_s.sum())
-            optimum = _milp_optimum(graph, board, budget, deadline)
-            bound = _bound(graph, costs, budget, board, deadline)
-            if optimum is None:
-                continue
-            assert bound is not None and bound <= optimum * (1 + 1e-9), (budget, factor)
-            above_plain += bound > plain * (1 + 1e-9)
+    above_plain, _ = _check_against_proven_optima(
+        graph, get_board(board_name), (0.85, 0.7, 0.55, 0.4), (None, 1.5))
     assert above_plain >= 2

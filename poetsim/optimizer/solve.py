@@ -87,7 +87,7 @@ def _window_search(milp: Any, graph: TrainingGraph, costs: OpCosts, plan: StageP
     starts = list(range(max(0, n - 2 * step), -1, -step))
     deadline_at = time.perf_counter() + time_budget
     improved = 0
-    solved_for: dict[int, int] = {}  # window -> the incumbent (count of improvements) it was solved for
+    solved_for: dict[int, int] = {}  # window -> count of improvements when it was solved
     while True:
         pending = [first for first in starts if solved_for.get(first) != improved]
         if not pending or deadline_at - time.perf_counter() < 0.2:
@@ -104,7 +104,8 @@ def _window_search(milp: Any, graph: TrainingGraph, costs: OpCosts, plan: StageP
             if model.getNSols() > 0:
                 candidate = milp.plan_from_solution(model.getBestSol())
                 found = evaluate_plan(graph, costs, candidate, overlap=overlap)
-                if found.fits(budget, deadline_s) and found.energy_j < metrics.energy_j * (1 - 1e-9):
+                better = found.energy_j < metrics.energy_j * (1 - 1e-9)
+                if better and found.fits(budget, deadline_s):
                     plan, metrics = candidate, found
                     improved += 1
             if model.getStatus() in ("optimal", "gaplimit", "infeasible"):
@@ -468,7 +469,8 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
     # Attached only now: the window sub-problems' incumbents are not the problem's.
     _stop_within_gap(model, milp.energy_scale, lower, gap_limit)
     if progress is not None:
-        _attach_progress(model, milp.energy_scale, progress)
+        _attach_progress(model, milp.energy_scale, progress, lower,
+                         milp.exact_memory and not restricted)
     if threads > 1:
         model.solveConcurrent()
     else:
@@ -495,6 +497,8 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
             scip_status = "tolerance"
         elif metrics is None or best_metrics.energy_j <= metrics.energy_j:
             plan, metrics = best_plan, best_metrics
+    if scip_status == "userinterrupt" and within_gap():
+        scip_status = "gaplimit"  # our interrupt (_stop_within_gap), not the user's
     if improved_by_windows:
         warm = f"{warm or 'none'} + {improved_by_windows} window improvement(s)"
     timing = dict(binaries=milp.binaries, build_time_s=build_time, solve_time_s=solve_time,
@@ -546,7 +550,6 @@ def _finish(graph: TrainingGraph, board: Board, base: dict[str, Any], plan: Stag
     else:
         status = SolveStatus.FEASIBLE
         why = {"timelimit": f"time limit {time_limit_s:g} s", "gaplimit": "gap limit",
-               "userinterrupt": "gap limit",
                "optimal-for-approximation": "optimal only for the restricted or "
                                             "memory-rounded model",
                "infeasible": "SCIP found the approximate model infeasible; greedy schedule",
@@ -593,9 +596,10 @@ def _stop_within_gap(model: Any, scale: float, lower_j: float, gap_limit: float)
 
 
 def _attach_progress(model: Any, scale: float, callback: Callable[[dict[str, float]], None],
-                     every_s: float = 5.0) -> None:
+                     lower_j: float, scip_bound_valid: bool, every_s: float = 5.0) -> None:
     """Report the incumbent, bound and gap on every new incumbent, and every ``every_s``
-    seconds of search otherwise."""
+    seconds of search otherwise. The bound is ``lower_j`` or SCIP's, whichever is higher
+    (SCIP's only when it holds for the exact problem)."""
     from pyscipopt import SCIP_EVENTTYPE, Eventhdlr
 
     class Progress(Eventhdlr):
@@ -614,8 +618,10 @@ def _attach_progress(model: Any, scale: float, callback: Callable[[dict[str, flo
             if abs(primal) >= 1e19:
                 return
             self.last = now
-            callback({"incumbent_j": primal / scale,
-                      "bound_j": self.model.getDualbound() / scale,
-                      "gap": self.model.getGap(), "time_s": now})
+            incumbent_j, bound_j = primal / scale, lower_j
+            if scip_bound_valid:
+                bound_j = max(bound_j, self.model.getDualbound() / scale)
+            callback({"incumbent_j": incumbent_j, "bound_j": bound_j,
+                      "gap": max(0.0, (incumbent_j - bound_j) / incumbent_j), "time_s": now})
 
     model.includeEventhdlr(Progress(), "poetsim_progress", "reports the search's progress")
