@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "read_toml"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "read_text", "read_toml"]
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -40,14 +40,19 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def read_text(path: str | Path, error: type[Exception], what: str) -> str:
+    """The UTF-8 text at ``path``; an unreadable file raises ``error`` with one line naming
+    the file (``what`` says which kind of file it should be)."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise error(f"{path}: cannot read {what}: {err.strerror}") from None
+
+
 def read_toml(path: str | Path, error: type[Exception], what: str) -> dict[str, Any]:
     """The parsed TOML document at ``path``; an unreadable or invalid file raises ``error``
     with one line naming the file (``what`` says which kind of file it should be)."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise error(f"{path}: cannot read {what}: {err.strerror}") from None
+    text = read_text(path, error, what)
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from poetsim.errors import GraphError, GraphFileError
-from poetsim.fileio import atomic_write_text
+from poetsim.fileio import atomic_write_text, read_text
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.ops import MeasuredCosts, Op
 
@@ -149,11 +149,7 @@ def graph_from_dict(data: Any) -> TrainingGraph:
 
 def read_graph(path: str | Path) -> TrainingGraph:
     """Read a graph file; any problem raises a one-line :class:`GraphFileError`."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise GraphFileError(f"{path}: cannot read graph file: {err.strerror}") from None
+    text = read_text(path, GraphFileError, "graph file")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
