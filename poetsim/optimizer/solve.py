@@ -73,7 +73,8 @@ def _window_search(milp: Any, graph: TrainingGraph, costs: OpCosts, plan: StageP
                    *, time_budget: float, gap_limit: float) -> tuple[StagePlan, PlanMetrics, int]:
     """Large-neighbourhood search: re-optimize overlapping windows of stages exactly, with
     every decision outside the window fixed to the incumbent's. Each window is a much
-    smaller MILP; any better plan becomes the new incumbent. The windows run from the last
+    smaller MILP; any better plan becomes the new incumbent (the model is left unfixed, with
+    ``gap_limit`` as its gap limit again). The windows run from the last
     stages (where most remat and paging happens) backwards, in passes: a window solved to
     optimality for the current incumbent is done, and the time the easy windows leave over
     goes to the ones that ran out of time, in the next pass.
@@ -112,6 +113,7 @@ def _window_search(milp: Any, graph: TrainingGraph, costs: OpCosts, plan: StageP
                 solved_for[first] = improved
     model.freeTransform()
     milp.unfix()
+    model.setParam("limits/gap", gap_limit)
     return plan, metrics, improved
 
 
@@ -464,7 +466,6 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
             milp, graph, costs, plan, metrics, budget.activation_bytes, deadline_s, overlap,
             time_budget=remaining * _WINDOW_SEARCH_SHARE, gap_limit=gap_limit)
         model.setParam("limits/time", max(0.1, time_limit_s - (time.perf_counter() - solve_started)))
-        model.setParam("limits/gap", float(gap_limit))
         milp.add_warm_start(plan)
     # Attached only now: the window sub-problems' incumbents are not the problem's.
     _stop_within_gap(model, milp.energy_scale, lower, gap_limit)
