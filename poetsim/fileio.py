@@ -3,6 +3,7 @@ one-line errors."""
 
 from __future__ import annotations
 
+import codecs
 import os
 import tempfile
 import tomllib
@@ -41,12 +42,26 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 def read_text(path: str | Path, error: type[Exception], what: str) -> str:
-    """The UTF-8 text at ``path``; an unreadable file raises ``error`` with one line naming
-    the file (``what`` says which kind of file it should be)."""
+    """The UTF-8 text at ``path``; a file that cannot be read raises ``error`` with one line
+    naming the file and why (``what`` says which kind of file it should be).
+
+    Covered: a missing file, a directory, no permission or any other OS error, and bytes
+    that are not UTF-8 (the message gives the first bad byte and its offset). A UTF-8 byte
+    order mark at the start is accepted and dropped.
+    """
     try:
-        return Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except OSError as err:
-        raise error(f"{path}: cannot read {what}: {err.strerror}") from None
+        raise error(f"{path}: cannot read {what}: {err.strerror or err}") from None
+    except ValueError as err:  # e.g. a NUL character in the path
+        raise error(f"{path!r}: cannot read {what}: {err}") from None
+    start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    try:
+        return data[start:].decode("utf-8")
+    except UnicodeDecodeError as err:
+        offset = start + err.start
+        raise error(f"{path}: not UTF-8 text (byte 0x{data[offset]:02x} at offset "
+                    f"{offset}): a {what} must be UTF-8") from None
 
 
 def read_toml(path: str | Path, error: type[Exception], what: str) -> dict[str, Any]:
@@ -57,3 +72,5 @@ def read_toml(path: str | Path, error: type[Exception], what: str) -> dict[str, 
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise error(f"{path}: not valid TOML: {err}") from None
+    except RecursionError:
+        raise error(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
