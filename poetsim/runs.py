@@ -1,19 +1,24 @@
-"""One method at one point, and a content-addressed cache of its result.
+"""One method at one request, simulated and judged: the loop every study shares.
 
-A *point* is (graph, board, RAM budget, deadline); a *method* is ``"poet"`` (the MILP,
-started from the fast baselines' schedules) or any baseline of
-:data:`poetsim.baselines.BASELINES`. :func:`run_method` produces the method's schedule and
-its predicted figures as one :class:`MethodRun`, whatever the method; :func:`simulate_run`
-checks that schedule on the board. ``poetsim compare``, the sweeps and the paper's
-experiments are loops over these two functions.
+:func:`run_method` runs a method (:mod:`poetsim.methods`) on a resolved
+:class:`~poetsim.request.Request` and returns an :class:`Outcome` holding the method's
+status, schedule and predicted figures; :func:`judge_outcome` simulates that schedule on
+the board and adds the simulated figures and the :class:`~poetsim.verdict.Verdict`;
+:func:`run_and_judge` does both. ``poetsim compare``, the demo, sweeps and the paper's
+experiments are loops over :func:`run_and_judge`.
 
-Solving is the expensive part, so a :class:`RunCache` keeps every :class:`MethodRun`
-(schedule included) under a SHA-256 of everything that decides it: the graph's
-fingerprint, every number of the board, the budget and deadline in bytes and seconds,
-the method, the solver settings and poetsim's version. Names and sources of the board do
-not enter the key, so an overridden copy of a board is a different point and a renamed
-identical one is not. Entries are written atomically, one file each, so concurrent
-writers never corrupt the cache and a killed process leaves no partial entry.
+POET's orchestration lives here too: a MILP schedule that misses the user's deadline in
+simulation (a page-in stalls its consumer, the storage wakes up) is solved again with the
+solver's deadline shrunk by the overrun, at most :data:`MAX_DEADLINE_TIGHTENINGS` times.
+The request, and so every schedule's metadata and verdict, keeps the user's deadline.
+
+Solving is the expensive part, so a :class:`RunCache` keeps every unjudged
+:class:`Outcome` (schedule included) under a SHA-256 of everything that decides it: the
+graph's fingerprint, every number of the board, the resolved budget, deadline and
+accounting, the method, the solver settings and poetsim's version. Names and sources of
+the board do not enter the key, so an overridden copy of a board is a different point and
+a renamed identical one is not. Entries are written atomically, one file each, so
+concurrent writers never corrupt the cache and a killed process leaves no partial entry.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,91 +35,119 @@ import attrs
 from poetsim import __version__
 from poetsim.boards.load import board_to_dict
 from poetsim.boards.spec import Board
-from poetsim.costs import OpCosts, op_costs
-from poetsim.errors import InputError
 from poetsim.fileio import atomic_write_text
-from poetsim.graph.graph import TrainingGraph, resident_memory
 from poetsim.graph.io import graph_fingerprint
-from poetsim.optimizer.solve import SolveStatus, parse_deadline, resolve_budget
-from poetsim.schedule import Schedule
+from poetsim.methods import METHODS, MethodStatus, SolverSettings, produce
+from poetsim.request import Request
+from poetsim.schedule import Schedule, plain_schedule
 from poetsim.schedule.io import schedule_from_dict, schedule_to_dict
 from poetsim.sim import SimReport, simulate
+from poetsim.verdict import Verdict, check_on_board
 
-__all__ = ["CACHE_VERSION", "METHODS", "MethodRun", "RunCache", "method_names", "run_key",
-           "run_method", "simulate_run"]
+__all__ = ["CACHE_VERSION", "MAX_DEADLINE_TIGHTENINGS", "METHODS", "SOLVER_VERSION", "Outcome",
+           "RunCache",
+           "judge_outcome", "reference_energy_j", "run_and_judge", "run_key", "run_method",
+           "with_overheads"]
 
 #: Bumped whenever a change makes cached runs stale.
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 #: How often a MILP method is re-solved with a tighter deadline when its schedule misses
 #: the deadline in the simulation.
 MAX_DEADLINE_TIGHTENINGS = 3
 
-#: Methods whose result depends on the solver settings (time limit, gap, seed).
-SOLVER_METHODS = frozenset({"poet", "checkmate", "paging_only"})
 #: Part of the key of the MILP methods' runs: bumped when the optimizer's search changes,
 #: so that their cached runs go stale while the baselines' stay valid.
 SOLVER_VERSION = 3
 
-
-def method_names() -> tuple[str, ...]:
-    """``"poet"`` first, then every baseline in :data:`poetsim.baselines.BASELINES` order."""
-    from poetsim.baselines import BASELINES
-
-    return ("poet", *BASELINES)
-
-
-METHODS = method_names()
+#: The fields a cache entry keeps: everything an unjudged outcome holds but its schedule.
+_RUN_FIELDS = ("method", "status", "reason", "accounting", "budget_bytes",
+               "budget_activation_bytes", "resident_bytes", "deadline_s",
+               "predicted_energy_j", "predicted_time_s", "predicted_peak_ram_bytes", "gap",
+               "bound_j", "run_time_s", "solver_deadline_s", "tightenings")
 
 
 @attrs.frozen
-class MethodRun:
-    """What one method produced at one point, with its predicted figures.
+class Outcome:
+    """What one method produced at one request, and (once judged) what the board did.
 
-    ``status`` is the method's own: ``optimal`` / ``feasible`` / ``infeasible`` /
-    ``no_solution`` for POET, ``ok`` / ``infeasible`` / ``not_applicable`` for a baseline.
-    ``energy_j``, ``time_s`` and ``peak_ram_bytes`` (activations, without the resident
-    region) are predicted from the op list, not simulated. ``gap`` and ``bound_j`` are
-    the solver's, for the MILP methods. ``run_time_s`` is the wall time the method took
-    when it ran (a cached run keeps the original figure; ``cached`` says it came from the
-    cache). ``solver_deadline_s`` is the deadline the MILP methods were last given: the
-    user's, or tighter when the simulation found the schedule late (``tightenings``
-    re-solves; see :func:`run_method`).
+    ``status`` is the method's own answer; ``feasible`` is the verdict's (a schedule that
+    passed the simulation on the board). ``deadline_s`` is the user's;
+    ``solver_deadline_s`` the one the MILP methods were last given (tighter after
+    ``tightenings`` re-solves). ``predicted_*`` come from the method's model of the op
+    list; ``energy_j``, ``makespan_s`` and ``peak_total_bytes`` (everything resident,
+    parameters included) are simulated. ``energy_overhead`` is ``energy_j / reference - 1``
+    against every op once with unlimited RAM on the same board (:func:`with_overheads`).
+    ``run_time_s`` is the wall time the method took when it ran (``cached``: it came from
+    the cache).
     """
 
     method: str
-    status: str
+    status: MethodStatus
     reason: str
+    accounting: str
+    budget_bytes: int
     budget_activation_bytes: int
     resident_bytes: int
     deadline_s: float | None
     schedule: Schedule | None = attrs.field(default=None, repr=False, eq=False)
-    energy_j: float | None = None
-    time_s: float | None = None
-    peak_ram_bytes: int | None = None
+    predicted_energy_j: float | None = None
+    predicted_time_s: float | None = None
+    predicted_peak_ram_bytes: int | None = None
     gap: float | None = None
     bound_j: float | None = None
     run_time_s: float = 0.0
     solver_deadline_s: float | None = None
     tightenings: int = 0
     cached: bool = False
+    report: SimReport | None = attrs.field(default=None, repr=False, eq=False)
+    verdict: Verdict | None = None
+    energy_overhead: float | None = None
 
     @property
-    def has_schedule(self) -> bool:
-        return self.schedule is not None
+    def feasible(self) -> bool:
+        return self.verdict is not None and self.verdict.passed
 
-    def summary(self) -> dict[str, Any]:
-        """JSON-ready figures (no schedule steps)."""
-        return {field.name: getattr(self, field.name) for field in attrs.fields(MethodRun)
-                if field.name != "schedule"}
+    @property
+    def energy_j(self) -> float | None:
+        return None if self.report is None else self.report.energy_j
 
+    @property
+    def makespan_s(self) -> float | None:
+        return None if self.report is None else self.report.makespan_s
 
-def _solver_settings(method: str, time_limit_s: float, gap_limit: float,
-                     seed: int) -> dict[str, Any]:
-    if method not in SOLVER_METHODS:
-        return {}
-    return {"time_limit_s": time_limit_s, "gap_limit": gap_limit, "seed": seed,
-            "solver_version": SOLVER_VERSION}
+    @property
+    def peak_total_bytes(self) -> int | None:
+        return None if self.report is None else self.report.peak_ram_bytes
+
+    @property
+    def why_not(self) -> str:
+        """One line: why this outcome is not feasible ("" when it is)."""
+        if self.feasible:
+            return ""
+        parts = [self.reason] if self.reason else []
+        if self.verdict is not None:
+            parts += list(self.verdict.violations)
+        return "; ".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready figures (no schedule steps), the verdict's flattened in."""
+        out = {name: getattr(self, name) for name in _RUN_FIELDS}
+        out["status"] = self.status.value
+        schedule = self.schedule
+        out.update(
+            feasible=self.feasible, cached=self.cached, energy_j=self.energy_j,
+            energy_overhead=self.energy_overhead, makespan_s=self.makespan_s,
+            recomputations=schedule.recomputations() if schedule is not None else 0,
+            page_outs=schedule.page_outs if schedule is not None else 0,
+            page_ins=schedule.page_ins if schedule is not None else 0,
+            why_not=self.why_not)
+        if self.verdict is not None:
+            out.update(self.verdict.as_dict())
+        else:
+            out.update(verdict=None, fits_board_ram=None, peak_total_bytes=None,
+                       board_ram_bytes=None, violations=[])
+        return out
 
 
 def _board_numbers(board: Board) -> dict[str, Any]:
@@ -132,23 +166,26 @@ def _board_numbers(board: Board) -> dict[str, Any]:
     return strip(board_to_dict(board))
 
 
-def run_key(graph: TrainingGraph, board: Board, method: str, budget_activation_bytes: int,
-            deadline_s: float | None, solver_settings: dict[str, Any]) -> str:
+def run_key(request: Request, method: str, solver_settings: dict[str, Any]) -> str:
     """SHA-256 (hex) of everything that decides a run's result."""
     document = {
         "cache_version": CACHE_VERSION, "poetsim": __version__, "method": method,
-        "graph_fingerprint": graph_fingerprint(graph), "board": _board_numbers(board),
-        "budget_activation_bytes": budget_activation_bytes,
+        "graph_fingerprint": graph_fingerprint(request.graph),
+        "board": _board_numbers(request.board), "accounting": request.accounting.value,
+        "budget_bytes": request.budget_bytes,
+        "budget_activation_bytes": request.activation_budget_bytes,
+        "resident_bytes": request.resident_bytes,
         # repr keeps every bit of the float, so 1.5x of a slightly different board differs
-        "deadline_s": None if deadline_s is None else repr(float(deadline_s)),
-        "solver": solver_settings,
+        "deadline_s": None if request.deadline_s is None else repr(float(request.deadline_s)),
+        "solver": {**solver_settings, "solver_version": SOLVER_VERSION} if solver_settings
+        else {},
     }
     text = json.dumps(document, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 class RunCache:
-    """A folder of cached :class:`MethodRun` results, one JSON file per key."""
+    """A folder of cached unjudged :class:`Outcome` results, one JSON file per key."""
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
@@ -158,137 +195,120 @@ class RunCache:
     def _path(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.json"
 
-    def get(self, key: str, graph: TrainingGraph) -> MethodRun | None:
-        """The cached run, or None (a missing or unreadable entry is a miss)."""
+    def get(self, key: str, request: Request) -> Outcome | None:
+        """The cached outcome, or None (a missing or unreadable entry is a miss)."""
         path = self._path(key)
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
-            fields = dict(doc["run"])
+            fields = {name: doc["run"][name] for name in _RUN_FIELDS}
+            fields["status"] = MethodStatus(fields["status"])
             raw = doc.get("schedule")
-            schedule = None if raw is None else schedule_from_dict(raw, graph,
+            schedule = None if raw is None else schedule_from_dict(raw, request.graph,
                                                                    source=str(path))
-            run = MethodRun(**fields, schedule=schedule, cached=True)
+            outcome = Outcome(**fields, schedule=schedule, cached=True)
         except (OSError, ValueError, KeyError, TypeError):
             self.misses += 1
             return None
         self.hits += 1
-        return run
+        return outcome
 
-    def put(self, key: str, run: MethodRun, graph: TrainingGraph) -> None:
-        fields = run.summary()
-        fields.pop("cached")
+    def put(self, key: str, outcome: Outcome, request: Request) -> None:
+        fields = {name: getattr(outcome, name) for name in _RUN_FIELDS}
+        fields["status"] = outcome.status.value
         doc = {"format": "poetsim-run", "version": CACHE_VERSION, "key": key, "run": fields,
-               "schedule": None if run.schedule is None else schedule_to_dict(run.schedule,
-                                                                              graph)}
+               "schedule": None if outcome.schedule is None
+               else schedule_to_dict(outcome.schedule, request.graph)}
         atomic_write_text(self._path(key), json.dumps(doc, separators=(",", ":")))
 
 
-def _poet(graph: TrainingGraph, board: Board, ram: int, deadline_s: float | None,
-          time_limit_s: float, gap_limit: float, seed: int) -> dict[str, Any]:
-    from poetsim.baselines.seeded import seeded_solve
+def run_method(request: Request, method: str, settings: SolverSettings = SolverSettings(), *,
+               cache: RunCache | None = None) -> Outcome:
+    """Run ``method`` on ``request``, or fetch it from ``cache``; the outcome is unjudged.
 
-    result = seeded_solve(graph, board, ram=ram, deadline=deadline_s,
-                          time_limit_s=time_limit_s, gap_limit=gap_limit, seed=seed)
-    m = result.metrics
-    reason = "" if result.status is SolveStatus.OPTIMAL else result.message
-    return {"status": result.status.value, "reason": reason, "schedule": result.schedule,
-            "energy_j": m.energy_j if m else None, "time_s": m.time_s if m else None,
-            "peak_ram_bytes": m.peak_ram_bytes if m else None, "gap": result.gap,
-            "bound_j": result.bound_j}
-
-
-def _baseline(method: str, graph: TrainingGraph, board: Board, costs: OpCosts, ram: int,
-              deadline_s: float | None, time_limit_s: float, gap_limit: float,
-              seed: int) -> dict[str, Any]:
-    from poetsim.baselines import BASELINES
-
-    extra = ({"time_limit_s": time_limit_s, "gap_limit": gap_limit, "seed": seed}
-             if method in SOLVER_METHODS else {})
-    result = BASELINES[method](graph, board, costs, ram, deadline_s=deadline_s, **extra)
-    return {"status": result.status, "reason": result.reason, "schedule": result.schedule,
-            "energy_j": result.energy_j, "time_s": result.time_s,
-            "peak_ram_bytes": result.peak_ram_bytes, "gap": result.details.get("gap"),
-            "bound_j": result.details.get("bound_j")}
-
-
-def run_method(graph: TrainingGraph, board: Board, method: str, *, ram: str | int,
-               deadline: str | float | None = None, time_limit_s: float = 30.0,
-               gap_limit: float = 0.0, seed: int = 0, costs: OpCosts | None = None,
-               cache: RunCache | None = None) -> MethodRun:
-    """Run ``method`` at (``graph``, ``board``, ``ram``, ``deadline``), or fetch it from ``cache``.
-
-    ``ram`` and ``deadline`` as for :func:`poetsim.optimizer.solve` (``"50%"`` of the plain
-    peak, bytes, ``"256KiB"``; ``"1.5x"`` of the plain compute time, seconds).
-    ``time_limit_s``, ``gap_limit`` and ``seed`` apply to the MILP methods (``poet``,
-    ``checkmate``, ``paging_only``).
+    A MILP method whose schedule misses the user's deadline in simulation is solved again
+    with a tighter solver deadline (see the module docstring).
     """
-    if method not in METHODS:
-        raise InputError(f"method = {method!r}: must be one of {', '.join(METHODS)}")
-    costs = op_costs(graph, board) if costs is None else costs
-    budget = resolve_budget(graph, ram)
-    deadline_s = parse_deadline(deadline, float(costs.compute_time_s.sum()))
-    settings = _solver_settings(method, time_limit_s, gap_limit, seed)
-    key = run_key(graph, board, method, budget.activation_bytes, deadline_s, settings)
+    solver_settings = settings.for_method(method)
+    key = run_key(request, method, solver_settings)
     if cache is not None:
-        found = cache.get(key, graph)
+        found = cache.get(key, request)
         if found is not None:
             return found
     started = time.perf_counter()
 
-    def produce(solver_deadline_s: float | None, tightenings: int) -> MethodRun:
-        if method == "poet":
-            produced = _poet(graph, board, budget.activation_bytes, solver_deadline_s,
-                             time_limit_s, gap_limit, seed)
-        else:
-            produced = _baseline(method, graph, board, costs, budget.activation_bytes,
-                                 solver_deadline_s, time_limit_s, gap_limit, seed)
-        return MethodRun(method=method, budget_activation_bytes=budget.activation_bytes,
-                         resident_bytes=budget.resident_bytes, deadline_s=deadline_s,
-                         solver_deadline_s=solver_deadline_s, tightenings=tightenings,
-                         run_time_s=time.perf_counter() - started, **produced)
+    def attempt(solver_deadline_s: float | None, tightenings: int) -> Outcome:
+        made = produce(request, method, settings, deadline_s=solver_deadline_s)
+        return Outcome(
+            method=method, status=made.status, reason=made.reason,
+            accounting=request.accounting.value, budget_bytes=request.budget_bytes,
+            budget_activation_bytes=request.activation_budget_bytes,
+            resident_bytes=request.resident_bytes, deadline_s=request.deadline_s,
+            schedule=made.schedule, predicted_energy_j=made.predicted_energy_j,
+            predicted_time_s=made.predicted_time_s,
+            predicted_peak_ram_bytes=made.predicted_peak_ram_bytes, gap=made.gap,
+            bound_j=made.bound_j, run_time_s=time.perf_counter() - started,
+            solver_deadline_s=solver_deadline_s, tightenings=tightenings)
 
-    run = produce(deadline_s, 0)
-    if method in SOLVER_METHODS and deadline_s is not None:
-        run = _meet_simulated_deadline(graph, board, run, costs, produce)
+    outcome = attempt(request.deadline_s, 0)
+    if solver_settings and request.deadline_s is not None:
+        outcome = _meet_simulated_deadline(request, outcome, attempt)
     if cache is not None:
-        cache.put(key, run, graph)
-    return run
+        cache.put(key, outcome, request)
+    return outcome
 
 
-def _meet_simulated_deadline(graph: TrainingGraph, board: Board, run: MethodRun,
-                             costs: OpCosts, produce: Any) -> MethodRun:
+def _meet_simulated_deadline(request: Request, outcome: Outcome, attempt: Any) -> Outcome:
     """Re-solve with a tighter deadline while the simulation finds the schedule late.
 
     The MILP counts a stage's transfers as overlapped with its compute; on a real board a
-    page-in can stall its consumer, the storage wakes up, the bus is shared. When the
-    simulated makespan misses the deadline, the solver's deadline shrinks by the overrun
-    ratio and the method runs again, at most :data:`MAX_DEADLINE_TIGHTENINGS` times. The
-    first schedule that meets the deadline in simulation is kept; if none does, the last
-    one (whose report then says the deadline was missed).
+    page-in can stall its consumer, the storage wakes up, the bus is shared. The first
+    schedule that meets the user's deadline in simulation is kept; if none does, the last
+    one (whose verdict then says the deadline was missed).
     """
-    assert run.deadline_s is not None
+    assert request.deadline_s is not None
     for tightenings in range(1, MAX_DEADLINE_TIGHTENINGS + 1):
-        report = simulate_run(graph, board, run, costs=costs)
-        if report is None or report.makespan_s <= run.deadline_s:
-            return run
-        solver_deadline = run.solver_deadline_s * run.deadline_s / report.makespan_s
-        retry = produce(solver_deadline, tightenings)
+        if outcome.schedule is None:
+            return outcome
+        report, _ = check_on_board(request, outcome.schedule)
+        if report.makespan_s <= request.deadline_s:
+            return outcome
+        solver_deadline = outcome.solver_deadline_s * request.deadline_s / report.makespan_s
+        retry = attempt(solver_deadline, tightenings)
         if retry.schedule is None:
-            return run  # tighter than any schedule can run: keep the late one
-        run = retry
-    return run
+            return outcome  # tighter than any schedule can run: keep the late one
+        outcome = retry
+    return outcome
 
 
-def simulate_run(graph: TrainingGraph, board: Board, run: MethodRun, *,
-                 costs: OpCosts | None = None) -> SimReport | None:
-    """Simulate ``run``'s schedule on ``board`` at its budget (plus the resident region)
-    and deadline; None when the run has no schedule."""
-    if run.schedule is None:
-        return None
-    resident = resident_memory(graph).total_bytes
-    if resident != run.resident_bytes:
-        raise InputError(f"run of {run.method!r} was made for {run.resident_bytes} resident "
-                         f"bytes, graph {graph.name!r} has {resident}")
-    return simulate(graph, board, run.schedule,
-                    budget_bytes=run.budget_activation_bytes + run.resident_bytes,
-                    resident_bytes=run.resident_bytes, deadline_s=run.deadline_s, costs=costs)
+def judge_outcome(request: Request, outcome: Outcome, *, trace: bool = False,
+                  notes: Iterable[str] = ()) -> Outcome:
+    """``outcome`` with its schedule simulated on the board and judged (unchanged when it
+    has no schedule)."""
+    if outcome.schedule is None:
+        return outcome
+    report, verdict = check_on_board(request, outcome.schedule, trace=trace, notes=notes)
+    return attrs.evolve(outcome, report=report, verdict=verdict)
+
+
+def run_and_judge(request: Request, method: str, settings: SolverSettings = SolverSettings(),
+                  *, cache: RunCache | None = None, trace: bool = False) -> Outcome:
+    """:func:`run_method`, then :func:`judge_outcome`: the loop of every study."""
+    return judge_outcome(request, run_method(request, method, settings, cache=cache),
+                         trace=trace)
+
+
+def reference_energy_j(request: Request) -> float:
+    """Simulated energy of every op once with unlimited RAM on the request's board: the
+    reference of energy overheads."""
+    graph = request.graph
+    return simulate(graph, request.board, plain_schedule(graph),
+                    budget_bytes=2**62, resident_bytes=request.resident_bytes,
+                    costs=request.costs).energy_j
+
+
+def with_overheads(outcomes: Iterable[Outcome], reference_j: float) -> list[Outcome]:
+    """``outcomes`` with ``energy_overhead = energy_j / reference_j - 1`` filled in."""
+    return [attrs.evolve(o, energy_overhead=(o.energy_j / reference_j - 1
+                                             if o.energy_j is not None and reference_j > 0
+                                             else None)) for o in outcomes]
+

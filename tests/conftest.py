@@ -68,3 +68,13 @@ def op_list_energy(schedule, costs) -> float:
     per_action = {Action.COMPUTE: costs.compute_energy_j, Action.PAGE_IN: costs.pagein_energy_j,
                   Action.PAGE_OUT: costs.pageout_energy_j}
     return sum(float(per_action[s.action][s.op]) for s in schedule.steps if s.action in per_action)
+
+
+def paper_request(graph: TrainingGraph, board: "Board", ram: str | int = "100%",
+                  deadline: str | float | None = None, **options):
+    """A request under the paper's accounting: ``ram`` is the activation budget (POET's
+    mu_RAM), the semantics most optimizer and simulator tests are written in."""
+    from poetsim.request import resolve_request
+
+    return resolve_request(graph, board, ram=ram, deadline=deadline, accounting="paper",
+                           **options)

@@ -1,17 +1,18 @@
-"""poetsim.compare: every method at one point, simulated, in one table."""
+"""poetsim.compare: every method at one request, simulated and judged, in one table."""
 
 from __future__ import annotations
 
 import pytest
-from conftest import make_board
+from conftest import make_board, paper_request
 
-from poetsim.baselines import BASELINES, INFEASIBLE, NOT_APPLICABLE
 from poetsim.boards import get_board
-from poetsim.compare import compare, format_table, reference_energy_j
-from poetsim.graph import resident_memory
-from poetsim.optimizer import resolve_budget
-from poetsim.runs import RunCache
+from poetsim.compare import compare, format_table
+from poetsim.methods import METHODS, MethodStatus, SolverSettings
+from poetsim.request import resolve_request
+from poetsim.runs import RunCache, reference_energy_j
 from poetsim.zoo import build_model
+
+FAST = SolverSettings(time_limit_s=1)
 
 
 @pytest.fixture(scope="module")
@@ -19,47 +20,64 @@ def mlp():
     return build_model("mlp")
 
 
-def test_compare_on_mlp_returns_a_row_per_method(mlp):
-    board = get_board("nrf52840")
-    rows = compare(mlp, board, ram="70%", time_limit_s=1)
-    assert [r.method for r in rows] == ["poet", *BASELINES]
-    by_name = {r.method: r for r in rows}
+def test_compare_on_mlp_returns_an_outcome_per_method(mlp):
+    request = paper_request(mlp, get_board("nrf52840"), "70%")
+    outcomes = compare(request, settings=FAST)
+    assert [o.method for o in outcomes] == list(METHODS)
+    by_name = {o.method: o for o in outcomes}
     assert by_name["poet"].feasible
     assert not by_name["checkpoint_all"].feasible
-    assert by_name["checkpoint_all"].status == INFEASIBLE and by_name["checkpoint_all"].reason
-    for row in rows:
-        if row.feasible:
-            assert row.budget_ok and row.deadline_ok
-            assert row.energy_j > 0 and row.makespan_s > 0 and row.energy_overhead is not None
-            assert row.peak_ram_bytes <= (resolve_budget(mlp, "70%").activation_bytes
-                                          + resident_memory(mlp).total_bytes)
+    assert by_name["checkpoint_all"].status is MethodStatus.INFEASIBLE
+    assert by_name["checkpoint_all"].why_not
+    for o in outcomes:
+        if o.feasible:
+            assert o.verdict.within_budget and o.verdict.deadline_met is None
+            assert o.energy_j > 0 and o.makespan_s > 0 and o.energy_overhead is not None
+            assert o.peak_total_bytes <= request.ram_limit_bytes
+            # paper accounting: the whole state does not fit the nRF52840, and says so
+            assert not o.verdict.fits_board_ram and o.verdict.notes
         else:
-            assert row.reason
+            assert o.why_not
     # every remat-only method pays for recomputation over checkpoint-all's energy
     assert by_name["chen_greedy"].energy_overhead > 0
-    text = format_table(rows)
-    assert len(text.splitlines()) == len(rows) + 1
+    text = format_table(outcomes)
+    assert len(text.splitlines()) == len(outcomes) + 1
+
+
+def test_compare_under_physical_accounting_on_an_mcu_says_why_for_every_method(mlp):
+    outcomes = compare(resolve_request(mlp, get_board("nrf52840"), ram="70%"),
+                       settings=FAST, methods=["dtr", "capuchin"])
+    assert [o.method for o in outcomes] == ["poet", "dtr", "capuchin"]
+    for o in outcomes:
+        assert not o.feasible and o.status is MethodStatus.INFEASIBLE
+        assert "usable RAM" in o.why_not
 
 
 def test_compare_marks_chain_only_methods_not_applicable(residual):
     board = make_board()
-    rows = compare(residual, board, ram="100%", time_limit_s=1,
-                   methods=["checkpoint_all", "revolve", "pofo"])
-    by_name = {r.method: r for r in rows}
+    request = paper_request(residual, board, "100%")
+    outcomes = compare(request, settings=FAST, methods=["checkpoint_all", "revolve", "pofo"])
+    by_name = {o.method: o for o in outcomes}
     assert by_name["checkpoint_all"].feasible
     assert by_name["checkpoint_all"].energy_overhead == pytest.approx(0.0, abs=1e-9)
-    assert by_name["checkpoint_all"].energy_j == pytest.approx(
-        reference_energy_j(residual, board))
+    assert by_name["checkpoint_all"].energy_j == pytest.approx(reference_energy_j(request))
     for method in ("revolve", "pofo"):
-        assert by_name[method].status == NOT_APPLICABLE and not by_name[method].feasible
+        assert by_name[method].status is MethodStatus.NOT_APPLICABLE
+        assert not by_name[method].feasible
 
 
-def test_compare_with_a_cache_gives_the_same_rows_twice(mlp, tmp_path):
-    board = get_board("nrf52840")
+def test_compare_with_a_cache_gives_the_same_outcomes_twice(mlp, tmp_path):
+    request = paper_request(mlp, get_board("nrf52840"), "60%")
     cache = RunCache(tmp_path)
     methods = ["dtr", "checkmate"]
-    first = compare(mlp, board, ram="60%", time_limit_s=1, methods=methods, cache=cache)
+    first = compare(request, settings=FAST, methods=methods, cache=cache)
     assert cache.hits == 0 and cache.misses == 3
-    second = compare(mlp, board, ram="60%", time_limit_s=1, methods=methods, cache=cache)
+    second = compare(request, settings=FAST, methods=methods, cache=cache)
     assert cache.hits == 3
-    assert first == second
+    assert [attrs_free(o) for o in first] == [attrs_free(o) for o in second]
+
+
+def attrs_free(outcome):
+    doc = outcome.as_dict()
+    doc.pop("cached")
+    return doc

@@ -1,8 +1,9 @@
 """``poetsim compare`` on every zoo model and every built-in board (issue #4, part 1).
 
 Fast settings: 1 s MILP limits. Every model runs on a paper-profile and a physical board with
-POET and the fast baselines; the MLP runs every method on every board; the CLI is exercised
-once. The full model x board x method grid with 5 s limits is recorded in
+POET and the fast baselines (paper accounting, as the paper's figures; and physical
+accounting, where an MCU board refuses every model with its reason); the MLP runs every
+method on every board; the CLI is exercised once. The full model x board x method grid with 5 s limits is recorded in
 ``benchmarks/RESULTS.md``.
 """
 
@@ -16,8 +17,11 @@ from poetsim.baselines import CHAIN_ONLY
 from poetsim.boards import get_board
 from poetsim.boards.registry import builtin_board_names
 from poetsim.compare import compare
-from poetsim.runs import METHODS
+from poetsim.methods import METHODS, MethodStatus, SolverSettings
+from poetsim.request import resolve_request
 from poetsim.zoo import build_model, model_names
+
+SETTINGS = SolverSettings(time_limit_s=1.0)
 
 FAST = ["checkpoint_all", "chen_sqrt_n", "chen_greedy", "revolve", "capuchin", "dtr", "pofo"]
 
@@ -25,33 +29,45 @@ FAST = ["checkpoint_all", "chen_sqrt_n", "chen_greedy", "revolve", "capuchin", "
 def _check(rows, methods):
     assert [r.method for r in rows] == ["poet", *methods]
     for r in rows:
-        if r.status == "not_applicable":
+        if r.status is MethodStatus.NOT_APPLICABLE:
             assert r.method in CHAIN_ONLY and r.energy_j is None and not r.feasible
         if r.feasible:
             assert r.energy_j > 0 and r.makespan_s > 0 and r.energy_overhead is not None
-            assert r.budget_ok and r.deadline_ok
+            assert r.verdict.within_budget and r.verdict.deadline_met
         if r.energy_j is None:
-            assert not r.feasible and r.reason
+            assert not r.feasible and r.why_not
     poet = rows[0]
-    assert poet.status in ("ok", "infeasible"), poet.reason
+    assert poet.status is not MethodStatus.NO_SOLUTION, poet.reason
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("board", ["poet_nrf52840", "rpi4"])
 @pytest.mark.parametrize("model", model_names())
 def test_compare_every_model(model, board):
-    rows = compare(build_model(model), get_board(board), ram="70%", deadline="2x",
-                   time_limit_s=1.0, methods=FAST)
+    graph, spec = build_model(model), get_board(board)
+    rows = compare(resolve_request(graph, spec, ram="70%", deadline="2x", accounting="paper"),
+                   settings=SETTINGS, methods=FAST)
     _check(rows, FAST)
     # at 70% of the plain peak every model has a schedule (the largest op needs <= 62%)
-    assert rows[0].feasible, rows[0].reason
+    assert rows[0].feasible, rows[0].why_not
+    physical = resolve_request(graph, spec, ram="70%", deadline="2x")
+    if spec.profile.value == "paper":
+        # no zoo model's parameters and gradients fit an MCU: every method says so
+        rows = compare(physical, settings=SETTINGS, methods=["dtr"])
+        assert not any(r.feasible for r in rows)
+        assert all("usable RAM" in r.why_not for r in rows)
 
 
 @pytest.mark.parametrize("board", builtin_board_names())
 def test_compare_every_board_every_method(board):
-    rows = compare(build_model("mlp", layers=4), get_board(board), ram="60%", deadline="2x",
-                   time_limit_s=1.0)
+    request = resolve_request(build_model("mlp", layers=4), get_board(board), ram="60%",
+                              deadline="2x", accounting="paper")
+    rows = compare(request, settings=SETTINGS)
     _check(rows, list(METHODS[1:]))
+    for r in rows:
+        if r.verdict is not None:
+            fits = r.peak_total_bytes <= get_board(board).ram.usable_bytes
+            assert r.verdict.fits_board_ram is fits
 
 
 def test_compare_cli_json(capsys):
@@ -61,6 +77,10 @@ def test_compare_cli_json(capsys):
                    "--ram", "70%", "--time-limit", "1", "--json"])
     assert status == 0
     out = json.loads(capsys.readouterr().out)
-    text = json.dumps(out)
-    for method in METHODS:
-        assert method in text
+    assert [row["method"] for row in out] == list(METHODS)
+    for row in out:
+        assert row["accounting"] == "physical"
+        assert set(row) >= {"verdict", "fits_board_ram", "peak_total_bytes", "board_ram_bytes",
+                            "violations"}
+        if row["verdict"] == "PASS":
+            assert row["fits_board_ram"] and row["peak_total_bytes"] <= row["board_ram_bytes"]

@@ -7,32 +7,57 @@ import json
 import pytest
 
 import poetsim.demo as demo
+from poetsim.boards import get_board
 from poetsim.cli.main import main
 from poetsim.errors import InputError
+from poetsim.methods import SolverSettings
+from poetsim.request import resolve_request
 from poetsim.zoo import build_model
 
 FILES = ["summary.md", "summary.json", "costs.json", "schedule.json", "schedule.bin",
          "trace.json", "simulation.png", "comparison.png"]
+QUICK = SolverSettings(time_limit_s=2)
+
+
+def _request(board: str = demo.DEMO_BOARD, ram: str = "90%", **options):
+    return resolve_request(build_model("mlp", layers=4, width=64), get_board(board), ram=ram,
+                           deadline="1.5x", **options)
 
 
 def test_run_demo_writes_a_complete_folder(tmp_path):
     lines: list[str] = []
     out = tmp_path / "demo"
-    result = demo.run_demo(build_model("mlp", layers=4, width=64), None, ram="90%",
-                           time_limit_s=2, out_dir=out, echo=lines.append)
+    result = demo.run_demo(_request(), QUICK, out_dir=out, echo=lines.append)
     assert result.out_dir == out and result.passed
     assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
     assert list(result.files) == FILES
     assert all((out / f).stat().st_size > 0 for f in FILES)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["verified"] is True and summary["board"] == "nrf52840"
+    assert summary["verdict"] == "PASS" and summary["board"] == demo.DEMO_BOARD
+    assert summary["fits_board_ram"] is True
+    assert summary["peak_total_bytes"] <= summary["board_ram_bytes"]
     assert [r["method"] for r in summary["comparison"]] == ["poet", *demo.DEMO_BASELINES]
     trace = json.loads((out / "trace.json").read_text())
-    assert trace["traceEvents"]
+    assert trace["traceEvents"] and trace["otherData"]["verdict"] == "PASS"
     text = (out / "summary.md").read_text()
-    assert "simulated on the board: **PASS**" in text and "| dtr |" in text
+    assert "verdict on the board: **PASS** (physical accounting)" in text and "dtr" in text
     assert any(line.startswith("solving POET") for line in lines)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp folder
+
+
+@pytest.mark.parametrize("accounting", ["physical", "paper"])
+def test_the_demo_never_says_pass_for_a_model_that_does_not_fit_the_board(tmp_path, accounting):
+    result = demo.run_demo(_request("nrf52840", accounting=accounting), QUICK,
+                           out_dir=tmp_path / accounting)
+    summary = result.summary
+    for row in summary["comparison"]:
+        assert row["verdict"] != "PASS" or accounting == "paper"
+        if row["peak_total_bytes"] is not None:
+            assert row["fits_board_ram"] is False
+    assert not (summary["verdict"] == "PASS" and accounting == "physical")
+    if accounting == "physical":
+        assert not result.passed and "usable RAM" in summary["unfit_reason"]
+        assert summary["violations"] and "usable RAM" in summary["violations"][0]
 
 
 def test_run_demo_refuses_a_used_folder_and_leaves_nothing_on_failure(tmp_path, monkeypatch):
@@ -40,8 +65,7 @@ def test_run_demo_refuses_a_used_folder_and_leaves_nothing_on_failure(tmp_path, 
     used.mkdir()
     (used / "keep.txt").write_text("mine")
     with pytest.raises(InputError, match="exists and is not an empty folder"):
-        demo.run_demo(build_model("mlp", layers=4, width=64), None, ram="90%",
-                      time_limit_s=1, out_dir=used)
+        demo.run_demo(_request(), QUICK, out_dir=used)
     assert [p.name for p in used.iterdir()] == ["keep.txt"]
 
     def broken(*_a, **_k):
@@ -49,8 +73,7 @@ def test_run_demo_refuses_a_used_folder_and_leaves_nothing_on_failure(tmp_path, 
 
     monkeypatch.setattr(demo, "_plot_comparison", broken)
     with pytest.raises(RuntimeError, match="disk full"):
-        demo.run_demo(build_model("mlp", layers=4, width=64), None, ram="90%",
-                      time_limit_s=1, out_dir=tmp_path / "new")
+        demo.run_demo(_request(), QUICK, out_dir=tmp_path / "new")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["used"]
 
 
@@ -63,13 +86,17 @@ def test_default_out_dir_is_new(tmp_path):
 
 def test_demo_command(tmp_path, capsys):
     out = tmp_path / "d"
-    status = main(["demo", "--model", "mlp", "--set", "layers=4", "--set", "width=64",
-                   "--ram", "90%", "--time-limit", "2", "--out", str(out)])
+    args = ["demo", "--model", "mlp", "--set", "layers=4", "--set", "width=64",
+            "--ram", "90%", "--time-limit", "2"]
+    status = main([*args, "--out", str(out)])
     text = capsys.readouterr().out
     assert status == 0
-    assert "PASS" in text and "capuchin" in text and str(out) in text
+    assert "PASS [physical accounting]" in text and "capuchin" in text and str(out) in text
     assert (out / "summary.md").is_file()
-    status = main(["demo", "--model", "mlp", "--set", "layers=4", "--set", "width=64",
-                   "--ram", "90%", "--time-limit", "2", "--out", str(tmp_path / "j"), "--json"])
+    status = main([*args, "--out", str(tmp_path / "j"), "--json"])
     doc = json.loads(capsys.readouterr().out)
-    assert status == 0 and doc["verified"] and doc["out_dir"] == str(tmp_path / "j")
+    assert status == 0 and doc["verdict"] == "PASS" and doc["out_dir"] == str(tmp_path / "j")
+    # on the nRF52840 the demo tells the truth: FAIL, exit 1
+    status = main([*args, "--board", "nrf52840", "--out", str(tmp_path / "m"), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert status == 1 and doc["verdict"] is None and "usable RAM" in doc["violations"][0]

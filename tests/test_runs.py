@@ -1,4 +1,4 @@
-"""poetsim.runs: one method at one point, and the run cache."""
+"""poetsim.runs: one method at one request, judged, and the run cache."""
 
 from __future__ import annotations
 
@@ -6,12 +6,16 @@ import json
 
 import attrs
 import pytest
+from conftest import paper_request
 
 from poetsim.boards import get_board
-from poetsim.errors import InputError
-from poetsim.runs import METHODS, MethodRun, RunCache, run_key, run_method, simulate_run
+from poetsim.methods import METHODS, MethodStatus, SolverSettings
+from poetsim.request import resolve_request
+from poetsim.runs import Outcome, RunCache, judge_outcome, run_and_judge, run_key, run_method
 from poetsim.schedule import check_schedule
 from poetsim.zoo import build_model
+
+FAST = SolverSettings(time_limit_s=1)
 
 
 @pytest.fixture(scope="module")
@@ -30,76 +34,115 @@ def test_methods_are_poet_then_every_baseline():
 
 @pytest.mark.parametrize("method", METHODS)
 def test_every_method_returns_a_checked_schedule_or_a_reason(mlp, board, method):
-    run = run_method(mlp, board, method, ram="70%", deadline="2x", time_limit_s=1)
-    assert run.method == method and not run.cached
-    if run.schedule is None:
-        assert run.reason and run.energy_j is None
-        assert simulate_run(mlp, board, run) is None
+    request = paper_request(mlp, board, "70%", "2x")
+    outcome = run_and_judge(request, method, FAST)
+    assert outcome.method == method and not outcome.cached
+    if outcome.schedule is None:
+        assert outcome.reason and outcome.predicted_energy_j is None
+        assert outcome.verdict is None and not outcome.feasible
         return
-    check = check_schedule(mlp, run.schedule, budget_bytes=run.budget_activation_bytes)
-    assert check.valid and check.peak_ram_bytes == run.peak_ram_bytes
-    report = simulate_run(mlp, board, run)
-    assert report.peak_ram_bytes <= report.budget_bytes
-    assert report.deadline_s == run.deadline_s
+    check = check_schedule(mlp, outcome.schedule, budget_bytes=outcome.budget_activation_bytes)
+    assert check.valid and check.peak_ram_bytes == outcome.predicted_peak_ram_bytes
+    verdict = outcome.verdict
+    assert verdict.within_budget
+    assert verdict.peak_total_bytes == check.peak_ram_bytes + request.resident_bytes
+    assert verdict.deadline_s == request.deadline_s
+    # the schedule carries the request it was made for, with the user's deadline
+    meta = outcome.schedule.metadata
+    assert meta["method"] == method and meta["deadline_s"] == request.deadline_s
+    assert meta["accounting"] == "paper" and meta["ram"] == "70%"
+
+
+def test_under_physical_accounting_no_method_fits_an_mcu(mlp, board):
+    # the MLP's parameters and gradients alone (5.6 MiB) are far over the nRF52840's RAM
+    request = resolve_request(mlp, board, ram="70%")
+    for method in ("poet", "dtr", "checkpoint_all"):
+        outcome = run_and_judge(request, method, FAST)
+        assert outcome.status is MethodStatus.INFEASIBLE and outcome.schedule is None
+        assert "parameters, gradients and optimizer state alone need" in outcome.reason
+        assert not outcome.feasible and outcome.why_not == outcome.reason
 
 
 def test_unknown_method_is_refused(mlp, board):
+    from poetsim.errors import InputError
+
     with pytest.raises(InputError, match="method = 'gurobi'"):
-        run_method(mlp, board, "gurobi", ram="70%")
+        run_method(paper_request(mlp, board, "70%"), "gurobi")
 
 
 def test_cache_returns_the_same_run_and_schedule(mlp, board, tmp_path):
     cache = RunCache(tmp_path)
-    first = run_method(mlp, board, "poet", ram="60%", time_limit_s=2, cache=cache)
-    again = run_method(mlp, board, "poet", ram="60%", time_limit_s=2, cache=cache)
+    request = paper_request(mlp, board, "60%")
+    first = run_method(request, "poet", SolverSettings(time_limit_s=2), cache=cache)
+    again = run_method(request, "poet", SolverSettings(time_limit_s=2), cache=cache)
     assert (cache.misses, cache.hits) == (1, 1)
     assert again.cached and again.schedule.steps == first.schedule.steps
+    assert again.schedule.metadata == first.schedule.metadata
     assert attrs.evolve(again, cached=False) == first
 
 
 def test_cache_key_changes_with_every_input_that_matters(mlp, board):
-    base = dict(method="poet", budget_activation_bytes=1000, deadline_s=1.0,
-                solver_settings={"time_limit_s": 5})
-    key = run_key(mlp, board, **base)
+    request = paper_request(mlp, board, 1000, 1.0)
+    key = run_key(request, "poet", {"time_limit_s": 5})
     faster = attrs.evolve(board, storage=attrs.evolve(
         board.storage, read_throughput_bytes_per_s=2 * board.storage.read_throughput_bytes_per_s))
-    assert run_key(mlp, faster, **base) != key
-    assert run_key(build_model("mlp", layers=4), board, **base) != key
-    for field, value in (("method", "dtr"), ("budget_activation_bytes", 999),
-                         ("deadline_s", 1.0000001), ("solver_settings", {"time_limit_s": 6})):
-        assert run_key(mlp, board, **{**base, field: value}) != key
+    assert run_key(paper_request(mlp, faster, 1000, 1.0), "poet", {"time_limit_s": 5}) != key
+    assert run_key(paper_request(build_model("mlp", layers=4), board, 1000, 1.0), "poet",
+                   {"time_limit_s": 5}) != key
+    assert run_key(request, "dtr", {"time_limit_s": 5}) != key
+    assert run_key(paper_request(mlp, board, 999, 1.0), "poet", {"time_limit_s": 5}) != key
+    assert run_key(paper_request(mlp, board, 1000, 1.0000001), "poet",
+                   {"time_limit_s": 5}) != key
+    assert run_key(request, "poet", {"time_limit_s": 6}) != key
+    physical = resolve_request(mlp, board, ram=1000, deadline=1.0)
+    assert run_key(physical, "poet", {"time_limit_s": 5}) != key
     # a renamed but otherwise identical board is the same point
-    assert run_key(mlp, attrs.evolve(board, name="copy", title="copy"), **base) == key
+    renamed = attrs.evolve(board, name="copy", title="copy")
+    assert run_key(paper_request(mlp, renamed, 1000, 1.0), "poet", {"time_limit_s": 5}) == key
 
 
 def test_a_corrupt_cache_entry_is_a_miss_and_is_replaced(mlp, board, tmp_path):
     cache = RunCache(tmp_path)
-    run_method(mlp, board, "dtr", ram="60%", cache=cache)
+    request = paper_request(mlp, board, "60%")
+    run_method(request, "dtr", cache=cache)
     (entry,) = tmp_path.glob("*/*.json")
     entry.write_text("{not json")
-    run = run_method(mlp, board, "dtr", ram="60%", cache=cache)
-    assert not run.cached and cache.misses == 2
+    outcome = run_method(request, "dtr", cache=cache)
+    assert not outcome.cached and cache.misses == 2
     assert json.loads(entry.read_text())["run"]["method"] == "dtr"
 
 
-def test_summary_has_units_and_no_steps(mlp, board):
-    run = run_method(mlp, board, "checkpoint_all", ram="100%")
-    summary = run.summary()
-    assert "schedule" not in summary and summary["energy_j"] > 0
-    assert isinstance(run, MethodRun) and run.status == "ok"
+def test_as_dict_has_units_the_verdict_and_no_steps(mlp, board):
+    outcome = run_and_judge(paper_request(mlp, board, "100%"), "checkpoint_all")
+    doc = outcome.as_dict()
+    assert "schedule" not in doc and doc["energy_j"] > 0
+    assert doc["verdict"] == "PASS" and doc["status"] == "ok"
+    assert doc["fits_board_ram"] is False  # paper accounting: reported, not decisive
+    assert doc["peak_total_bytes"] > doc["board_ram_bytes"]
+    assert isinstance(outcome, Outcome) and outcome.status is MethodStatus.OK
+
+
+def test_judging_an_outcome_without_a_schedule_changes_nothing(mlp, board):
+    request = paper_request(mlp, board, 10)
+    outcome = run_method(request, "dtr")
+    assert outcome.schedule is None and judge_outcome(request, outcome) is outcome
 
 
 def test_a_solver_schedule_late_in_simulation_is_solved_again_with_a_tighter_deadline():
     # On the Pi 4 the MILP's fully overlapped transfers stall in simulation; the first POET
     # schedule at 70% / 2x is late by about 6%.
     graph, board = build_model("mlp"), get_board("rpi4")
-    run = run_method(graph, board, "poet", ram="70%", deadline="2x", time_limit_s=1)
-    assert run.tightenings >= 1
-    assert run.solver_deadline_s < run.deadline_s
-    report = simulate_run(graph, board, run)
-    assert report.makespan_s <= run.deadline_s and report.passed
+    request = paper_request(graph, board, "70%", "2x")
+    outcome = run_and_judge(request, "poet", FAST)
+    assert outcome.tightenings >= 1
+    assert outcome.solver_deadline_s < outcome.deadline_s == request.deadline_s
+    assert outcome.verdict.deadline_met and outcome.feasible
+    # the schedule keeps the user's deadline, and says which one the solver used
+    meta = outcome.schedule.metadata
+    assert meta["deadline_s"] == request.deadline_s
+    assert meta["solver_deadline_s"] == outcome.solver_deadline_s
 
 
 def test_without_a_deadline_nothing_is_tightened(mlp, board):
-    run = run_method(mlp, board, "poet", ram="60%", time_limit_s=1)
-    assert run.tightenings == 0 and run.solver_deadline_s is None
+    outcome = run_method(paper_request(mlp, board, "60%"), "poet", FAST)
+    assert outcome.tightenings == 0 and outcome.solver_deadline_s is None

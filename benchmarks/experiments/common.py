@@ -1,12 +1,15 @@
 """Shared driver of the paper experiments (issue #4): points, CSV, markdown, plots.
 
-A *point* is one (model, board, RAM budget, deadline) with the methods to run there. For
-every method :func:`run_point` calls :func:`poetsim.runs.run_method` (through a
-:class:`~poetsim.runs.RunCache`, so a re-run only simulates) and then
-:func:`poetsim.runs.simulate_run`: **every energy figure in the outputs is simulated**; the
-optimizer's prediction sits beside it as ``predicted_energy_j``. The energy overhead is
-against :func:`poetsim.compare.reference_energy_j` (checkpoint-all with unlimited RAM,
-simulated on the same board).
+A *point* is one (model, board, RAM budget, deadline) with the methods to run there,
+resolved once into a :class:`~poetsim.request.Request` under the paper's accounting (the
+budget covers activations, POET's mu_RAM). For every method :func:`run_point` calls
+:func:`poetsim.runs.run_and_judge` (through a :class:`~poetsim.runs.RunCache`, so a re-run
+only simulates): **every energy figure in the outputs is simulated**, every row carries
+the verdict and whether the whole training state physically fits the board
+(``fits_board_ram``); the optimizer's prediction sits beside it as
+``predicted_energy_j``. The energy overhead is against
+:func:`poetsim.runs.reference_energy_j` (every op once with unlimited RAM, simulated on
+the same board).
 
 Points run in a process pool (``jobs``); the cache is safe for concurrent writers.
 Outputs of an experiment go to ``<out>/<experiment>/{data.csv, plot.png, table.md}``.
@@ -62,21 +65,19 @@ ENERGY_KINDS = ("compute", "recompute", "page_in", "page_out", "idle", "stall", 
 COMPONENTS = ("cpu", "dma", "storage")
 
 COLUMNS = (
-    "experiment", "model", "model_options", "board", "profile", "method", "ram", "ram_pct",
-    "budget_activation_bytes", "deadline", "deadline_s", "status", "feasible", "budget_ok",
-    "deadline_ok", "reason", "energy_j", "predicted_energy_j", "energy_sim_vs_pred_pct",
+    "experiment", "model", "model_options", "board", "profile", "method", "accounting", "ram",
+    "ram_pct", "budget_activation_bytes", "deadline", "deadline_s", "status", "feasible",
+    "verdict", "budget_ok", "deadline_ok", "fits_board_ram", "board_ram_bytes", "reason",
+    "energy_j", "predicted_energy_j", "energy_sim_vs_pred_pct",
     "ref_energy_j", "energy_overhead", "makespan_s", "predicted_time_s", "throughput_per_s",
     "peak_ram_bytes", "peak_activation_bytes", "predicted_peak_activation_bytes",
-    "stall_s", "sim_passed",
+    "stall_s",
     *(f"{k}_energy_j" for k in ENERGY_KINDS),
     *(f"{c}_energy_j" for c in COMPONENTS),
     "cpu_waiting_energy_j", "storage_sleep_energy_j", "waiting_energy_share",
     "recomputes", "page_ins", "page_outs", "bytes_paged_out", "wakeups",
     "gap", "bound_j", "gap_limited", "run_time_s", "cached", "time_limit_s", "gap_limit",
 )
-
-FEASIBLE_STATUSES = ("ok", "optimal", "feasible")
-
 
 @attrs.frozen
 class Point:
@@ -91,6 +92,9 @@ class Point:
     time_limit_s: float
     gap_limit: float = 0.005
     model_options: tuple[tuple[str, int], ...] = ()
+    #: The paper's experiments count activations only (its mu_RAM); every row still says
+    #: whether the whole state fits the board (``fits_board_ram``).
+    accounting: str = "paper"
 
     @property
     def options_text(self) -> str:
@@ -116,62 +120,73 @@ def _board(name: str):
 
 
 @functools.cache
-def _costs(model: str, options: tuple[tuple[str, int], ...], board: str):
-    from poetsim.costs import op_costs
+def _request(model: str, options: tuple[tuple[str, int], ...], board: str, ram: str,
+             deadline: str | None, accounting: str):
+    from poetsim.request import resolve_request
 
-    return op_costs(_graph(model, options), _board(board))
+    return resolve_request(_graph(model, options), _board(board), ram=ram, deadline=deadline,
+                           accounting=accounting)
+
+
+def _point_request(point: Point):
+    return _request(point.model, point.model_options, point.board, point.ram, point.deadline,
+                    point.accounting)
 
 
 @functools.cache
 def reference_energy(model: str, options: tuple[tuple[str, int], ...], board: str) -> float:
-    """Simulated checkpoint-all with unlimited RAM (the overhead reference), joules."""
-    from poetsim.compare import reference_energy_j
+    """Simulated every op once with unlimited RAM (the overhead reference), joules."""
+    from poetsim.runs import reference_energy_j
 
-    return reference_energy_j(_graph(model, options), _board(board),
-                              _costs(model, options, board))
+    return reference_energy_j(_request(model, options, board, "100%", None, "paper"))
 
 
 def _pct(ram: str) -> float | None:
     return float(ram[:-1]) if ram.endswith("%") else None
 
 
-def _row(point: Point, run, report, ref_j: float) -> dict[str, Any]:
+def _row(point: Point, outcome, ref_j: float) -> dict[str, Any]:
     board = _board(point.board)
     row: dict[str, Any] = {c: None for c in COLUMNS}
+    status = outcome.status.value
     row.update(
         experiment=point.experiment, model=point.model, model_options=point.options_text,
-        board=point.board, profile=board.profile.value, method=run.method, ram=point.ram,
-        ram_pct=_pct(point.ram), budget_activation_bytes=run.budget_activation_bytes,
-        deadline=point.deadline or "", deadline_s=run.deadline_s, status=run.status,
-        reason=run.reason, predicted_energy_j=run.energy_j, predicted_time_s=run.time_s,
-        predicted_peak_activation_bytes=run.peak_ram_bytes, ref_energy_j=ref_j, gap=run.gap,
-        bound_j=run.bound_j, run_time_s=run.run_time_s, cached=run.cached,
-        time_limit_s=point.time_limit_s, gap_limit=point.gap_limit)
+        board=point.board, profile=board.profile.value, method=outcome.method,
+        accounting=outcome.accounting, ram=point.ram, ram_pct=_pct(point.ram),
+        budget_activation_bytes=outcome.budget_activation_bytes,
+        deadline=point.deadline or "", deadline_s=outcome.deadline_s, status=status,
+        reason=outcome.why_not, predicted_energy_j=outcome.predicted_energy_j,
+        predicted_time_s=outcome.predicted_time_s,
+        predicted_peak_activation_bytes=outcome.predicted_peak_ram_bytes, ref_energy_j=ref_j,
+        gap=outcome.gap, bound_j=outcome.bound_j, run_time_s=outcome.run_time_s,
+        cached=outcome.cached, time_limit_s=point.time_limit_s, gap_limit=point.gap_limit,
+        board_ram_bytes=board.ram.usable_bytes)
     # a MILP answer counts as gap-limited when it is not proven within the gap limit
-    row["gap_limited"] = (run.gap is not None and run.status in ("feasible", "ok")
-                          and run.gap > point.gap_limit + 1e-9)
-    if report is None:
+    row["gap_limited"] = (outcome.gap is not None and status in ("feasible", "ok")
+                          and outcome.gap > point.gap_limit + 1e-9)
+    report, verdict = outcome.report, outcome.verdict
+    if report is None or verdict is None:
         row["feasible"] = False
         return row
-    budget_ok = report.peak_ram_bytes <= report.budget_bytes
-    deadline_ok = report.deadline_s is None or report.makespan_s <= report.deadline_s * (1 + 1e-9)
     kinds = report.energy_by_kind_j
     comps = report.energy_by_component_j
     states = report.energy_by_state_j
     cpu_waiting = sum(v for k, v in states.items()
                       if k.startswith("cpu.") and k != "cpu.active")
     waiting = kinds.get("idle", 0.0) + kinds.get("stall", 0.0) + kinds.get("wakeup", 0.0)
+    predicted = outcome.predicted_energy_j
     row.update(
-        feasible=run.status in FEASIBLE_STATUSES and budget_ok and deadline_ok,
-        budget_ok=budget_ok, deadline_ok=deadline_ok, energy_j=report.energy_j,
-        energy_sim_vs_pred_pct=(None if not run.energy_j else
-                                100.0 * (report.energy_j / run.energy_j - 1)),
+        feasible=verdict.passed, verdict=verdict.label, budget_ok=verdict.within_budget,
+        deadline_ok=verdict.deadline_met is not False, fits_board_ram=verdict.fits_board_ram,
+        energy_j=report.energy_j,
+        energy_sim_vs_pred_pct=(None if not predicted else
+                                100.0 * (report.energy_j / predicted - 1)),
         energy_overhead=report.energy_j / ref_j - 1 if ref_j > 0 else None,
         makespan_s=report.makespan_s,
         throughput_per_s=1.0 / report.makespan_s if report.makespan_s > 0 else None,
-        peak_ram_bytes=report.peak_ram_bytes,
-        peak_activation_bytes=report.peak_activation_bytes, stall_s=report.stall_s,
-        sim_passed=report.passed, cpu_waiting_energy_j=cpu_waiting,
+        peak_ram_bytes=verdict.peak_total_bytes,
+        peak_activation_bytes=verdict.peak_activation_bytes, stall_s=report.stall_s,
+        cpu_waiting_energy_j=cpu_waiting,
         storage_sleep_energy_j=states.get("storage.sleep", 0.0),
         waiting_energy_share=waiting / report.energy_j if report.energy_j > 0 else None,
         recomputes=report.recomputes, page_ins=report.page_ins, page_outs=report.page_outs,
@@ -185,22 +200,16 @@ def _row(point: Point, run, report, ref_j: float) -> dict[str, Any]:
 
 def run_point(point: Point, cache_dir: str | os.PathLike | None = CACHE_DIR
               ) -> list[dict[str, Any]]:
-    """Run and simulate every method of ``point``; one CSV row per method."""
-    from poetsim.runs import RunCache, run_method, simulate_run
+    """Run, simulate and judge every method of ``point``; one CSV row per method."""
+    from poetsim.methods import SolverSettings
+    from poetsim.runs import RunCache, run_and_judge
 
-    graph = _graph(point.model, point.model_options)
-    board = _board(point.board)
-    costs = _costs(point.model, point.model_options, point.board)
+    request = _point_request(point)
     ref_j = reference_energy(point.model, point.model_options, point.board)
     cache = None if cache_dir is None else RunCache(cache_dir)
-    rows = []
-    for method in point.methods:
-        run = run_method(graph, board, method, ram=point.ram, deadline=point.deadline,
-                         time_limit_s=point.time_limit_s, gap_limit=point.gap_limit,
-                         costs=costs, cache=cache)
-        report = simulate_run(graph, board, run, costs=costs)
-        rows.append(_row(point, run, report, ref_j))
-    return rows
+    settings = SolverSettings(time_limit_s=point.time_limit_s, gap_limit=point.gap_limit)
+    return [_row(point, run_and_judge(request, method, settings, cache=cache), ref_j)
+            for method in point.methods]
 
 
 def _run_point_logged(args: tuple[Point, Any]) -> tuple[list[dict[str, Any]], float]:

@@ -1,4 +1,4 @@
-"""Baseline schedulers, each producing an executable op list POET is compared against.
+"""Heuristic baseline schedulers, each producing an executable op list POET is compared against.
 
 One module per method, each a plain function
 ``method(graph, board, costs, budget_bytes, *, deadline_s=None) -> BaselineResult``
@@ -10,15 +10,14 @@ One module per method, each a plain function
 ``chen_sqrt_n``     Chen et al. 2016, sqrt(n) segments over the forward articulation points
 ``chen_greedy``     Chen's memory-threshold greedy, threshold searched for the budget
 ``revolve``         Griewank & Walther binomial checkpointing (chains only)
-``checkmate``       POET's MILP without paging (``solve(..., paging=False)``)
-``paging_only``     POET's MILP without rematerialization (``solve(..., remat=False)``)
 ``capuchin``        Capuchin: swap when hidden, else by memory saving per second
 ``dtr``             Dynamic Tensor Rematerialization, simulated over the op list
 ``pofo``            Beaumont et al. 2021: keep / offload / recompute-once DP (chains only)
 ==================  ====================================================================
 
-:func:`seeded_solve` is POET started from the fast baselines' schedules;
-:func:`poetsim.compare.compare` runs POET and all of them and simulates every schedule.
+The MILP-based methods (POET, and Checkmate and paging-only, its ablations) live above
+this package, in :mod:`poetsim.methods`, which names every method; none of these
+baselines imports the optimizer.
 """
 
 from __future__ import annotations
@@ -35,30 +34,24 @@ from poetsim.baselines.base import (
     predict,
 )
 from poetsim.baselines.capuchin import capuchin
-from poetsim.baselines.checkmate import checkmate
 from poetsim.baselines.checkpoint_all import checkpoint_all
 from poetsim.baselines.chen import chen_greedy, chen_sqrt_n
 from poetsim.baselines.dtr import dtr
-from poetsim.baselines.paging_only import paging_only
 from poetsim.baselines.pofo import pofo
 from poetsim.baselines.revolve import revolve
-from poetsim.baselines.seeded import FAST_BASELINES, seeded_solve
 
 __all__ = [
-    "BASELINES", "CHAIN_ONLY", "FAST_BASELINES", "INFEASIBLE", "NOT_APPLICABLE", "OK", "STATUSES",
-    "BaselineResult", "OpListFigures", "capuchin", "checkmate",
-    "checkpoint_all", "chen_greedy", "chen_sqrt_n", "dtr",
-    "paging_only", "pofo", "predict", "revolve", "seeded_solve",
+    "BASELINES", "CHAIN_ONLY", "INFEASIBLE", "NOT_APPLICABLE", "OK", "STATUSES",
+    "BaselineResult", "OpListFigures", "capuchin", "checkpoint_all", "chen_greedy",
+    "chen_sqrt_n", "dtr", "pofo", "predict", "revolve",
 ]
 
-#: Every baseline by name, in the order :func:`poetsim.compare.compare` reports them.
+#: Every heuristic baseline by name.
 BASELINES: dict[str, Callable[..., BaselineResult]] = {
     "checkpoint_all": checkpoint_all,
     "chen_sqrt_n": chen_sqrt_n,
     "chen_greedy": chen_greedy,
     "revolve": revolve,
-    "checkmate": checkmate,
-    "paging_only": paging_only,
     "capuchin": capuchin,
     "dtr": dtr,
     "pofo": pofo,

@@ -7,8 +7,8 @@ A baseline is a plain function::
 ``budget_bytes`` is the *activation* budget (the optimizer's ``Budget.activation_bytes``:
 activations and working buffers; parameters, gradients and optimizer state live beside
 it). ``costs`` is :func:`poetsim.costs.op_costs` of the graph on the board (``None``
-computes it). ``deadline_s`` is recorded in the schedule's metadata; only the solver-based
-baselines (``checkmate``, ``paging_only``) optimise against it.
+computes it). ``deadline_s`` is recorded in the schedule's metadata; no heuristic
+optimises against it (the MILP methods in :mod:`poetsim.methods` do).
 
 Every schedule a baseline returns passes :func:`poetsim.schedule.check_schedule` at the
 budget (``finish`` asserts it) and carries metadata ``{"method", "budget_activation_bytes",

@@ -9,27 +9,30 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from collections.abc import Sequence
 from typing import Any
 
 from poetsim import __version__
 from poetsim.boards import DEFAULT_BOARD, board_to_dict, builtin_board_names, get_board, load_board
-from poetsim.baselines import seeded_solve
-from poetsim.compare import compare, format_table
 from poetsim.boards.spec import Board
-from poetsim.cli import sweep_commands
-from poetsim.cli import torch_commands
+from poetsim.cli import sweep_commands, torch_commands
+from poetsim.compare import compare, format_table
 from poetsim.costs import op_costs
+from poetsim.demo import DEMO_BOARD
 from poetsim.errors import InputError, PoetsimError
 from poetsim.graph import TrainingGraph, read_graph, write_graph
-from poetsim.summary import cost_summary, graph_summary
+from poetsim.methods import SolverSettings, seeded_solve
 from poetsim.optimizer import SolveResult, SolveStatus
+from poetsim.report import plot_simulation
+from poetsim.request import Accounting, Request, resolve_request
 from poetsim.schedule import read_schedule, write_schedule, write_schedule_binary
-from poetsim.sim import simulate
+from poetsim.schedule.metadata import disagreements, parse_metadata
 from poetsim.sim.report import SimReport
 from poetsim.sim.trace import write_chrome_trace
-from poetsim.report import plot_simulation
+from poetsim.summary import cost_summary, graph_summary
 from poetsim.units import format_bytes, format_quantity
+from poetsim.verdict import Verdict, check_on_board
 from poetsim.zoo import DEFAULT_MODEL, build_model, model_description, model_names, model_options
 
 __all__ = ["main"]
@@ -79,6 +82,33 @@ def _add_graph_and_board(parser: argparse.ArgumentParser) -> None:
 
 def _row(label: str, value: str) -> str:
     return f"  {label:<34} {value}"
+
+
+def _add_request_options(parser: argparse.ArgumentParser, *, ram: str | None,
+                         deadline: str | None) -> None:
+    """--ram, --deadline and --accounting: what every request is made of."""
+    parser.add_argument("--ram", default=ram, metavar="50%|256KiB|BYTES|board",
+                        help="RAM budget: a percentage of the plain schedule's activation "
+                             "peak, a size (the whole RAM under physical accounting, "
+                             "activations under paper), or 'board' (all usable RAM)"
+                             + (f"; default {ram}".replace("%", "%%") if ram else ""))
+    parser.add_argument("--deadline", default=deadline, metavar="1.5x|SECONDS",
+                        help="time budget: a factor of the plain compute time, or seconds"
+                             + (f"; default {deadline}" if deadline else ""))
+    parser.add_argument("--accounting", default=None, choices=[a.value for a in Accounting],
+                        help="physical (default): everything resident must fit the budget "
+                             "and the board's RAM; paper: the budget covers activations "
+                             "only, as POET's mu_RAM (the physical need is still reported)")
+
+
+def _request_from_args(args: argparse.Namespace, graph: TrainingGraph, board: Board) -> Request:
+    return resolve_request(graph, board, ram=args.ram, deadline=args.deadline,
+                           accounting=args.accounting or Accounting.PHYSICAL.value)
+
+
+def _solver_settings(args: argparse.Namespace) -> SolverSettings:
+    return SolverSettings(time_limit_s=args.time_limit, gap_limit=getattr(args, "gap", 0.0),
+                          seed=getattr(args, "seed", 0), threads=getattr(args, "threads", 1))
 
 
 # ----------------------------------------------------------------------------- boards
@@ -264,20 +294,23 @@ def _progress_printer(quiet: bool):
 def _cmd_solve(args: argparse.Namespace) -> int:
     graph = _graph_from_args(args)
     board = get_board(args.board)
-    result = seeded_solve(graph, board, ram=args.ram, deadline=args.deadline,
-                          remat=not args.no_remat, paging=not args.no_paging,
-                          restricted=args.restricted, total_memory=args.total_memory,
-                          time_limit_s=args.time_limit, gap_limit=args.gap,
-                          threads=args.threads, seed=args.seed,
+    request = _request_from_args(args, graph, board)
+    result = seeded_solve(request, _solver_settings(args), remat=not args.no_remat,
+                          paging=not args.no_paging, restricted=args.restricted,
                           progress=_progress_printer(args.json))
     written = []
     if result.schedule is not None:
-        if args.out:
-            write_schedule(result.schedule, graph, args.out)
-            written.append(args.out)
-        if args.binary:
-            write_schedule_binary(result.schedule, args.binary, graph)
-            written.append(args.binary)
+        try:
+            if args.out:
+                write_schedule(result.schedule, graph, args.out)
+                written.append(args.out)
+            if args.binary:
+                write_schedule_binary(result.schedule, args.binary, graph)
+                written.append(args.binary)
+        except BaseException:
+            for path in written:  # all or nothing
+                Path(path).unlink(missing_ok=True)
+            raise
     if args.json:
         _emit_json({**result.summary(), "files": written})
     else:
@@ -289,8 +322,7 @@ def _print_solve(graph: TrainingGraph, board: Board, result: SolveResult,
                  written: list[str]) -> None:
     s = result.summary()
     print(f"{graph.name} on {board.name}: {s['method']}: {result.message}")
-    print(_row("budget", f"{format_bytes(s['budget_activation_bytes'])} of activations "
-                         f"(+ {format_bytes(s['resident_bytes'])} resident) [{result.budget.semantics}]"))
+    print(_row("budget", result.request.describe_budget()))
     if s["deadline_s"] is not None:
         print(_row("deadline", format_quantity(s["deadline_s"], "s")))
     if result.metrics is not None:
@@ -303,7 +335,10 @@ def _print_solve(graph: TrainingGraph, board: Board, result: SolveResult,
         if s["bound_j"] is not None:
             print(_row("lower bound", format_quantity(s["bound_j"], "J")))
         print(_row("time (optimizer model)", format_quantity(s["time_s"], "s")))
-        print(_row("peak activation RAM", format_bytes(s["peak_ram_bytes"])))
+        print(_row("peak RAM (optimizer model)",
+                   f"{format_bytes(s['peak_total_bytes'])} in all = "
+                   f"{format_bytes(s['resident_bytes'])} resident + "
+                   f"{format_bytes(s['peak_ram_bytes'])} activations"))
         print(_row("recomputations / page-ins / page-outs",
                    f"{s['recomputations']} / {s['page_ins']} / {s['page_outs']}"))
     print(_row("binaries after reduction", str(s["binaries"])))
@@ -322,20 +357,21 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     graph = _graph_from_args(args)
     board = get_board(args.board)
+    request = _request_from_args(args, graph, board)
     if not args.json:
         _show_costs(graph, board, args)
         print(flush=True)
-    result = run_demo(graph, board, ram=args.ram, deadline=args.deadline,
-                      time_limit_s=args.time_limit, out_dir=args.out,
+    result = run_demo(request, _solver_settings(args), out_dir=args.out,
                       echo=None if args.json else lambda line: print(line, flush=True))
     if args.json:
         _emit_json({**result.summary, "out_dir": str(result.out_dir)})
         return 0 if result.passed else 1
-    if result.report is not None:
+    poet = result.outcomes[0]
+    if poet.report is not None and poet.verdict is not None:
         print()
-        _print_sim(result.report)
+        _print_sim(poet.report, poet.verdict)
     print()
-    print(format_table(result.rows))
+    print(format_table(result.outcomes))
     print(f"\nwrote {', '.join(result.files)} into\n{result.out_dir.resolve()}"
           f"  ({result.wall_s:.1f} s; start with summary.md)")
     return 0 if result.passed else 1
@@ -343,18 +379,23 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------- simulate
 
-def _print_sim(report: SimReport) -> None:
-    r = report
-    verdict = "PASS" if r.passed else "FAIL"
-    print(f"{r.graph_name} on {r.board_name}: {verdict}"
-          + ("" if r.passed else f" ({'; '.join(r.reasons)})"))
-    deadline = (f" (deadline {format_quantity(r.deadline_s, 's')}, "
-                f"{'met' if r.deadline_met else 'missed'})" if r.deadline_s is not None else "")
+def _print_sim(r: SimReport, verdict: Verdict) -> None:
+    print(f"{r.graph_name} on {r.board_name}: {verdict.line()}")
+    for note in verdict.notes:
+        print(_row("note", note))
+    deadline = (f" (deadline {format_quantity(verdict.deadline_s, 's')}, "
+                f"{'met' if verdict.deadline_met else 'missed'})"
+                if verdict.deadline_s is not None else "")
     print(_row("makespan", format_quantity(r.makespan_s, "s") + deadline))
     print(_row("  compute / stall", f"{format_quantity(r.compute_s, 's')} / "
                                     f"{format_quantity(r.stall_s, 's')}"))
-    print(_row("peak RAM", f"{format_bytes(r.peak_ram_bytes)} of {format_bytes(r.budget_bytes)} "
-                           f"at step {r.peak_step} ({r.peak_action} {r.peak_op})"))
+    print(_row("peak RAM", f"{format_bytes(verdict.peak_total_bytes)} of "
+                           f"{format_bytes(verdict.board_ram_bytes)} usable at step "
+                           f"{r.peak_step} ({r.peak_action} {r.peak_op})"))
+    budget_kind = ("in all" if verdict.accounting is Accounting.PHYSICAL
+                   else "of activations")
+    print(_row("budget", f"{format_bytes(verdict.budget_bytes)} {budget_kind}: "
+                         + ("kept" if verdict.within_budget else "exceeded")))
     print(_row("energy", format_quantity(r.energy_j, "J")))
     for title, table in (("  by component", r.energy_by_component_j),
                          ("  by kind", r.energy_by_kind_j)):
@@ -386,25 +427,36 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         graph = build_model(model, **_model_options(args))
     schedule = read_schedule(args.schedule, graph)
     board = get_board(args.board)
-    meta = schedule.metadata
-    resident = int(meta.get("resident_bytes", 0))
-    budget = None
-    if "budget_activation_bytes" in meta:
-        budget = int(meta["budget_activation_bytes"]) + resident
-    report = simulate(graph, board, schedule, budget_bytes=budget, resident_bytes=resident,
-                      trace=bool(args.trace or args.plot))
-    if args.trace:
-        write_chrome_trace(report, args.trace)
-    if args.plot:
-        plot_simulation(graph, schedule, report, args.plot)
+    meta = parse_metadata(schedule.metadata, source=args.schedule)
+    # The request is the user's, or the one the file records in words ("50%", "1.5x"),
+    # resolved again here; the file's own byte and second figures are only compared.
+    ram = args.ram or meta.ram or "board"
+    deadline = args.deadline if args.deadline is not None else meta.deadline
+    request = resolve_request(graph, board, ram=ram, deadline=deadline,
+                              accounting=args.accounting or Accounting.PHYSICAL.value)
+    notes = disagreements(meta, request.metadata())
+    report, verdict = check_on_board(request, schedule, trace=bool(args.trace or args.plot),
+                                     notes=notes)
+    written: list[str] = []
+    try:
+        if args.trace:
+            write_chrome_trace(report, args.trace, verdict=verdict.label)
+            written.append(args.trace)
+        if args.plot:
+            plot_simulation(graph, schedule, report, args.plot, verdict=verdict.label)
+            written.append(args.plot)
+    except BaseException:
+        for path in written:  # all or nothing
+            Path(path).unlink(missing_ok=True)
+        raise
     if args.json:
-        _emit_json(report.as_dict(transfers=args.transfers))
+        _emit_json({**report.as_dict(transfers=args.transfers), **verdict.as_dict(),
+                    "request": request.metadata()})
     else:
-        _print_sim(report)
-        for path in (args.trace, args.plot):
-            if path:
-                print(_row("wrote", path))
-    return 0 if report.passed else 1
+        _print_sim(report, verdict)
+        for path in written:
+            print(_row("wrote", path))
+    return 0 if verdict.passed else 1
 
 
 # ----------------------------------------------------------------------------- compare
@@ -412,13 +464,12 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     graph = _graph_from_args(args)
     board = get_board(args.board)
-    rows = compare(graph, board, ram=args.ram, deadline=args.deadline,
-                   time_limit_s=args.time_limit)
+    outcomes = compare(_request_from_args(args, graph, board), settings=_solver_settings(args))
     if args.json:
-        _emit_json([row.as_dict() for row in rows])
+        _emit_json([o.as_dict() for o in outcomes])
     else:
-        print(format_table(rows))
-    return 0 if any(row.feasible for row in rows) else 1
+        print(format_table(outcomes))
+    return 0 if any(o.feasible for o in outcomes) else 1
 
 
 # ----------------------------------------------------------------------------- parser
@@ -467,18 +518,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = with_json(sub.add_parser("solve", help="find the least-energy schedule (POET MILP, SCIP)"))
     _add_graph_and_board(p)
-    p.add_argument("--ram", default="100%", metavar="50%|256KiB|BYTES",
-                   help="RAM budget: a percentage of the plain schedule's peak, or a size")
-    p.add_argument("--deadline", metavar="1.5x|SECONDS",
-                   help="time budget: a factor of the plain compute time, or seconds")
+    _add_request_options(p, ram="board", deadline=None)
     ablation = p.add_mutually_exclusive_group()
     ablation.add_argument("--no-remat", action="store_true", help="paging only (ablation)")
     ablation.add_argument("--no-paging", action="store_true", help="recomputation only (ablation)")
     p.add_argument("--restricted", action="store_true",
                    help="faster restricted formulation (backward ops once, forward ops at most "
                         "twice); its result is labelled and never reported optimal")
-    p.add_argument("--total-memory", action="store_true",
-                   help="the budget also holds parameters and gradients")
     p.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="default 60 s")
     p.add_argument("--gap", type=float, default=0.0, metavar="G",
                    help="stop at this relative gap, e.g. 0.01 (default 0: prove optimality)")
@@ -492,9 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = with_json(sub.add_parser("compare", help="POET against every baseline that applies, "
                                                  "all simulated on the board"))
     _add_graph_and_board(p)
-    p.add_argument("--ram", default="70%", metavar="50%|256KiB|BYTES",
-                   help="RAM budget (default 70%%)")
-    p.add_argument("--deadline", metavar="1.5x|SECONDS", help="time budget")
+    _add_request_options(p, ram="70%", deadline=None)
     p.add_argument("--time-limit", type=float, default=30.0, metavar="S",
                    help="time limit of each MILP solve (default 30 s)")
     _add_model_options(p)
@@ -513,13 +557,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write RAM, power and schedule-matrix plots (.png, .svg or .pdf)")
     p.add_argument("--transfers", action="store_true",
                    help="with --json, include the transfer plan")
+    _add_request_options(p, ram=None, deadline=None)
+    p.description = ("Without --ram / --deadline, the budget and deadline the schedule file "
+                     "records in words (\"50%\", \"1.5x\") are resolved again on this graph "
+                     "and board; without any, the board's RAM and no deadline.")
     _add_model_options(p)
     p.set_defaults(func=_cmd_simulate)
 
     for name, help_text in (
         ("costs", "cost summary of a model's training graph on a board"),
-        ("demo", "the built-in default job: the default model on the default board: costs, "
-                 "then a solve at a tight RAM budget, verified in the simulator"),
+        ("demo", f"the built-in default job: the default model on {DEMO_BOARD} (where it "
+                 "physically fits): costs, then a solve at a tight RAM budget, verified in "
+                 "the simulator and compared"),
     ):
         p = with_json(sub.add_parser(name, help=help_text))
         _add_graph_and_board(p)
@@ -527,15 +576,12 @@ def build_parser() -> argparse.ArgumentParser:
         _add_model_options(p)
         p.set_defaults(func=_cmd_costs)
         if name == "demo":
-            p.add_argument("--ram", default="50%", metavar="50%|256KiB|BYTES",
-                           help="RAM budget of the solve (default 50%%)")
-            p.add_argument("--deadline", default="1.5x", metavar="1.5x|SECONDS",
-                           help="deadline of the solve (default 1.5x)")
+            _add_request_options(p, ram="50%", deadline="1.5x")
             p.add_argument("--time-limit", type=float, default=20.0, metavar="S",
                            help="solver time limit (default 20 s)")
             p.add_argument("--out", metavar="DIR", help="output folder (must not exist; "
                            "default ./poetsim-demo-YYYYmmdd-HHMMSS)")
-            p.set_defaults(func=_cmd_demo)
+            p.set_defaults(func=_cmd_demo, board=DEMO_BOARD)
     sweep_commands.register(sub, with_json)
     return parser
 

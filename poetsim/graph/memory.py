@@ -18,7 +18,7 @@ import attrs
 
 from poetsim.graph.graph import TrainingGraph
 
-__all__ = ["PeakMemory", "plain_peak"]
+__all__ = ["PeakMemory", "minimum_ram_bytes", "plain_peak"]
 
 
 @attrs.frozen
@@ -45,3 +45,18 @@ def plain_peak(graph: TrainingGraph) -> PeakMemory:
         live += op.output_bytes
         live -= sum(graph.ops[i].output_bytes for i in frees_after[k])
     return best
+
+
+def minimum_ram_bytes(graph: TrainingGraph) -> tuple[int, str]:
+    """The largest working set of one op (its inputs, output and workspace), and the op.
+
+    No schedule can run in less activation memory; with paging, every schedule that
+    pages everything else out reaches it.
+    """
+    best, where = -1, ""
+    for k, op in enumerate(graph.ops):
+        need = (sum(graph.ops[u].output_bytes for u in graph.predecessors(k))
+                + op.output_bytes + op.workspace_bytes)
+        if need > best:
+            best, where = need, op.name
+    return best, where

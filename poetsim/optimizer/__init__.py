@@ -4,24 +4,15 @@
   :class:`~poetsim.schedule.Schedule`;
 * :mod:`poetsim.optimizer.heuristic`: the greedy plan that warm-starts SCIP;
 * :mod:`poetsim.optimizer.milp`: the formulation;
-* :mod:`poetsim.optimizer.solve`: budgets, deadlines, diagnostics and honest status.
+* :mod:`poetsim.optimizer.solve`: a resolved request in, diagnostics and honest status out.
 """
 
 from poetsim.optimizer.heuristic import greedy_plan, plain_plan
 from poetsim.optimizer.milp import Formulation, build_milp
 from poetsim.optimizer.plan import PlanMetrics, StagePlan, evaluate_plan, lower_plan, plan_violations
-from poetsim.optimizer.solve import (
-    Budget,
-    SolveResult,
-    SolveStatus,
-    minimum_ram_bytes,
-    parse_deadline,
-    resolve_budget,
-    solve,
-)
+from poetsim.optimizer.solve import SolveResult, SolveStatus, solve
 
 __all__ = [
-    "Budget", "Formulation", "PlanMetrics", "SolveResult", "SolveStatus", "StagePlan",
-    "build_milp", "evaluate_plan", "greedy_plan", "lower_plan", "minimum_ram_bytes",
-    "parse_deadline", "plain_plan", "plan_violations", "resolve_budget", "solve",
+    "Formulation", "PlanMetrics", "SolveResult", "SolveStatus", "StagePlan", "build_milp",
+    "evaluate_plan", "greedy_plan", "lower_plan", "plain_plan", "plan_violations", "solve",
 ]

@@ -1,9 +1,10 @@
-"""Solving: budgets and deadlines in user terms, heuristics, the MILP, honest status.
+"""Solving: heuristics, the relaxation bound, the MILP, honest status.
 
-:func:`solve` is the optimizer's public entry point. It turns a RAM budget ("50%",
-"256KiB", a byte count) and a deadline ("1.5x", seconds) into the MILP's terms, rules out
-requests no schedule can meet (and says why in one line), starts SCIP from the best greedy
-plan, and returns a :class:`SolveResult` whose status is never better than what was proven:
+:func:`solve` is the optimizer's public entry point. It takes a resolved
+:class:`~poetsim.request.Request` (budget and deadline already in bytes and seconds),
+rules out requests no schedule can meet (and says why in one line), starts SCIP from the
+best greedy plan, and returns a :class:`SolveResult` whose status is never better than
+what was proven:
 
 * ``optimal``: SCIP proved the schedule optimal for the exact formulation;
 * ``feasible``: a schedule with SCIP's bound and the gap (time or gap limit, or a
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import enum
 import math
-import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,11 +26,9 @@ import numpy as np
 from pyscipopt import SCIP_PARAMSETTING
 
 from poetsim.boards.spec import Board
-from poetsim.costs import OpCosts, op_costs
+from poetsim.costs import OpCosts
 from poetsim.errors import InputError
-from poetsim.graph.graph import TrainingGraph, resident_memory
-from poetsim.graph.io import graph_fingerprint
-from poetsim.graph.memory import plain_peak
+from poetsim.graph.graph import TrainingGraph
 from poetsim.optimizer.bound import relaxation_bound_j
 from poetsim.optimizer.heuristic import greedy_plan, plain_plan
 from poetsim.optimizer.milp import BuildTimeout, Formulation, build_milp
@@ -42,11 +40,11 @@ from poetsim.optimizer.plan import (
     lower_plan,
     plan_from_schedule,
 )
+from poetsim.graph.memory import minimum_ram_bytes
+from poetsim.request import Request
 from poetsim.schedule import Schedule, check_schedule
-from poetsim.units import parse_bytes
 
-__all__ = ["Budget", "SolveResult", "SolveStatus", "minimum_ram_bytes", "parse_deadline",
-           "resolve_budget", "solve"]
+__all__ = ["SolveResult", "SolveStatus", "solve"]
 
 
 #: Models larger than this use SCIP's fast presolve.
@@ -125,91 +123,18 @@ class SolveStatus(enum.Enum):
 
 
 @attrs.frozen
-class Budget:
-    """A RAM budget in both semantics.
-
-    ``activation_bytes`` is what the MILP bounds (activations and working buffers, the
-    paper's mu_RAM); ``resident_bytes`` (parameters, gradients, optimizer state) lives
-    beside it. ``total_memory`` says which one the user's figure referred to.
-    """
-
-    activation_bytes: int
-    resident_bytes: int
-    total_memory: bool
-    requested: str
-
-    @property
-    def total_bytes(self) -> int:
-        return self.activation_bytes + self.resident_bytes
-
-    @property
-    def semantics(self) -> str:
-        return ("total: parameters, gradients and activations" if self.total_memory
-                else "activations and working buffers (parameters and gradients beside it)")
-
-
-def resolve_budget(graph: TrainingGraph, ram: str | int, *, total_memory: bool = False,
-                   gradients: bool = True, optimizer: str = "sgd") -> Budget:
-    """``"50%"`` (of the plain schedule's peak, same semantics), ``"256KiB"`` or bytes."""
-    resident = resident_memory(graph, gradients=gradients, optimizer=optimizer).total_bytes
-    reference = plain_peak(graph).bytes + (resident if total_memory else 0)
-    text = str(ram).strip()
-    if text.endswith("%"):
-        try:
-            fraction = float(text[:-1]) / 100
-        except ValueError:
-            raise InputError(f"ram = {text!r}: expected a percentage such as 50%") from None
-        if not (0 < fraction) or not math.isfinite(fraction):
-            raise InputError(f"ram = {text!r}: must be a positive percentage")
-        figure = math.floor(fraction * reference)
-    else:
-        figure = parse_bytes(text, what="ram")
-    activation = figure - resident if total_memory else figure
-    return Budget(activation_bytes=activation, resident_bytes=resident,
-                  total_memory=total_memory, requested=text)
-
-
-def parse_deadline(deadline: str | float | None, plain_time_s: float) -> float | None:
-    """``"1.5x"`` (of the plain schedule's compute time), ``"2.5"`` or ``"2.5s"``, or None."""
-    if deadline is None:
-        return None
-    text = str(deadline).strip()
-    match = re.fullmatch(r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(x|s)?", text)
-    if not match:
-        raise InputError(f"deadline = {text!r}: expected a factor such as 1.5x or seconds such "
-                         "as 2.5s")
-    value = float(match.group(1))
-    if value <= 0:
-        raise InputError(f"deadline = {text!r}: must be positive")
-    return value * plain_time_s if match.group(2) == "x" else value
-
-
-def minimum_ram_bytes(graph: TrainingGraph) -> tuple[int, str]:
-    """The largest working set of one op (its inputs, output and workspace), and the op.
-
-    No schedule can run in less activation memory; with paging, every schedule that
-    pages everything else out reaches it.
-    """
-    best, where = -1, ""
-    for k, op in enumerate(graph.ops):
-        need = (sum(graph.ops[u].output_bytes for u in graph.predecessors(k))
-                + op.output_bytes + op.workspace_bytes)
-        if need > best:
-            best, where = need, op.name
-    return best, where
-
-
-@attrs.frozen
 class SolveResult:
-    """Everything a solve produced, with units in the names."""
+    """Everything a solve produced, with units in the names.
+
+    ``deadline_s`` is the deadline the solver planned against: the request's, or a
+    tighter one its caller asked for (the request keeps the user's).
+    """
 
     status: SolveStatus
     message: str
-    graph_name: str
-    board_name: str
+    request: Request = attrs.field(repr=False)
     method: str
     restricted: bool
-    budget: Budget
     deadline_s: float | None
     schedule: Schedule | None = None
     plan: StagePlan | None = attrs.field(default=None, repr=False)
@@ -221,8 +146,6 @@ class SolveResult:
     build_time_s: float = 0.0
     solve_time_s: float = 0.0
     warm_start: str | None = None
-    plain_energy_j: float = 0.0
-    plain_time_s: float = 0.0
 
     @property
     def has_schedule(self) -> bool:
@@ -231,25 +154,23 @@ class SolveResult:
     def summary(self) -> dict[str, Any]:
         """JSON-ready figures (no schedule steps)."""
         m = self.metrics
+        r = self.request
         return {
             "status": self.status.value,
             "message": self.message,
-            "graph": self.graph_name,
-            "board": self.board_name,
+            "graph": r.graph.name,
+            "board": r.board.name,
             "method": self.method,
             "restricted_formulation": self.restricted,
-            "budget_semantics": self.budget.semantics,
-            "budget_activation_bytes": self.budget.activation_bytes,
-            "resident_bytes": self.budget.resident_bytes,
-            "budget_total_bytes": self.budget.total_bytes,
-            "deadline_s": self.deadline_s,
+            **r.metadata(),
+            "solver_deadline_s": self.deadline_s,
             "energy_j": m.energy_j if m else None,
             "compute_energy_j": m.compute_energy_j if m else None,
             "pagein_energy_j": m.pagein_energy_j if m else None,
             "pageout_energy_j": m.pageout_energy_j if m else None,
             "time_s": m.time_s if m else None,
             "peak_ram_bytes": m.peak_ram_bytes if m else None,
-            "peak_total_bytes": m.peak_ram_bytes + self.budget.resident_bytes if m else None,
+            "peak_total_bytes": m.peak_ram_bytes + r.resident_bytes if m else None,
             "recomputations": m.recomputations if m else None,
             "page_ins": m.page_ins if m else None,
             "page_outs": m.page_outs if m else None,
@@ -259,10 +180,10 @@ class SolveResult:
             "build_time_s": self.build_time_s,
             "solve_time_s": self.solve_time_s,
             "warm_start": self.warm_start,
-            "plain_energy_j": self.plain_energy_j,
-            "plain_time_s": self.plain_time_s,
-            "energy_overhead": (m.energy_j / self.plain_energy_j - 1
-                                if m and self.plain_energy_j else None),
+            "plain_energy_j": r.plain_energy_j,
+            "plain_time_s": r.plain_time_s,
+            "energy_overhead": (m.energy_j / r.plain_energy_j - 1
+                                if m and r.plain_energy_j else None),
         }
 
 
@@ -325,62 +246,61 @@ def _allowed(plan: StagePlan, formulation: Formulation) -> bool:
     return formulation.paging or not (plan.page_out.any() or plan.page_in.any())
 
 
-def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
-          deadline: str | float | None = None, remat: bool = True, paging: bool = True,
-          restricted: bool = False, total_memory: bool = False, gradients: bool = True,
-          optimizer: str = "sgd", time_limit_s: float = 60.0, gap_limit: float = 0.0,
-          threads: int = 1, seed: int = 0,
+def solve(request: Request, *, remat: bool = True, paging: bool = True,
+          restricted: bool = False, deadline_s: float | None = None,
+          time_limit_s: float = 60.0, gap_limit: float = 0.0, threads: int = 1, seed: int = 0,
           progress: Callable[[dict[str, float]], None] | None = None,
           warm_starts: Sequence[Schedule] = ()) -> SolveResult:
-    """Find the least-energy schedule of ``graph`` on ``board`` within ``ram`` and ``deadline``.
+    """Find the least-energy schedule of ``request`` (graph, board, budget, deadline).
 
     ``remat=False`` / ``paging=False`` are the paper's ablations. ``restricted`` selects
-    the faster restricted formulation (labelled in the result). ``total_memory`` makes
-    the budget include parameters and gradients. ``warm_starts`` are schedules (a
-    baseline's, say) that, lifted into stage form, compete with the greedy plans as the
-    starting point (:func:`poetsim.baselines.seeded_solve` passes the fast baselines').
-    Never reports ``optimal`` unless it is proven for the exact formulation.
+    the faster restricted formulation (labelled in the result). ``deadline_s`` plans
+    against a deadline tighter than the request's (the schedule's metadata keeps the
+    request's). ``warm_starts`` are schedules (a baseline's, say) that, lifted into stage
+    form, compete with the greedy plans as the starting point. Never reports ``optimal``
+    unless it is proven for the exact formulation.
     """
-    if time_limit_s <= 0:
-        raise InputError(f"time_limit_s = {time_limit_s!r}: must be positive")
+    if not (time_limit_s > 0) or not math.isfinite(time_limit_s):
+        raise InputError(f"time_limit_s = {time_limit_s!r}: must be a positive number of "
+                         "seconds")
     if not (0 <= gap_limit < 1):
         raise InputError(f"gap_limit = {gap_limit!r}: must be in [0, 1)")
     if threads < 1:
         raise InputError(f"threads = {threads!r}: must be at least 1")
-    costs = op_costs(graph, board)
-    budget = resolve_budget(graph, ram, total_memory=total_memory, gradients=gradients,
-                            optimizer=optimizer)
-    plain_time = float(costs.compute_time_s.sum())
-    plain_energy = float(costs.compute_energy_j.sum())
-    deadline_s = parse_deadline(deadline, plain_time)
+    if deadline_s is None:
+        deadline_s = request.deadline_s
+    elif request.deadline_s is not None and deadline_s > request.deadline_s:
+        raise InputError(f"deadline_s = {deadline_s!r}: must not exceed the request's "
+                         f"{request.deadline_s!r}")
+    graph, board, costs = request.graph, request.board, request.costs
+    budget = request.activation_budget_bytes
+    plain_time = request.plain_time_s
+    plain_energy = request.plain_energy_j
     formulation = Formulation(remat=remat, paging=paging, restricted=restricted)
     overlap = board.dma.present
-    base = dict(graph_name=graph.name, board_name=board.name, method=_method(remat, paging),
-                restricted=restricted, budget=budget, deadline_s=deadline_s,
-                plain_energy_j=plain_energy, plain_time_s=plain_time)
+    base = dict(request=request, method=_method(remat, paging), restricted=restricted,
+                deadline_s=deadline_s)
 
-    usable = board.ram.usable_bytes
-    if budget.resident_bytes >= usable and total_memory:
-        return SolveResult(SolveStatus.INFEASIBLE, (
-            f"parameters, gradients and optimizer state need {budget.resident_bytes} B, more than "
-            f"the {usable} B of usable RAM on {board.name}: no schedule can help"), **base)
+    unfit = request.infeasible_reason
+    if unfit is not None:
+        return SolveResult(SolveStatus.INFEASIBLE, unfit, **base)
     min_ram, min_op = minimum_ram_bytes(graph)
-    if budget.activation_bytes < min_ram:
+    if budget < min_ram:
         return SolveResult(SolveStatus.INFEASIBLE, (
-            f"the RAM budget allows {budget.activation_bytes} B of activations, but op {min_op!r} "
+            f"the RAM budget allows {budget} B of activations, but op {min_op!r} "
             f"alone needs {min_ram} B (its inputs, output and workspace at once), the smallest "
-            f"activation RAM any schedule can use ({min_ram + budget.resident_bytes} B with the "
-            f"{budget.resident_bytes} B resident)"), **base)
+            f"activation RAM any schedule can use ({min_ram + request.resident_bytes} B with "
+            f"the {request.resident_bytes} B resident)"), **base)
     if deadline_s is not None and deadline_s < plain_time:
         return SolveResult(SolveStatus.INFEASIBLE, (
             f"the deadline {deadline_s:.6g} s is shorter than computing every op once "
             f"({plain_time:.6g} s), the shortest possible time"), **base)
 
     started = solve_started = time.perf_counter()
-    plan, metrics, heuristic = _best_heuristic(graph, costs, budget.activation_bytes, deadline_s,
+    plan, metrics, heuristic = _best_heuristic(graph, costs, budget, deadline_s,
                                                formulation, overlap,
                                                board.storage.capacity_bytes, warm_starts)
-    relaxed = relaxation_bound_j(graph, costs, budget.activation_bytes, deadline_s,
+    relaxed = relaxation_bound_j(graph, costs, budget, deadline_s,
                                  remat=remat, paging=paging, overlap=overlap,
                                  storage_capacity_bytes=board.storage.capacity_bytes,
                                  time_limit_s=min(_BOUND_MAX_S, _BOUND_SHARE * time_limit_s),
@@ -402,7 +322,7 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
                 and metrics.energy_j * (1 - gap_limit) <= lower * (1 + _SAME_ENERGY))
 
     def finish_without_milp() -> SolveResult:
-        return _finish(graph, board, base, plan, metrics, budget, restricted, bound=lower,
+        return _finish(base, plan, metrics, restricted, bound=lower,
                        scip_status="gaplimit", time_limit_s=time_limit_s,
                        timing=dict(binaries=0, build_time_s=0.0,
                                    solve_time_s=time.perf_counter() - started,
@@ -413,7 +333,7 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
     if formulation.remat and formulation.paging and time_limit_s >= _SEED_MIN_TIME_S:
         # The remat-only model is several times smaller and SCIP often solves it to
         # optimality quickly; its plan is a plan of the integrated model too.
-        seeded = solve(graph, board, ram=str(budget.activation_bytes), deadline=deadline_s,
+        seeded = solve(request, deadline_s=deadline_s,
                        remat=True, paging=False, restricted=restricted,
                        time_limit_s=time_limit_s * _SEED_SHARE, gap_limit=gap_limit, seed=seed,
                        warm_starts=warm_starts)
@@ -424,7 +344,7 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
             if within_gap():
                 return finish_without_milp()
     try:
-        milp = build_milp(graph, costs, budget.activation_bytes, deadline_s, formulation,
+        milp = build_milp(graph, costs, budget, deadline_s, formulation,
                           overlap=overlap, storage_capacity_bytes=board.storage.capacity_bytes,
                           energy_reference_j=plain_energy, build_deadline=started + time_limit_s)
     except BuildTimeout:
@@ -434,13 +354,13 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
                 f"the {time_limit_s:g} s limit ran out while building the MILP and no heuristic "
                 "schedule fits; a longer time limit may find one"), **base,
                 build_time_s=build_time)
-        return _finish(graph, board, base, plan, metrics, budget, restricted,
+        return _finish(base, plan, metrics, restricted,
                        bound=lower, scip_status="build-timelimit",
                        time_limit_s=time_limit_s,
                        timing=dict(binaries=0, build_time_s=build_time, solve_time_s=0.0,
                                    warm_start=heuristic))
     build_time = time.perf_counter() - started
-    RoundingHeuristic(milp, costs, budget.activation_bytes, deadline_s,
+    RoundingHeuristic(milp, costs, budget, deadline_s,
                       board.storage.capacity_bytes).include()
     warm = None
     if plan is not None and milp.add_warm_start(plan):
@@ -463,7 +383,7 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
     if plan is not None and metrics is not None and milp.binaries > _WINDOW_SEARCH_BINARIES:
         remaining = time_limit_s - (time.perf_counter() - solve_started)
         plan, metrics, improved_by_windows = _window_search(
-            milp, graph, costs, plan, metrics, budget.activation_bytes, deadline_s, overlap,
+            milp, graph, costs, plan, metrics, budget, deadline_s, overlap,
             time_budget=remaining * _WINDOW_SEARCH_SHARE, gap_limit=gap_limit)
         model.setParam("limits/time", max(0.1, time_limit_s - (time.perf_counter() - solve_started)))
         milp.add_warm_start(plan)
@@ -491,7 +411,7 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
     if model.getNSols() > 0:
         best_plan = milp.plan_from_solution(model.getBestSol())
         best_metrics = evaluate_plan(graph, costs, best_plan, overlap=overlap)
-        if not best_metrics.fits(budget.activation_bytes, deadline_s):
+        if not best_metrics.fits(budget, deadline_s):
             # SCIP accepts constraint violations within its feasibility tolerance, which on
             # memory counted in millions of units can be a byte. Such a plan is not ours to
             # return, and the search's optimality claim goes with it.
@@ -520,23 +440,25 @@ def solve(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
             f"no schedule found within {time_limit_s:g} s (SCIP status {scip_status}); "
             "a longer time limit may find one"), **base, bound_j=bound, **timing)
 
-    return _finish(graph, board, base, plan, metrics, budget, restricted, bound=bound,
+    return _finish(base, plan, metrics, restricted, bound=bound,
                    scip_status=scip_status, time_limit_s=time_limit_s, timing=timing)
 
 
-def _finish(graph: TrainingGraph, board: Board, base: dict[str, Any], plan: StagePlan,
-            metrics: PlanMetrics, budget: Budget, restricted: bool, *,
+def _finish(base: dict[str, Any], plan: StagePlan, metrics: PlanMetrics, restricted: bool, *,
             bound: float | None, scip_status: str, time_limit_s: float,
             timing: dict[str, Any]) -> SolveResult:
     """Lower the plan, check it independently, and state what was proven."""
+    request: Request = base["request"]
+    graph, board = request.graph, request.board
+    budget = request.activation_budget_bytes
     schedule = lower_plan(graph, plan, metadata={})
-    check = check_schedule(graph, schedule, budget_bytes=budget.activation_bytes,
+    check = check_schedule(graph, schedule, budget_bytes=budget,
                            storage_capacity_bytes=board.storage.capacity_bytes)
     if not check.valid or check.peak_ram_bytes != metrics.peak_ram_bytes:
         raise AssertionError(f"optimizer produced a schedule the checker rejects: "
                              f"{check.violation.message if check.violation else 'peak differs'}")
     objective = metrics.energy_j
-    plain_energy = base["plain_energy_j"]
+    plain_energy = request.plain_energy_j
     gap = None
     if bound is not None and objective > 0:
         gap = max(0.0, (objective - bound) / objective)
@@ -561,15 +483,11 @@ def _finish(graph: TrainingGraph, board: Board, base: dict[str, Any], plan: Stag
         message = f"feasible, gap {gap:.2%} to the lower bound ({why})"
         if restricted:
             message += "; restricted formulation: not proven optimal for the exact problem"
-    metadata = {
-        "method": base["method"], "status": status.value, "board": board.name,
-        "graph_fingerprint": graph_fingerprint(graph), "restricted": restricted,
-        "budget_semantics": budget.semantics, "budget_activation_bytes": budget.activation_bytes,
-        "resident_bytes": budget.resident_bytes, "deadline_s": base["deadline_s"],
-        "predicted_energy_j": metrics.energy_j, "predicted_time_s": metrics.time_s,
-        "predicted_peak_ram_bytes": metrics.peak_ram_bytes, "gap": gap, "bound_j": bound,
-    }
-    schedule = attrs.evolve(schedule, metadata=metadata)
+    schedule = schedule.with_metadata(
+        **request.metadata(), method=base["method"], status=status.value,
+        restricted=restricted, solver_deadline_s=base["deadline_s"],
+        predicted_energy_j=metrics.energy_j, predicted_time_s=metrics.time_s,
+        predicted_peak_ram_bytes=metrics.peak_ram_bytes, gap=gap, bound_j=bound)
     return SolveResult(status, message, **base, schedule=schedule, plan=plan, metrics=metrics,
                        objective_j=objective, bound_j=bound, gap=gap, **timing)
 

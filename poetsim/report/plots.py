@@ -471,8 +471,11 @@ def plot_schedule_matrix(graph: TrainingGraph, schedule: Schedule, path: str | P
 
 
 def plot_simulation(graph: TrainingGraph, schedule: Schedule, report: SimReport,
-                    path: str | Path, *, dpi: int = 120) -> None:
-    """One 12 x 9 in figure: RAM and power over time (left), the schedule matrix (right)."""
+                    path: str | Path, *, verdict: str | None = None, dpi: int = 120) -> None:
+    """One 12 x 9 in figure: RAM and power over time (left), the schedule matrix (right).
+
+    ``verdict`` (``"PASS"`` / ``"FAIL"``, from :mod:`poetsim.verdict`) heads the facts line.
+    """
     _check_pair(graph, schedule)
     ram_series(report)
     power_series(report)
@@ -491,12 +494,11 @@ def plot_simulation(graph: TrainingGraph, schedule: Schedule, report: SimReport,
         ax_power.set_title("Power over time", loc="left")
         _draw_matrix(ax_matrix, graph, schedule, title=False, legend_below=True)
         method = schedule.metadata.get("method")
-        verdict = "PASS" if report.passed else "FAIL"
         head = f"{report.graph_name} on {report.board_name}"
         if method:
             head += f", {method} schedule"
-        facts = (f"{verdict}: energy {_energy(report.energy_j)}, makespan "
+        facts = ((f"{verdict}: " if verdict else "") + f"energy {_energy(report.energy_j)}, makespan "
                  f"{_seconds(report.makespan_s)}, peak RAM {_bytes(report.peak_ram_bytes)}"
-                 f" of {_bytes(report.budget_bytes)} budget")
+                 f" of {_bytes(report.budget_bytes)} limit")
         fig.suptitle(f"{head}\n{facts}", fontsize=11)
         save_figure(fig, path, dpi)

@@ -72,6 +72,7 @@ from poetsim.fileio import atomic_write_bytes, atomic_write_text
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
 from poetsim.schedule.check import ScheduleError
+from poetsim.schedule.metadata import parse_metadata
 from poetsim.schedule.ops import Action, Schedule, Step
 
 __all__ = [
@@ -238,6 +239,10 @@ def _from_dict(data: Any, graph: TrainingGraph | None) -> Schedule:
                        "bad_format")
     if not isinstance(metadata, dict):
         raise _Problem("metadata", f"{_short(metadata)}: must be an object", "bad_format")
+    try:
+        parse_metadata(metadata)
+    except InputError as err:
+        raise _Problem("", str(err), "bad_metadata") from None
     names = data["ops"]
     if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
         raise _Problem("ops", "must be a list of op names", "bad_format")

@@ -4,7 +4,8 @@
 baseline's or a hand-built one) for one training iteration on a discrete-event model of a
 :class:`~poetsim.boards.Board` built on SimPy, and returns a :class:`SimReport`: the
 peak RAM and where it occurs, the makespan, the energy by component, power state and op
-kind, stalls, bus and storage traffic, flash wear, and a pass/fail verdict with reasons.
+kind, stalls, bus and storage traffic, flash wear, and what the run broke against the
+limits it was given. Whether that is a PASS is judged by :mod:`poetsim.verdict`.
 
 Modules, one concept each:
 
@@ -26,8 +27,8 @@ Modules, one concept each:
 >>> from poetsim.zoo import build_model
 >>> graph = build_model("mlp", layers=2)
 >>> report = simulate(graph, get_board("nrf52840"), plain_schedule(graph))
->>> report.passed, report.stall_s
-(True, 0.0)
+>>> report.violations, report.stall_s
+((), 0.0)
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ def simulate(graph: TrainingGraph, board: Board, schedule: Schedule, *,
     resident_bytes:
         The fixed region (parameters, gradients, optimizer state), live from the start.
     deadline_s:
-        Makespan bound; ``None`` takes ``schedule.metadata["deadline_s"]`` if present.
+        Makespan bound to record a miss against; ``None``: none (a schedule file's own
+        figures are never taken).
     costs:
         Per-op costs; ``None`` computes :func:`poetsim.costs.op_costs` for ``board``.
     trace:
@@ -95,8 +97,6 @@ def simulate(graph: TrainingGraph, board: Board, schedule: Schedule, *,
         budget_bytes = board.ram.usable_bytes
     budget_bytes = _whole_bytes("budget_bytes", budget_bytes)
     resident_bytes = _whole_bytes("resident_bytes", resident_bytes)
-    if deadline_s is None:
-        deadline_s = schedule.metadata.get("deadline_s")
     if deadline_s is not None:
         if isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)) \
                 or not math.isfinite(deadline_s) or deadline_s <= 0:

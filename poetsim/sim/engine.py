@@ -389,18 +389,6 @@ class Simulation:
                 "flash_worn_out",
                 f"a flash sector was erased {wear.max_erase_count} times, over the endurance "
                 f"of {wear.endurance_cycles} cycles"))
-        reasons: list[str] = []
-        if ram.overflows:
-            first = ram.overflows[0]
-            where = (f"step {ram.peak_step}, {ram.peak_action} {ram.peak_op!r}"
-                     if ram.peak_step >= 0 else "the resident region alone")
-            reasons.append(
-                f"RAM peaks at {ram.peak} B ({where}), over the budget of {ram.budget_bytes} "
-                f"B; first overflow at step {first.step} ({first.action} {first.op!r}); "
-                f"{len(ram.overflows)} allocation(s) over the budget")
-        for v in violations:
-            if v.rule != "ram_overflow":
-                reasons.append(v.message)
         counts = self.profile.counts
         metadata = self.schedule.metadata
         prediction = None
@@ -436,7 +424,7 @@ class Simulation:
         dma_busy = self.dma.busy_s if self.dma is not None else 0.0
         return SimReport(
             graph_name=self.graph.name, board_name=board.name, steps=len(self.steps),
-            passed=not violations, reasons=tuple(reasons), violations=tuple(violations),
+            violations=tuple(violations),
             makespan_s=makespan, deadline_s=self.deadline_s, compute_s=self.compute_s,
             cpu_transfer_s=self.cpu_transfer_s, stall_s=self.stall_s, tail_s=self.tail_s,
             peak_ram_bytes=ram.peak, peak_step=ram.peak_step, peak_op=ram.peak_op,

@@ -135,9 +135,7 @@ class SimReport:
     graph_name: str
     board_name: str
     steps: int
-    # verdict
-    passed: bool
-    reasons: tuple[str, ...]
+    # what the run broke, against the limits it was given (judged by poetsim.verdict)
     violations: tuple[SimViolation, ...]
     # time
     makespan_s: float
@@ -228,8 +226,6 @@ class SimReport:
             "graph": self.graph_name,
             "board": self.board_name,
             "steps": self.steps,
-            "passed": self.passed,
-            "reasons": list(self.reasons),
             "violations": [v.as_dict() for v in self.violations],
             "makespan_s": self.makespan_s,
             "deadline_s": self.deadline_s,

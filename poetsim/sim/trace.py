@@ -39,8 +39,9 @@ def _order(name: str) -> tuple[int, str]:
     return (rank, name)
 
 
-def chrome_trace(report: SimReport) -> dict[str, Any]:
-    """The trace as a JSON-ready dict (needs a report made with ``trace=True``)."""
+def chrome_trace(report: SimReport, *, verdict: str | None = None) -> dict[str, Any]:
+    """The trace as a JSON-ready dict (needs a report made with ``trace=True``);
+    ``verdict`` (from :mod:`poetsim.verdict`) is recorded with it when given."""
     timeline = report.timeline
     if timeline is None:
         raise InputError("the report has no timeline: simulate with trace=True")
@@ -99,10 +100,13 @@ def chrome_trace(report: SimReport) -> dict[str, Any]:
         "displayTimeUnit": "ms",
         "otherData": {"graph": report.graph_name, "board": report.board_name,
                       "energy_j": report.energy_j, "makespan_s": report.makespan_s,
-                      "peak_ram_bytes": report.peak_ram_bytes, "passed": report.passed},
+                      "peak_ram_bytes": report.peak_ram_bytes,
+                      **({"verdict": verdict} if verdict else {})},
     }
 
 
-def write_chrome_trace(report: SimReport, path: str | Path) -> None:
+def write_chrome_trace(report: SimReport, path: str | Path, *,
+                       verdict: str | None = None) -> None:
     """Write :func:`chrome_trace` of ``report`` to ``path`` (atomically)."""
-    atomic_write_text(path, json.dumps(chrome_trace(report), separators=(",", ":")) + "\n")
+    atomic_write_text(path, json.dumps(chrome_trace(report, verdict=verdict),
+                                       separators=(",", ":")) + "\n")

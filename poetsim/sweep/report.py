@@ -34,7 +34,7 @@ from poetsim.units import format_bytes, format_quantity
 __all__ = ["plot_energy_vs_deadline", "plot_energy_vs_ram", "read_results", "format_table",
            "summary_counts", "write_csv", "write_plots"]
 
-_JSON_COLUMNS = ("model_options", "overrides", "solver")
+_JSON_COLUMNS = ("model_options", "overrides", "solver", "violations")
 
 #: Okabe-Ito hues, one per method in order of first appearance.
 _COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000",
@@ -51,7 +51,8 @@ def read_results(path: str | Path) -> list[dict[str, Any]]:
         for column in _JSON_COLUMNS:
             if row.get(column):
                 row[column] = json.loads(row[column])
-        for column in ("feasible", "budget_ok", "deadline_ok", "cached"):
+        for column in ("feasible", "fits_board_ram", "within_budget", "deadline_met",
+                       "cached"):
             if row.get(column) is not None:
                 row[column] = bool(row[column])
     return rows
@@ -90,7 +91,7 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
             f"{r['idx']:>4} {r['model']:<16} {r['ram']:>7} {r['deadline']:>8} "
             f"{r['method']:<14} {status or '-':<13} {_cell(r.get('feasible'), '', 4)} "
             f"{_cell(r.get('energy_j'), '.5g', 10)} {_cell(overhead, '', 9)} "
-            f"{_cell(r.get('makespan_s'), '.5g', 10)} {_cell(r.get('peak_ram_bytes'), 'd', 9)} "
+            f"{_cell(r.get('makespan_s'), '.5g', 10)} {_cell(r.get('peak_total_bytes'), 'd', 9)} "
             f"{_cell(gap, '', 7)} {_cell(r.get('cached'), '', 6)} "
             f"{_cell(r.get('wall_s'), '.2f', 7)}  {r['variant']}"
             + (f"  [{note}]" if note else ""))

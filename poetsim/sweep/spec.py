@@ -6,7 +6,8 @@ A sweep file is TOML::
     models = ["resnet18_cifar", { name = "mlp", layers = 4, width = 64 }]
     boards = ["nrf52840", "my_board.toml"] # built-in names or board files (relative to
                                            # the sweep file)
-    ram = ["50%", "70%", "256KiB", "board"] # RAM budgets of activations (see below)
+    ram = ["50%", "70%", "256KiB", "board"] # RAM budgets (see below)
+    accounting = "physical"                # or "paper" (POET's mu_RAM); default physical
     deadlines = ["1.5x", "none"]           # "1.5x", seconds ("2.5" / "2.5s") or "none"
     methods = ["poet", "dtr", "chen_greedy"]
 
@@ -24,10 +25,11 @@ The points are the cross product of models x boards x override values x ram x de
 x methods, in that nesting order (the last varies fastest), which is also the order they
 are submitted and reported in. Dotted override keys may be quoted or written as TOML
 dotted keys (the two are the same table). A RAM budget is as for ``poetsim solve`` (a
-percentage of the plain schedule's peak, a size or bytes), or ``"board"``: the board's
-usable RAM (``ram.bytes - ram.reserved_bytes``) for activations, with parameters and
-gradients beside it as in every poetsim budget; the budget that makes ``ram.bytes``
-overrides matter.
+percentage of the plain schedule's activation peak, a size or bytes), or ``"board"``: the
+board's usable RAM (``ram.bytes - ram.reserved_bytes``), the budget that makes
+``ram.bytes`` overrides matter. What a budget covers, and what the verdict counts, is the
+sweep's ``accounting`` (:mod:`poetsim.request`): ``physical`` (everything resident,
+within the board's RAM) or ``paper``.
 
 Everything is checked when the file is read: models and their options, boards, every
 override combination applied to every board (with all of :mod:`poetsim.boards.spec`'s
@@ -55,34 +57,22 @@ from poetsim.boards.registry import get_board
 from poetsim.boards.spec import Board, BoardFieldError, Source, SourceKind
 from poetsim.errors import InputError, PoetsimError
 from poetsim.fileio import read_toml
-from poetsim.optimizer.solve import parse_deadline, resolve_budget
-from poetsim.runs import METHODS, SOLVER_METHODS
+from poetsim.methods import METHODS, SolverSettings
+from poetsim.request import BOARD_RAM, Accounting, parse_deadline, resolve_request
 
 __all__ = ["BOARD_BUDGET", "Point", "SolverSettings", "Sweep", "SweepError", "apply_overrides",
            "board_numbers", "expand_points", "load_sweep", "parse_sweep", "variant_label"]
 
-#: The RAM budget word meaning "the board's usable RAM" (for activations).
-BOARD_BUDGET = "board"
+#: The RAM budget word meaning "the board's usable RAM".
+BOARD_BUDGET = BOARD_RAM
 
-_TOP_KEYS = ("name", "models", "boards", "overrides", "ram", "deadlines", "methods", "solver")
+_TOP_KEYS = ("name", "models", "boards", "overrides", "ram", "accounting", "deadlines",
+             "methods", "solver")
 _SOLVER_KEYS = ("time_limit_s", "gap_limit", "seed")
 
 
 class SweepError(InputError):
     """A sweep file or results store is invalid; the message names file, key, value, rule."""
-
-
-@attrs.frozen
-class SolverSettings:
-    """Settings of the MILP methods (``poet``, ``checkmate``, ``paging_only``)."""
-
-    time_limit_s: float = 30.0
-    gap_limit: float = 0.0
-    seed: int = 0
-
-    def for_method(self, method: str) -> dict[str, Any]:
-        """The settings that decide ``method``'s result ({} for a heuristic baseline)."""
-        return attrs.asdict(self) if method in SOLVER_METHODS else {}
 
 
 @attrs.frozen
@@ -111,6 +101,7 @@ class Sweep:
     deadlines: tuple[str | None, ...]
     methods: tuple[str, ...]
     solver: SolverSettings = SolverSettings()
+    accounting: Accounting = Accounting.PHYSICAL
 
     @property
     def size(self) -> int:
@@ -124,7 +115,8 @@ class Sweep:
                 "models": [{"name": m.name, **dict(m.options)} for m in self.models],
                 "boards": [b.name for b in self.boards],
                 "overrides": {k: list(v) for k, v in self.overrides},
-                "ram": list(self.ram), "deadlines": [d or "none" for d in self.deadlines],
+                "ram": list(self.ram), "accounting": self.accounting.value,
+                "deadlines": [d or "none" for d in self.deadlines],
                 "methods": list(self.methods), "solver": attrs.asdict(self.solver)}
 
 
@@ -147,6 +139,7 @@ class Point:
     method: str
     solver: SolverSettings
     point_id: str
+    accounting: Accounting = Accounting.PHYSICAL
 
     def inputs(self) -> dict[str, Any]:
         """The point's inputs as JSON-ready columns of the results store."""
@@ -154,7 +147,8 @@ class Point:
                 "model_options": json.dumps(dict(self.model.options), sort_keys=True),
                 "board": self.board.name, "variant": self.variant,
                 "overrides": json.dumps(dict(self.overrides)), "ram": self.ram,
-                "deadline": self.deadline or "none", "method": self.method,
+                "deadline": self.deadline or "none", "accounting": self.accounting.value,
+                "method": self.method,
                 "solver": json.dumps(self.solver.for_method(self.method), sort_keys=True)}
 
 
@@ -323,7 +317,8 @@ def _overrides(origin: str, raw: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]
     return tuple(out)
 
 
-def _ram(origin: str, raw: list[Any], models: tuple[ModelChoice, ...]) -> tuple[str, ...]:
+def _ram(origin: str, raw: list[Any], models: tuple[ModelChoice, ...],
+         boards: tuple[Board, ...], accounting: Accounting) -> tuple[str, ...]:
     from poetsim.zoo import build_model
 
     graph = build_model(models[0].name, **dict(models[0].options))
@@ -333,13 +328,10 @@ def _ram(origin: str, raw: list[Any], models: tuple[ModelChoice, ...]) -> tuple[
             raise SweepError(f"{origin}: ram = {item!r}: must be a percentage (\"50%\"), a size "
                              f"(\"256KiB\"), bytes or {BOARD_BUDGET!r}")
         text = str(item).strip()
-        if text != BOARD_BUDGET:
-            try:
-                budget = resolve_budget(graph, text)
-            except PoetsimError as err:
-                raise SweepError(f"{origin}: {err}") from None
-            if budget.activation_bytes <= 0:
-                raise SweepError(f"{origin}: ram = {text!r}: must be positive")
+        try:
+            resolve_request(graph, boards[0], ram=text, accounting=accounting)
+        except PoetsimError as err:
+            raise SweepError(f"{origin}: {err}") from None
         out.append(text)
     return tuple(out)
 
@@ -380,19 +372,10 @@ def _solver(origin: str, raw: Any) -> SolverSettings:
         if key not in _SOLVER_KEYS:
             raise SweepError(f"{origin}: solver: unknown key {key!r}; allowed: "
                              f"{', '.join(_SOLVER_KEYS)}")
-    settings = SolverSettings()
-    limit = raw.get("time_limit_s", settings.time_limit_s)
-    gap = raw.get("gap_limit", settings.gap_limit)
-    seed = raw.get("seed", settings.seed)
-    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0 \
-            or not math.isfinite(limit):
-        raise SweepError(f"{origin}: solver.time_limit_s = {limit!r}: must be a positive "
-                         "number of seconds")
-    if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not 0 <= gap < 1:
-        raise SweepError(f"{origin}: solver.gap_limit = {gap!r}: must be in [0, 1)")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise SweepError(f"{origin}: solver.seed = {seed!r}: must be a whole number >= 0")
-    return SolverSettings(float(limit), float(gap), seed)
+    try:
+        return SolverSettings(**raw)
+    except InputError as err:
+        raise SweepError(f"{origin}: solver.{err}") from None
 
 
 def parse_sweep(data: Mapping[str, Any], *, origin: str = "<sweep>",
@@ -409,10 +392,15 @@ def parse_sweep(data: Mapping[str, Any], *, origin: str = "<sweep>",
         raise SweepError(f"{origin}: name = {name!r}: must be a non-empty string")
     models = _models(origin, _list(origin, data, "models"))
     boards = _boards(origin, Path(base_dir), _list(origin, data, "boards"))
+    try:
+        accounting = Accounting.parse(data.get("accounting", Accounting.PHYSICAL.value))
+    except InputError as err:
+        raise SweepError(f"{origin}: {err}") from None
     sweep = Sweep(
         name=name, source=origin, models=models, boards=boards,
         overrides=_overrides(origin, data.get("overrides")),
-        ram=_ram(origin, _list(origin, data, "ram"), models),
+        ram=_ram(origin, _list(origin, data, "ram"), models, boards, accounting),
+        accounting=accounting,
         deadlines=_deadlines(origin, _list(origin, data, "deadlines", ["none"])),
         methods=_methods(origin, _list(origin, data, "methods")),
         solver=_solver(origin, data.get("solver")),
@@ -431,10 +419,10 @@ def load_sweep(path: str | Path) -> Sweep:
 # ----------------------------------------------------------------------------- points
 
 def _point_id(model: ModelChoice, board: Board, variant: str, ram: str, deadline: str | None,
-              method: str, solver: SolverSettings) -> str:
+              method: str, solver: SolverSettings, accounting: Accounting) -> str:
     doc = {"model": model.name, "options": dict(model.options), "board": board_numbers(board),
            "variant": variant, "ram": ram, "deadline": deadline, "method": method,
-           "solver": solver.for_method(method)}
+           "solver": solver.for_method(method), "accounting": accounting.value}
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -453,12 +441,14 @@ def expand_points(sweep: Sweep) -> list[Point]:
                 variant = variant_label(base, overrides)
                 for ram, deadline, method in itertools.product(sweep.ram, sweep.deadlines,
                                                                sweep.methods):
-                    pid = _point_id(model, board, variant, ram, deadline, method, sweep.solver)
+                    pid = _point_id(model, board, variant, ram, deadline, method, sweep.solver,
+                                    sweep.accounting)
                     if pid in seen:
                         continue
                     seen.add(pid)
                     points.append(Point(index=len(points), model=model, board=board,
                                         variant=variant, overrides=overrides, ram=ram,
                                         deadline=deadline, method=method,
-                                        solver=sweep.solver, point_id=pid))
+                                        solver=sweep.solver, point_id=pid,
+                                        accounting=sweep.accounting))
     return points

@@ -32,7 +32,7 @@ from poetsim.sweep.spec import SweepError
 __all__ = ["COLUMNS", "FINAL_STATUSES", "STORE_VERSION", "ResultsStore", "cache_dir_for",
            "pending_points"]
 
-STORE_VERSION = 1
+STORE_VERSION = 2
 
 #: Statuses after which a rerun skips the point (``error`` only without --retry-failed).
 FINAL_STATUSES = ("done", "error")
@@ -42,15 +42,17 @@ COLUMNS: dict[str, str] = {
     # inputs
     "id": "TEXT PRIMARY KEY", "idx": "INTEGER", "sweep": "TEXT", "model": "TEXT",
     "model_options": "TEXT", "board": "TEXT", "variant": "TEXT", "overrides": "TEXT",
-    "ram": "TEXT", "deadline": "TEXT", "method": "TEXT", "solver": "TEXT",
+    "ram": "TEXT", "deadline": "TEXT", "accounting": "TEXT", "method": "TEXT",
+    "solver": "TEXT",
     # outcome
     "status": "TEXT", "method_status": "TEXT", "feasible": "INTEGER", "reason": "TEXT",
-    "error": "TEXT",
+    "error": "TEXT", "verdict": "TEXT", "violations": "TEXT", "fits_board_ram": "INTEGER",
     # figures (simulated unless named predicted_)
     "energy_j": "REAL", "predicted_energy_j": "REAL", "reference_energy_j": "REAL",
-    "energy_overhead": "REAL", "makespan_s": "REAL", "peak_ram_bytes": "INTEGER",
+    "energy_overhead": "REAL", "makespan_s": "REAL", "peak_total_bytes": "INTEGER",
+    "board_ram_bytes": "INTEGER", "budget_bytes": "INTEGER",
     "budget_activation_bytes": "INTEGER", "resident_bytes": "INTEGER", "deadline_s": "REAL",
-    "budget_ok": "INTEGER", "deadline_ok": "INTEGER", "gap": "REAL", "bound_j": "REAL",
+    "within_budget": "INTEGER", "deadline_met": "INTEGER", "gap": "REAL", "bound_j": "REAL",
     "recomputations": "INTEGER", "page_outs": "INTEGER", "page_ins": "INTEGER",
     # bookkeeping
     "cached": "INTEGER", "solve_time_s": "REAL", "sim_time_s": "REAL", "wall_s": "REAL",

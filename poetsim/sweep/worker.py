@@ -10,7 +10,7 @@ does not stop the sweep.
 The schedule is produced by :func:`poetsim.runs.run_method` with a
 :class:`poetsim.runs.RunCache` in ``cache_dir`` (content-addressed, atomic entries, so
 concurrent workers on one machine share it safely) and checked by
-:func:`poetsim.runs.simulate_run`; feasibility is judged as ``poetsim compare`` does.
+:func:`poetsim.runs.run_and_judge`, judged by :mod:`poetsim.verdict` as everywhere.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ import socket
 import time
 from typing import Any
 
+import json
+
 from poetsim.boards.spec import Board
-from poetsim.compare import comparison_row, reference_energy_j, with_overheads
-from poetsim.costs import OpCosts, op_costs
 from poetsim.graph.graph import TrainingGraph
-from poetsim.runs import RunCache, run_method, simulate_run
-from poetsim.sweep.spec import BOARD_BUDGET, ModelChoice, Point
+from poetsim.request import Request, resolve_request
+from poetsim.runs import RunCache, reference_energy_j, run_and_judge, with_overheads
+from poetsim.sweep.spec import ModelChoice, Point
 
 __all__ = ["run_point"]
 
@@ -41,56 +42,45 @@ def _graph(model: ModelChoice) -> TrainingGraph:
 _REFERENCE: dict[tuple[str, str], float] = {}
 
 
-def _reference_j(point: Point, graph: TrainingGraph, board: Board, costs: OpCosts) -> float:
-    """Checkpoint-all with unlimited RAM on this board variant, once per worker process."""
+def _reference_j(point: Point, request: Request, board: Board) -> float:
+    """Every op once with unlimited RAM on this board variant, once per worker process."""
     key = (point.model.label, point.variant + repr(board))
     if key not in _REFERENCE:
         if len(_REFERENCE) > 256:
             _REFERENCE.clear()
-        _REFERENCE[key] = reference_energy_j(graph, board, costs)
+        _REFERENCE[key] = reference_energy_j(request)
     return _REFERENCE[key]
-
-
-def _budget(point: Point, board: Board) -> int | str:
-    """The ``ram`` argument of run_method: the point's, or the board's usable RAM.
-
-    ``"board"`` follows poetsim's default budget semantics (POET's mu_RAM): the budget
-    holds activations and working buffers, parameters and gradients are counted beside it.
-    """
-    return board.ram.usable_bytes if point.ram == BOARD_BUDGET else point.ram
 
 
 def _evaluate(point: Point, cache_dir: str | None) -> dict[str, Any]:
     graph = _graph(point.model)
-    board = point.board
-    costs = op_costs(graph, board)
-    ram = _budget(point, board)
-    cache = RunCache(cache_dir) if cache_dir else None
     started = time.perf_counter()
-    run = run_method(graph, board, point.method, ram=ram, deadline=point.deadline,
-                     time_limit_s=point.solver.time_limit_s, gap_limit=point.solver.gap_limit,
-                     seed=point.solver.seed, costs=costs, cache=cache)
-    solved = time.perf_counter()
-    report = simulate_run(graph, board, run, costs=costs)
-    row = comparison_row(run, report)
-    simulated = time.perf_counter()
+    request = resolve_request(graph, point.board, ram=point.ram, deadline=point.deadline,
+                              accounting=point.accounting)
+    cache = RunCache(cache_dir) if cache_dir else None
+    outcome = run_and_judge(request, point.method, point.solver, cache=cache)
+    judged = time.perf_counter()
     reference = None
-    if row.energy_j is not None:
-        reference = _reference_j(point, graph, board, costs)
-        (row,) = with_overheads([row], reference)
+    if outcome.energy_j is not None:
+        reference = _reference_j(point, request, point.board)
+        (outcome,) = with_overheads([outcome], reference)
+    row = outcome.as_dict()
     return {
-        "status": "done", "method_status": run.status, "feasible": row.feasible,
-        "reason": row.reason, "energy_j": row.energy_j, "predicted_energy_j": run.energy_j,
-        "reference_energy_j": reference,
-        "energy_overhead": row.energy_overhead,
-        "makespan_s": row.makespan_s, "peak_ram_bytes": row.peak_ram_bytes,
-        "budget_activation_bytes": run.budget_activation_bytes,
-        "resident_bytes": run.resident_bytes, "deadline_s": run.deadline_s,
-        "budget_ok": row.budget_ok, "deadline_ok": row.deadline_ok, "gap": run.gap,
-        "bound_j": run.bound_j, "recomputations": row.recomputations,
-        "page_outs": row.page_outs, "page_ins": row.page_ins, "cached": run.cached,
+        "status": "done", "method_status": row["status"], "feasible": row["feasible"],
+        "reason": row["why_not"], "verdict": row["verdict"],
+        "violations": json.dumps(row["violations"]), "fits_board_ram": row["fits_board_ram"],
+        "energy_j": row["energy_j"], "predicted_energy_j": row["predicted_energy_j"],
+        "reference_energy_j": reference, "energy_overhead": row["energy_overhead"],
+        "makespan_s": row["makespan_s"], "peak_total_bytes": row["peak_total_bytes"],
+        "board_ram_bytes": request.board_ram_bytes, "budget_bytes": row["budget_bytes"],
+        "budget_activation_bytes": row["budget_activation_bytes"],
+        "resident_bytes": row["resident_bytes"], "deadline_s": row["deadline_s"],
+        "within_budget": row.get("within_budget"), "deadline_met": row.get("deadline_met"),
+        "gap": row["gap"], "bound_j": row["bound_j"],
+        "recomputations": row["recomputations"], "page_outs": row["page_outs"],
+        "page_ins": row["page_ins"], "cached": row["cached"],
         # a cached run costs nothing now: report the time it took here, not originally
-        "solve_time_s": solved - started, "sim_time_s": simulated - solved,
+        "solve_time_s": judged - started, "sim_time_s": 0.0,
     }
 
 

@@ -365,7 +365,7 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
     ``inputs`` default to the example inputs the model was imported with (the shapes must
     be those). ``budget_bytes`` is the activation budget (default: the schedule's
     ``budget_activation_bytes`` metadata); ``resident_bytes`` the fixed region (default:
-    the schedule's metadata). With a ``board``, the simulator's predicted peak and energy
+    the graph's parameters and gradients). With a ``board``, the simulator's predicted peak and energy
     are reported too. Page files go to ``page_dir`` (default: a temporary directory,
     removed afterwards). ``after_step(position, step, page_dir)`` is called after every
     step (tests use it to tamper with page files).
@@ -385,7 +385,10 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
     if budget_bytes is None and "budget_activation_bytes" in meta:
         budget_bytes = int(meta["budget_activation_bytes"])
     if resident_bytes is None:
-        resident_bytes = int(meta.get("resident_bytes", 0))
+        # from the graph, never from the file's own figure
+        from poetsim.graph.graph import resident_memory
+
+        resident_bytes = resident_memory(graph).total_bytes
 
     with tempfile.TemporaryDirectory(prefix="poetsim-pages-") as tmp:
         directory = Path(page_dir) if page_dir is not None else Path(tmp)

@@ -1,0 +1,186 @@
+"""Every method that makes a schedule for a request: POET and the baselines, by name.
+
+This is the study layer's registry (:data:`METHODS`), above :mod:`poetsim.optimizer` and
+:mod:`poetsim.baselines`, which know nothing of each other:
+
+* ``poet``: the POET MILP (:func:`poetsim.optimizer.solve`) started from the fast
+  baselines' schedules as well as its own greedy plans (:func:`seeded_solve`);
+* ``checkmate`` (Jain et al., MLSys 2020) and ``paging_only``: the same MILP with paging,
+  respectively rematerialization, switched off (the paper's ablations);
+* the heuristic baselines of :data:`poetsim.baselines.BASELINES`.
+
+:func:`produce` runs one of them on a resolved :class:`~poetsim.request.Request` and
+returns a :class:`Produced`: the method's own status, its schedule (stamped with the
+request it was made for) and its predicted figures. Simulating and judging the schedule
+is :mod:`poetsim.runs`' job.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from poetsim.baselines import BASELINES, BaselineResult
+from poetsim.baselines.capuchin import capuchin
+from poetsim.baselines.chen import chen_greedy, chen_sqrt_n
+from poetsim.baselines.dtr import dtr
+from poetsim.baselines.pofo import pofo
+from poetsim.baselines.revolve import revolve
+from poetsim.errors import InputError
+from poetsim.graph.memory import minimum_ram_bytes
+from poetsim.optimizer import SolveResult, SolveStatus, solve
+from poetsim.request import Request
+from poetsim.schedule import Schedule
+
+__all__ = ["FAST_BASELINES", "METHODS", "SOLVER_METHODS", "MethodStatus", "Produced",
+           "SolverSettings", "produce", "seeded_solve"]
+
+#: Baselines fast enough to run before every POET solve, as its warm starts.
+FAST_BASELINES = (dtr, chen_greedy, chen_sqrt_n, capuchin, revolve, pofo)
+
+#: The MILP methods: their result depends on the solver settings.
+SOLVER_METHODS = frozenset({"poet", "checkmate", "paging_only"})
+
+#: Every method, in the order compare reports them: POET, then the baselines.
+METHODS: tuple[str, ...] = ("poet", "checkpoint_all", "chen_sqrt_n", "chen_greedy", "revolve",
+                            "checkmate", "paging_only", "capuchin", "dtr", "pofo")
+
+#: Largest SCIP random seed shift.
+_MAX_SEED = 2**31 - 1
+
+
+class MethodStatus(enum.Enum):
+    """What a method answered. ``optimal`` (proven) and ``feasible`` (with a gap) are the
+    MILP methods', ``ok`` a heuristic's; ``infeasible``: the method found no schedule
+    (a proof only where the reason says so); ``no_solution``: a MILP method's limit ended
+    the search first; ``not_applicable``: the method does not handle this graph."""
+
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"
+    OK = "ok"
+    INFEASIBLE = "infeasible"
+    NO_SOLUTION = "no_solution"
+    NOT_APPLICABLE = "not_applicable"
+
+
+def _positive_finite(_instance: Any, attribute: Any, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or not (0 < value <= 1e6):
+        raise InputError(f"{attribute.name} = {value!r}: must be a number of seconds in "
+                         "(0, 1e6]")
+
+
+def _gap(_instance: Any, attribute: Any, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < 1):
+        raise InputError(f"{attribute.name} = {value!r}: must be in [0, 1)")
+
+
+def _count(low: int, high: int) -> Callable[[Any, Any, int], None]:
+    def check(_instance: Any, attribute: Any, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or not (low <= value <= high):
+            raise InputError(f"{attribute.name} = {value!r}: must be a whole number in "
+                             f"[{low}, {high}]")
+    return check
+
+
+@attrs.frozen
+class SolverSettings:
+    """Settings of the MILP methods (``poet``, ``checkmate``, ``paging_only``)."""
+
+    time_limit_s: float = attrs.field(default=30.0, validator=_positive_finite)
+    gap_limit: float = attrs.field(default=0.0, validator=_gap)
+    seed: int = attrs.field(default=0, validator=_count(0, _MAX_SEED))
+    threads: int = attrs.field(default=1, validator=_count(1, 1024))
+
+    def for_method(self, method: str) -> dict[str, Any]:
+        """The settings that decide ``method``'s result ({} for a heuristic baseline)."""
+        return attrs.asdict(self) if method in SOLVER_METHODS else {}
+
+
+@attrs.frozen
+class Produced:
+    """What one method made for one request (predicted figures, not simulated)."""
+
+    status: MethodStatus
+    reason: str
+    schedule: Schedule | None = attrs.field(default=None, repr=False, eq=False)
+    predicted_energy_j: float | None = None
+    predicted_time_s: float | None = None
+    predicted_peak_ram_bytes: int | None = None
+    gap: float | None = None
+    bound_j: float | None = None
+
+
+def seeded_solve(request: Request, settings: SolverSettings = SolverSettings(), *,
+                 remat: bool = True, paging: bool = True, restricted: bool = False,
+                 deadline_s: float | None = None,
+                 progress: Callable[[dict[str, float]], None] | None = None) -> SolveResult:
+    """:func:`poetsim.optimizer.solve` with the fast baselines' schedules as warm starts.
+
+    ``deadline_s`` plans against a deadline tighter than the request's. A fast baseline
+    that fails is skipped: a warm start is a help, never a requirement.
+    """
+    deadline_s = request.deadline_s if deadline_s is None else deadline_s
+    schedules = []
+    # Below the smallest possible working set the solver answers at once; nothing to seed.
+    if (request.infeasible_reason is None
+            and request.activation_budget_bytes >= minimum_ram_bytes(request.graph)[0]):
+        for method in FAST_BASELINES:
+            result = method(request.graph, request.board, request.costs,
+                            request.activation_budget_bytes, deadline_s=deadline_s)
+            if result.schedule is not None:
+                schedules.append(result.schedule)
+    return solve(request, remat=remat, paging=paging, restricted=restricted,
+                 deadline_s=deadline_s, time_limit_s=settings.time_limit_s,
+                 gap_limit=settings.gap_limit, threads=settings.threads, seed=settings.seed,
+                 progress=progress, warm_starts=schedules)
+
+
+def _from_solve(result: SolveResult) -> Produced:
+    m = result.metrics
+    return Produced(
+        status=MethodStatus(result.status.value),
+        reason="" if result.status is SolveStatus.OPTIMAL else result.message,
+        schedule=result.schedule, predicted_energy_j=m.energy_j if m else None,
+        predicted_time_s=m.time_s if m else None,
+        predicted_peak_ram_bytes=m.peak_ram_bytes if m else None, gap=result.gap,
+        bound_j=result.bound_j)
+
+
+def _from_baseline(result: BaselineResult) -> Produced:
+    return Produced(
+        status=MethodStatus(result.status), reason=result.reason, schedule=result.schedule,
+        predicted_energy_j=result.energy_j, predicted_time_s=result.time_s,
+        predicted_peak_ram_bytes=result.peak_ram_bytes)
+
+
+def produce(request: Request, method: str, settings: SolverSettings = SolverSettings(), *,
+            deadline_s: float | None = None) -> Produced:
+    """Run ``method`` on ``request`` (planning against ``deadline_s`` when it is tighter
+    than the request's deadline); its schedule carries the request in its metadata."""
+    if method not in METHODS:
+        raise InputError(f"method = {method!r}: must be one of {', '.join(METHODS)}")
+    deadline_s = request.deadline_s if deadline_s is None else deadline_s
+    unfit = request.infeasible_reason
+    if unfit is not None:
+        return Produced(MethodStatus.INFEASIBLE, unfit)
+    if method == "poet":
+        produced = _from_solve(seeded_solve(request, settings, deadline_s=deadline_s))
+    elif method in ("checkmate", "paging_only"):
+        produced = _from_solve(solve(
+            request, remat=method == "checkmate", paging=method == "paging_only",
+            deadline_s=deadline_s, time_limit_s=settings.time_limit_s,
+            gap_limit=settings.gap_limit, threads=settings.threads, seed=settings.seed))
+    else:
+        produced = _from_baseline(BASELINES[method](
+            request.graph, request.board, request.costs, request.activation_budget_bytes,
+            deadline_s=deadline_s))
+    if produced.schedule is None:
+        return produced
+    stamped = produced.schedule.with_metadata(**request.metadata(), method=method,
+                                              solver_deadline_s=deadline_s)
+    return attrs.evolve(produced, schedule=stamped)

@@ -1,0 +1,226 @@
+"""One request: what the user asked, resolved once into bytes and seconds, priced once.
+
+A *request* is a training graph on a board with a RAM budget, an optional deadline and an
+accounting. :func:`resolve_request` is the only place where the user's words for a budget
+(``"50%"``, ``"256KiB"``, a byte count, ``"board"``) and a deadline (``"1.5x"``,
+``"2.5s"``, seconds) are parsed; the optimizer, every baseline, the simulator's verdict,
+compare, the demo, sweeps and the experiments take the resolved :class:`Request` and never
+parse again. The graph is priced (:func:`poetsim.costs.op_costs`) here, once.
+
+Two accountings (:class:`Accounting`):
+
+* ``physical`` (the default): RAM holds everything the training keeps (activations,
+  workspace and page-in buffers, parameters, gradients, optimizer state), and all of it
+  must fit the board's usable RAM. A size or ``"board"`` is the whole RAM; a percentage
+  is of the plain schedule's activation peak, with the resident state added on top. The
+  activation budget the methods plan against is what is left of the budget after the
+  resident state, and never more than what the board leaves.
+* ``paper``: POET's mu_RAM. The budget covers activations and working buffers only, as in
+  the paper's experiments, which assume parameters and gradients live in a separate
+  region. Verdicts still say what is physically needed and whether it fits the board.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from typing import Any
+
+import attrs
+
+from poetsim.boards.spec import Board
+from poetsim.costs import OpCosts, op_costs
+from poetsim.errors import InputError
+from poetsim.graph.graph import TrainingGraph, resident_memory
+from poetsim.graph.memory import plain_peak
+from poetsim.units import format_bytes, parse_bytes
+
+__all__ = ["BOARD_RAM", "MAX_BUDGET_BYTES", "MAX_DEADLINE_S", "Accounting", "Request",
+           "parse_deadline", "resolve_request"]
+
+#: The budget word for "all of the board's usable RAM".
+BOARD_RAM = "board"
+#: Plausibility bounds on what a user may ask for: 1 PiB of RAM, a year per iteration.
+MAX_BUDGET_BYTES = 2**50
+MAX_DEADLINE_S = 365 * 24 * 3600.0
+
+
+class Accounting(enum.Enum):
+    """What a RAM budget and a verdict count (see the module docstring)."""
+
+    PHYSICAL = "physical"
+    PAPER = "paper"
+
+    @classmethod
+    def parse(cls, value: str | Accounting, *, what: str = "accounting") -> Accounting:
+        if isinstance(value, Accounting):
+            return value
+        try:
+            return cls(str(value).strip().lower())
+        except ValueError:
+            raise InputError(f"{what} = {value!r}: must be 'physical' or 'paper'") from None
+
+
+@attrs.frozen
+class Request:
+    """A resolved request. Bytes and seconds only; nothing here is parsed again.
+
+    ``budget_bytes`` is the user's budget in the accounting's terms (whole RAM under
+    ``physical``, activations under ``paper``). ``activation_budget_bytes`` is what the
+    methods plan activations and working buffers against: under ``physical`` the budget
+    minus the resident state, capped by what the board leaves (never negative).
+    ``resident_bytes`` (parameters, gradients, optimizer state) comes from the graph.
+    ``deadline_s`` is the user's deadline. ``ram`` / ``deadline`` keep the user's words.
+    """
+
+    graph: TrainingGraph = attrs.field(repr=False, eq=False)
+    board: Board = attrs.field(repr=False, eq=False)
+    costs: OpCosts = attrs.field(repr=False, eq=False)
+    accounting: Accounting
+    budget_bytes: int
+    activation_budget_bytes: int
+    resident_bytes: int
+    deadline_s: float | None
+    ram: str
+    deadline: str | None
+    optimizer: str = "sgd"
+
+    @property
+    def board_ram_bytes(self) -> int:
+        """The board's usable RAM (``ram.bytes - ram.reserved_bytes``)."""
+        return self.board.ram.usable_bytes
+
+    @property
+    def plain_time_s(self) -> float:
+        """Every op once, nothing paged: the shortest time any schedule can take."""
+        return float(self.costs.compute_time_s.sum())
+
+    @property
+    def plain_energy_j(self) -> float:
+        """Every op once, nothing paged: the least energy any schedule can spend."""
+        return float(self.costs.compute_energy_j.sum())
+
+    @property
+    def ram_limit_bytes(self) -> int:
+        """The most RAM, resident state included, a schedule may hold at any moment and
+        still meet the budget (and, under ``physical``, the board)."""
+        return self.activation_budget_bytes + self.resident_bytes
+
+    @property
+    def infeasible_reason(self) -> str | None:
+        """Why no schedule can meet this request before any method runs, or None.
+
+        Under ``physical`` the resident state must leave room for activations within the
+        budget and the board's RAM.
+        """
+        if self.accounting is not Accounting.PHYSICAL:
+            return None
+        room = min(self.budget_bytes, self.board_ram_bytes)
+        if self.resident_bytes < room:
+            return None
+        where = ("the board's usable RAM" if room == self.board_ram_bytes
+                 else f"the RAM budget ({self.ram})")
+        return (f"parameters, gradients and optimizer state alone need "
+                f"{format_bytes(self.resident_bytes)} ({self.resident_bytes} B), leaving no "
+                f"room in {where} of {format_bytes(room)} ({room} B) on {self.board.name}: "
+                "no schedule of activations can help (physical accounting)")
+
+    def metadata(self) -> dict[str, Any]:
+        """The request's part of a schedule's metadata: what was asked, and its bytes and
+        seconds (recorded for people; a reader recomputes them, see
+        :mod:`poetsim.schedule.metadata`)."""
+        return {"board": self.board.name, "accounting": self.accounting.value,
+                "ram": self.ram, "deadline": self.deadline, "optimizer": self.optimizer,
+                "budget_bytes": self.budget_bytes,
+                "budget_activation_bytes": self.activation_budget_bytes,
+                "resident_bytes": self.resident_bytes, "deadline_s": self.deadline_s}
+
+    def describe_budget(self) -> str:
+        """One line: the budget in words, with the accounting."""
+        if self.accounting is Accounting.PAPER:
+            return (f"{format_bytes(self.activation_budget_bytes)} of activations and "
+                    f"buffers (paper accounting; {format_bytes(self.resident_bytes)} of "
+                    "parameters, gradients and optimizer state beside it)")
+        return (f"{format_bytes(self.budget_bytes)} in all (physical accounting): "
+                f"{format_bytes(self.resident_bytes)} resident state + "
+                f"{format_bytes(self.activation_budget_bytes)} for activations and buffers")
+
+
+def parse_deadline(deadline: str | float | None, plain_time_s: float) -> float | None:
+    """``"1.5x"`` (of the plain schedule's compute time), ``"2.5"`` or ``"2.5s"``, or None."""
+    if deadline is None:
+        return None
+    text = str(deadline).strip()
+    match = re.fullmatch(r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(x|s)?", text)
+    if not match:
+        raise InputError(f"deadline = {text!r}: expected a factor such as 1.5x or seconds such "
+                         "as 2.5s")
+    value = float(match.group(1))
+    seconds = value * plain_time_s if match.group(2) == "x" else value
+    if not (value > 0) or not math.isfinite(seconds):
+        raise InputError(f"deadline = {text!r}: must be positive")
+    if seconds > MAX_DEADLINE_S:
+        raise InputError(f"deadline = {text!r}: {seconds:.6g} s is over the plausible "
+                         f"maximum of {MAX_DEADLINE_S:.6g} s (a year)")
+    return seconds
+
+
+def _budget_figure(text: str, reference_bytes: int) -> int:
+    """The user's budget in bytes: a percentage of ``reference_bytes`` or a size."""
+    if text.endswith("%"):
+        try:
+            fraction = float(text[:-1]) / 100
+        except ValueError:
+            raise InputError(f"ram = {text!r}: expected a percentage such as 50%") from None
+        if not (fraction > 0) or not math.isfinite(fraction):
+            raise InputError(f"ram = {text!r}: must be a positive percentage")
+        figure = math.floor(fraction * reference_bytes)
+    else:
+        figure = parse_bytes(text, what="ram")
+    if figure > MAX_BUDGET_BYTES:
+        raise InputError(f"ram = {text!r}: {figure} B is over the plausible maximum of "
+                         f"{MAX_BUDGET_BYTES} B (1 PiB)")
+    return figure
+
+
+def resolve_request(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
+                    deadline: str | float | None = None,
+                    accounting: str | Accounting = Accounting.PHYSICAL,
+                    optimizer: str = "sgd", costs: OpCosts | None = None) -> Request:
+    """Resolve the user's budget and deadline on ``graph`` and ``board``, and price the graph.
+
+    ``ram``: ``"50%"`` (of the plain schedule's activation peak), ``"256KiB"`` or bytes
+    (the whole RAM under ``physical``, activations under ``paper``), or ``"board"`` (the
+    board's usable RAM). ``deadline``: ``"1.5x"`` of the plain compute time, seconds, or
+    None. ``optimizer`` (``sgd``, ``momentum``, ``adam``) decides the optimizer state.
+    ``costs`` may be given when already computed for this graph and board.
+    """
+    accounting = Accounting.parse(accounting)
+    if costs is None:
+        costs = op_costs(graph, board)
+    elif len(costs) != len(graph.ops):
+        raise InputError(f"costs cover {len(costs)} ops, but graph {graph.name!r} has "
+                         f"{len(graph.ops)}")
+    resident = resident_memory(graph, optimizer=optimizer).total_bytes
+    usable = board.ram.usable_bytes
+    text = str(ram).strip()
+    physical = accounting is Accounting.PHYSICAL
+    if text == BOARD_RAM:
+        budget = usable
+        activations = usable - resident if physical else usable
+    elif text.endswith("%"):
+        activations = _budget_figure(text, plain_peak(graph).bytes)
+        budget = activations + resident if physical else activations
+    else:
+        budget = _budget_figure(text, 0)
+        activations = budget - resident if physical else budget
+    if physical:
+        activations = max(0, min(activations, usable - resident))
+    deadline_s = parse_deadline(deadline, float(costs.compute_time_s.sum()))
+    return Request(graph=graph, board=board, costs=costs, accounting=accounting,
+                   budget_bytes=budget, activation_budget_bytes=activations,
+                   resident_bytes=resident, deadline_s=deadline_s, ram=text,
+                   deadline=None if deadline is None else str(deadline).strip(),
+                   optimizer=optimizer)
+

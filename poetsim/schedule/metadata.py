@@ -1,0 +1,116 @@
+"""A schedule's metadata as a typed, validated record.
+
+A schedule file's ``metadata`` object says how the schedule was made: the method, its
+status, and the request it was made for (board, accounting, the user's ``ram`` and
+``deadline`` words, and their resolved bytes and seconds), with the method's predictions.
+:func:`parse_metadata` checks every known field's type and range when a file is read, so
+a bad value is a one-line error naming the field, never a crash later. Unknown fields are
+kept in ``extra``.
+
+The figures are recorded for people and are never trusted: poetsim recomputes the
+resident state from the graph and the budget and deadline from the request, and
+:func:`disagreements` lists every recorded figure that differs from what it recomputed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from poetsim.errors import InputError
+
+__all__ = ["ScheduleMetadata", "disagreements", "parse_metadata"]
+
+_TEXT = ("method", "status", "board", "accounting", "ram", "deadline", "optimizer")
+_BYTES = ("budget_bytes", "budget_activation_bytes", "resident_bytes",
+          "predicted_peak_ram_bytes")
+_SECONDS_OR_JOULES = ("deadline_s", "solver_deadline_s", "predicted_energy_j",
+                      "predicted_time_s", "bound_j")
+_FRACTIONS = ("gap",)
+#: The largest figure a metadata field may hold (bytes, seconds, joules).
+_MAX = 2.0**62
+
+
+@attrs.frozen
+class ScheduleMetadata:
+    """The known metadata fields (None when absent) and everything else in ``extra``."""
+
+    method: str | None = None
+    status: str | None = None
+    board: str | None = None
+    accounting: str | None = None
+    ram: str | None = None
+    deadline: str | None = None
+    optimizer: str | None = None
+    budget_bytes: int | None = None
+    budget_activation_bytes: int | None = None
+    resident_bytes: int | None = None
+    predicted_peak_ram_bytes: int | None = None
+    deadline_s: float | None = None
+    solver_deadline_s: float | None = None
+    predicted_energy_j: float | None = None
+    predicted_time_s: float | None = None
+    bound_j: float | None = None
+    gap: float | None = None
+    extra: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or not (0 <= value <= _MAX):
+        raise InputError(f"metadata.{name} = {value!r}: must be a number in [0, {_MAX:.3g}]")
+    return value
+
+
+def parse_metadata(raw: Mapping[str, Any], *, source: str | None = None) -> ScheduleMetadata:
+    """Check and type ``raw`` (a schedule's metadata object); errors start with ``source``
+    when given."""
+    fields: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    try:
+        for name, value in raw.items():
+            if value is None:
+                continue
+            if name in _TEXT:
+                if not isinstance(value, str):
+                    raise InputError(f"metadata.{name} = {value!r}: must be a string")
+                fields[name] = value
+            elif name in _BYTES:
+                if _number(name, value) != int(value):
+                    raise InputError(f"metadata.{name} = {value!r}: must be a whole number "
+                                     "of bytes")
+                fields[name] = int(value)
+            elif name in _SECONDS_OR_JOULES:
+                fields[name] = float(_number(name, value))
+            elif name in _FRACTIONS:
+                if _number(name, value) > 1:
+                    raise InputError(f"metadata.{name} = {value!r}: must be in [0, 1]")
+                fields[name] = float(value)
+            else:
+                extra[name] = value
+    except InputError as err:
+        if source is None:
+            raise
+        raise InputError(f"{source}: {err}") from None
+    return ScheduleMetadata(**fields, extra=extra)
+
+
+def disagreements(meta: ScheduleMetadata, recomputed: Mapping[str, Any]) -> list[str]:
+    """One line per recorded field that differs from ``recomputed`` (the request's
+    :meth:`~poetsim.request.Request.metadata`), saying which value poetsim uses."""
+    lines = []
+    for name in ("board", "accounting", "budget_bytes", "budget_activation_bytes",
+                 "resident_bytes", "deadline_s"):
+        recorded = getattr(meta, name)
+        if recorded is None:
+            continue
+        now = recomputed.get(name)
+        same = (recorded == now if not isinstance(recorded, float) or now is None
+                else math.isclose(recorded, now, rel_tol=1e-12, abs_tol=0.0))
+        if not same:
+            lines.append(f"the schedule file says {name} = {recorded!r}, poetsim uses {now!r} "
+                         "(recomputed from the graph, the board and the request)")
+    return lines

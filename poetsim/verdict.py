@@ -1,0 +1,178 @@
+"""The verdict: does this schedule run on this board? Judged here and nowhere else.
+
+:func:`judge` takes a resolved :class:`~poetsim.request.Request` and the
+:class:`~poetsim.sim.SimReport` of a schedule simulated for it, and returns a
+:class:`Verdict`. PASS is a promise that the schedule runs on the board. It requires:
+
+* under ``physical`` accounting (the default), everything resident at every moment
+  (activations, workspace and page-in buffers, parameters, gradients, optimizer state)
+  within the board's usable RAM, and within the user's budget;
+* under ``paper`` accounting, activations and buffers within the user's budget (POET's
+  mu_RAM); whether everything fits the board is still reported (``fits_board_ram``)
+  and noted, but does not decide;
+* in both, the user's deadline (the request's, never a tightened one), the storage
+  capacity, and the flash endurance where the board file gives one.
+
+The resident state comes from the graph through the request, never from a schedule
+file; the simulation must have been run with it (:func:`judge` checks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+from poetsim.errors import PoetsimError
+from poetsim.request import Accounting, Request
+from poetsim.schedule import Schedule
+from poetsim.sim import simulate
+from poetsim.sim.report import SimReport
+from poetsim.units import format_bytes
+
+__all__ = ["FAIL", "PASS", "Verdict", "check_on_board", "judge"]
+
+PASS = "PASS"
+FAIL = "FAIL"
+
+#: Simulator observations this module re-judges against the request (the others count
+#: as violations as they are).
+_REJUDGED = frozenset({"ram_overflow", "deadline_missed", "storage_full", "flash_worn_out"})
+
+
+@attrs.frozen
+class Verdict:
+    """PASS or FAIL with every figure that decided it, in bytes and seconds.
+
+    ``violations`` are one-line reasons for FAIL (empty on PASS); ``notes`` are one-line
+    facts that did not decide (under ``paper`` accounting, that the whole state does not
+    fit the board; a schedule file's metadata that disagrees with what poetsim recomputes).
+    """
+
+    passed: bool
+    accounting: Accounting
+    peak_total_bytes: int
+    peak_activation_bytes: int
+    resident_bytes: int
+    board_ram_bytes: int
+    fits_board_ram: bool
+    budget_bytes: int
+    within_budget: bool
+    makespan_s: float
+    deadline_s: float | None
+    deadline_met: bool | None
+    peak_storage_bytes: int
+    storage_capacity_bytes: int
+    violations: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return PASS if self.passed else FAIL
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready, with units in the keys."""
+        out = attrs.asdict(self, recurse=False)
+        out.pop("passed")
+        out["accounting"] = self.accounting.value
+        out["violations"] = list(self.violations)
+        out["notes"] = list(self.notes)
+        return {"verdict": self.label, **out}
+
+    def line(self) -> str:
+        """One line for people: the verdict, the physical need and the reasons."""
+        need = (f"peak {format_bytes(self.peak_total_bytes)} in all "
+                f"({format_bytes(self.resident_bytes)} resident state + "
+                f"{format_bytes(self.peak_activation_bytes)} activations) of "
+                f"{format_bytes(self.board_ram_bytes)} usable RAM: "
+                + ("fits the board" if self.fits_board_ram else "does not fit the board"))
+        text = f"{self.label} [{self.accounting.value} accounting] {need}"
+        if self.violations:
+            text += "; " + "; ".join(self.violations)
+        return text
+
+
+def _peak_where(report: SimReport) -> str:
+    if report.peak_step < 0:
+        return "before the first step"
+    return f"at step {report.peak_step}, {report.peak_action} {report.peak_op!r}"
+
+
+def judge(request: Request, report: SimReport, *, notes: Iterable[str] = ()) -> Verdict:
+    """The verdict on ``report``, a simulation of a schedule made for ``request``.
+
+    ``notes`` are carried into the verdict (e.g. disagreements of a schedule file's
+    metadata with the request, found by :mod:`poetsim.schedule.metadata`).
+    """
+    if report.resident_bytes != request.resident_bytes:
+        raise PoetsimError(
+            f"internal: the simulation counted {report.resident_bytes} B resident, the request "
+            f"{request.resident_bytes} B; simulate with the request's resident state")
+    physical = request.accounting is Accounting.PHYSICAL
+    peak_total = report.peak_ram_bytes
+    peak_activation = peak_total - request.resident_bytes
+    board_ram = request.board_ram_bytes
+    fits_board = peak_total <= board_ram
+    violations: list[str] = []
+    notes = list(notes)
+    where = _peak_where(report)
+    whole = (f"peak RAM {format_bytes(peak_total)} ({peak_total} B: "
+             f"{request.resident_bytes} B parameters, gradients and optimizer state + "
+             f"{peak_activation} B activations and buffers, {where})")
+    if not fits_board:
+        text = (f"{whole} is over the board's usable RAM of {format_bytes(board_ram)} "
+                f"({board_ram} B)")
+        (violations if physical else notes).append(
+            text if physical else f"physically: {text}; the paper's accounting leaves the "
+                                  "resident state out")
+    if physical:
+        within_budget = peak_total <= request.budget_bytes
+        if not within_budget and request.budget_bytes < board_ram:
+            violations.append(f"{whole} is over the budget of {request.ram} = "
+                              f"{format_bytes(request.budget_bytes)} ({request.budget_bytes} B)")
+    else:
+        within_budget = peak_activation <= request.budget_bytes
+        if not within_budget:
+            violations.append(
+                f"peak activation RAM {format_bytes(peak_activation)} ({peak_activation} B, "
+                f"{where}) is over the activation budget of {request.ram} = "
+                f"{format_bytes(request.budget_bytes)} ({request.budget_bytes} B)")
+    deadline_met = None
+    if request.deadline_s is not None:
+        deadline_met = report.makespan_s <= request.deadline_s
+        if not deadline_met:
+            violations.append(
+                f"makespan {report.makespan_s:.6g} s exceeds the deadline of "
+                f"{request.deadline_s:.6g} s ({request.deadline}) by "
+                f"{report.makespan_s - request.deadline_s:.6g} s")
+    if report.peak_storage_bytes > report.storage_capacity_bytes:
+        violations.append(
+            f"storage holds {report.peak_storage_bytes} B at its peak, over its capacity of "
+            f"{report.storage_capacity_bytes} B")
+    if (report.flash_endurance_cycles is not None
+            and report.flash_max_erase_count > report.flash_endurance_cycles):
+        violations.append(
+            f"a flash sector is erased {report.flash_max_erase_count} times in one iteration, "
+            f"over its endurance of {report.flash_endurance_cycles} cycles")
+    violations += [v.message for v in report.violations if v.rule not in _REJUDGED]
+    return Verdict(
+        passed=not violations, accounting=request.accounting, peak_total_bytes=peak_total,
+        peak_activation_bytes=peak_activation, resident_bytes=request.resident_bytes,
+        board_ram_bytes=board_ram, fits_board_ram=fits_board,
+        budget_bytes=request.budget_bytes, within_budget=within_budget,
+        makespan_s=report.makespan_s, deadline_s=request.deadline_s,
+        deadline_met=deadline_met, peak_storage_bytes=report.peak_storage_bytes,
+        storage_capacity_bytes=report.storage_capacity_bytes,
+        violations=tuple(violations), notes=tuple(notes))
+
+
+def check_on_board(request: Request, schedule: Schedule, *, trace: bool = False,
+                   notes: Iterable[str] = ()) -> tuple[SimReport, Verdict]:
+    """Simulate ``schedule`` on the request's board with the request's resident state,
+    budget and deadline, and judge it."""
+    report = simulate(request.graph, request.board, schedule,
+                      budget_bytes=request.ram_limit_bytes,
+                      resident_bytes=request.resident_bytes, deadline_s=request.deadline_s,
+                      costs=request.costs, trace=trace)
+    return report, judge(request, report, notes=notes)
