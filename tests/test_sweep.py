@@ -28,8 +28,9 @@ MLP = {"name": "mlp", "layers": 4, "width": 64}
 
 
 def doc(**changes):
+    # the paper's accounting: the MLP's parameters do not fit the nRF52840 physically
     base = {"models": [MLP], "boards": ["nrf52840"], "ram": ["80%"],
-            "methods": ["dtr", "chen_greedy"]}
+            "methods": ["dtr", "chen_greedy"], "accounting": "paper"}
     base.update(changes)
     return base
 
@@ -139,13 +140,25 @@ def test_run_point_result_and_error(tmp_path):
     ok = run_point(points[0], str(tmp_path / "cache"))
     assert ok["status"] == "done" and ok["feasible"] is True and ok["cached"] is False
     assert ok["energy_j"] > 0 and ok["makespan_s"] > 0 and ok["energy_overhead"] >= 0
-    assert ok["peak_ram_bytes"] <= ok["budget_activation_bytes"] + ok["resident_bytes"]
+    assert ok["peak_total_bytes"] <= ok["budget_activation_bytes"] + ok["resident_bytes"]
+    assert ok["verdict"] == "PASS" and ok["fits_board_ram"] is False
     again = run_point(points[0], str(tmp_path / "cache"))
     assert again["cached"] is True and again["energy_j"] == ok["energy_j"]
     board_budget = run_point(points[2], None)
     assert board_budget["budget_activation_bytes"] == points[2].board.ram.usable_bytes
     tiny = run_point(points[4], None)  # 1 byte: infeasible, recorded as a finished point
     assert tiny["status"] == "done" and tiny["feasible"] is False and tiny["reason"]
+
+
+def test_a_physical_sweep_judges_everything_resident():
+    sweep = parse_sweep(doc(accounting="physical", boards=["nrf52840", "rpi4"], ram=["board"]))
+    assert sweep.accounting.value == "physical"
+    mcu, pi = (run_point(p, None) for p in expand_points(sweep)[::2])
+    assert mcu["feasible"] is False and "usable RAM" in mcu["reason"]
+    assert pi["feasible"] is True and pi["verdict"] == "PASS" and pi["fits_board_ram"] is True
+    assert pi["peak_total_bytes"] <= pi["board_ram_bytes"]
+    with pytest.raises(SweepError, match="accounting = 'mu_ram'"):
+        parse_sweep(doc(accounting="mu_ram"))
 
 
 def test_run_point_records_exceptions(monkeypatch):
@@ -156,7 +169,7 @@ def test_run_point_records_exceptions(monkeypatch):
     def boom(*_a, **_k):
         raise RuntimeError("solver exploded\nsecond line")
 
-    monkeypatch.setattr(worker, "run_method", boom)
+    monkeypatch.setattr(worker, "run_and_judge", boom)
     result = run_point(point, None)
     assert result["status"] == "error"
     assert result["error"] == "RuntimeError: solver exploded"

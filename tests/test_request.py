@@ -1,0 +1,96 @@
+"""poetsim.request: the user's budget and deadline, resolved once, in both accountings."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import make_board
+
+from poetsim.errors import InputError
+from poetsim.graph.graph import resident_memory
+from poetsim.graph.memory import plain_peak
+from poetsim.request import MAX_BUDGET_BYTES, Accounting, parse_deadline, resolve_request
+
+
+@pytest.fixture
+def board():
+    return make_board()  # 1 MiB of RAM, 16 KiB reserved
+
+
+def test_paper_budget_is_activations_only(residual, board):
+    peak = plain_peak(residual).bytes
+    request = resolve_request(residual, board, ram="50%", accounting="paper")
+    assert request.accounting is Accounting.PAPER
+    assert request.activation_budget_bytes == request.budget_bytes == peak // 2
+    assert request.resident_bytes == resident_memory(residual).total_bytes
+    assert request.ram_limit_bytes == peak // 2 + request.resident_bytes
+    assert request.infeasible_reason is None
+    sized = resolve_request(residual, board, ram="1KiB", accounting="paper")
+    assert sized.activation_budget_bytes == 1024
+
+
+def test_physical_budget_counts_everything_resident(residual, board):
+    resident = resident_memory(residual).total_bytes
+    peak = plain_peak(residual).bytes
+    pct = resolve_request(residual, board, ram="50%")
+    assert pct.accounting is Accounting.PHYSICAL
+    assert pct.activation_budget_bytes == peak // 2
+    assert pct.budget_bytes == peak // 2 + resident
+    sized = resolve_request(residual, board, ram=resident + 100)
+    assert sized.budget_bytes == resident + 100 and sized.activation_budget_bytes == 100
+    whole = resolve_request(residual, board, ram="board")
+    assert whole.budget_bytes == board.ram.usable_bytes
+    assert whole.activation_budget_bytes == board.ram.usable_bytes - resident
+
+
+def test_the_board_caps_a_physical_budget_and_paper_ram_board_is_all_of_it(residual, board):
+    usable = board.ram.usable_bytes
+    resident = resident_memory(residual).total_bytes
+    big = resolve_request(residual, board, ram="1GiB")
+    assert big.activation_budget_bytes == usable - resident
+    paper = resolve_request(residual, board, ram="board", accounting="paper")
+    assert paper.activation_budget_bytes == usable
+
+
+def test_a_budget_below_the_resident_state_is_infeasible_never_negative(residual, board):
+    resident = resident_memory(residual).total_bytes
+    request = resolve_request(residual, board, ram=resident - 1)
+    assert request.activation_budget_bytes == 0
+    assert "alone need" in request.infeasible_reason and "RAM budget" in request.infeasible_reason
+    assert resolve_request(residual, board, ram=resident - 1,
+                           accounting="paper").infeasible_reason is None
+
+
+def test_deadline_in_seconds_or_a_factor(residual, board):
+    request = resolve_request(residual, board, deadline="1.5x")
+    assert request.deadline_s == pytest.approx(1.5 * request.plain_time_s)
+    assert request.deadline == "1.5x"
+    assert parse_deadline("2.5s", 1.0) == parse_deadline("2.5", 7.0) == 2.5
+    assert parse_deadline(None, 1.0) is None
+
+
+@pytest.mark.parametrize("ram, message", [
+    ("lots", "ram = 'lots'"), ("-5%", "ram = '-5%'"), ("0%", "positive percentage"),
+    ("nan%", "positive percentage"), ("2000000GiB", "plausible maximum"),
+    (str(MAX_BUDGET_BYTES + 1), "plausible maximum"), ("1e30", "plausible maximum")])
+def test_bad_budgets_are_one_line_errors(residual, board, ram, message):
+    with pytest.raises(InputError, match=message):
+        resolve_request(residual, board, ram=ram)
+
+
+@pytest.mark.parametrize("deadline, message", [
+    ("soon", "deadline = 'soon'"), ("0x", "must be positive"), ("1e12s", "plausible maximum")])
+def test_bad_deadlines_are_one_line_errors(residual, board, deadline, message):
+    with pytest.raises(InputError, match=message):
+        resolve_request(residual, board, deadline=deadline)
+
+
+def test_bad_accounting(residual, board):
+    with pytest.raises(InputError, match="accounting = 'mu'"):
+        resolve_request(residual, board, accounting="mu")
+
+
+def test_metadata_records_the_request(residual, board):
+    meta = resolve_request(residual, board, ram="50%", deadline="2x").metadata()
+    assert meta["accounting"] == "physical" and meta["ram"] == "50%"
+    assert meta["deadline"] == "2x" and meta["board"] == board.name
+    assert meta["budget_bytes"] == meta["budget_activation_bytes"] + meta["resident_bytes"]
