@@ -1,0 +1,64 @@
+"""Which zoo model physically fits which board: the whole training state against RAM.
+
+For every zoo model (default options) and every built-in board: the resident state
+(parameters + gradients, SGD) and the smallest activation working set of any schedule (the
+largest single op's inputs, output and workspace), against the board's usable RAM. A cell is
+physically possible only when their sum fits; otherwise every method's schedule FAILs the
+physical verdict, whatever the paper's accounting (activations only) says. Writes
+``benchmarks/results/physical_fit.md``; runs in seconds::
+
+    python -m benchmarks.experiments.physical_fit
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from poetsim.boards import get_board
+from poetsim.boards.registry import builtin_board_names
+from poetsim.graph.graph import resident_memory
+from poetsim.graph.memory import minimum_ram_bytes, plain_peak
+from poetsim.units import format_bytes
+from poetsim.zoo import build_model, model_names
+
+OUT = Path(__file__).resolve().parents[1] / "results" / "physical_fit.md"
+
+
+def table() -> str:
+    boards = [get_board(name) for name in builtin_board_names()]
+    lines = ["# Which zoo model physically fits which board", "",
+             "Made by `python -m benchmarks.experiments.physical_fit`. Each cell: the smallest "
+             "RAM any schedule needs in all (resident parameters and gradients + the largest "
+             "single op's working set) against the board's usable RAM: **fits** or the "
+             "factor it is over. `plain` marks where even the plain schedule (no remat, no "
+             "paging) fits. Under the physical verdict (poetsim's default) a cell that does "
+             "not fit FAILs for every method; the paper's accounting leaves the resident "
+             "state out and so passes MCU points that cannot run.", "",
+             "| model | resident | min. activations | plain peak | "
+             + " | ".join(f"{b.name} ({format_bytes(b.ram.usable_bytes)})" for b in boards)
+             + " |", "|---" * (4 + len(boards)) + "|"]
+    for name in model_names():
+        graph = build_model(name)
+        resident = resident_memory(graph).total_bytes
+        smallest = minimum_ram_bytes(graph)[0]
+        plain = plain_peak(graph).bytes
+        cells = []
+        for board in boards:
+            usable = board.ram.usable_bytes
+            need = resident + smallest
+            if need > usable:
+                cells.append(f"{need / usable:.3g}x over")
+            else:
+                cells.append("fits, plain" if resident + plain <= usable else "fits")
+        lines.append(f"| {name} | {format_bytes(resident)} | {format_bytes(smallest)} | "
+                     f"{format_bytes(plain)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    OUT.write_text(table())
+    print(OUT)
+
+
+if __name__ == "__main__":
+    main()
