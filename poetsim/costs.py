@@ -107,7 +107,8 @@ def _readonly(values: Any, dtype: Any = np.float64) -> np.ndarray:
 
 
 def _frozen_array(dtype: Any = np.float64):
-    return attrs.field(converter=lambda v: _readonly(v, dtype), eq=attrs.cmp_using(eq=np.array_equal))
+    return attrs.field(converter=lambda v: _readonly(v, dtype),
+                       eq=attrs.cmp_using(eq=np.array_equal))
 
 
 @attrs.frozen

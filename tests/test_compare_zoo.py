@@ -3,8 +3,8 @@
 Fast settings: 1 s MILP limits. Every model runs on a paper-profile and a physical board with
 POET and the fast baselines (paper accounting, as the paper's figures; and physical
 accounting, where an MCU board refuses every model with its reason); the MLP runs every
-method on every board; the CLI is exercised once. The full model x board x method grid with 5 s limits is recorded in
-``benchmarks/RESULTS.md``.
+method on every board; the CLI is exercised once. The full model x board x method grid with
+5 s limits is recorded in ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations

@@ -408,7 +408,8 @@ def _print_sim(r: SimReport, verdict: Verdict) -> None:
     if wakeups:
         print(_row("wake-ups", wakeups))
     if r.flash_erases:
-        print(_row("flash erases (max per sector)", f"{r.flash_erases} ({r.flash_max_erase_count})"))
+        print(_row("flash erases (max per sector)",
+                   f"{r.flash_erases} ({r.flash_max_erase_count})"))
     if r.prediction is not None:
         p = r.prediction
         for label, diff in (("energy", p.energy_diff_pct), ("time", p.time_diff_pct),

@@ -9,7 +9,13 @@
 
 from poetsim.optimizer.heuristic import greedy_plan, plain_plan
 from poetsim.optimizer.milp import Formulation, build_milp
-from poetsim.optimizer.plan import PlanMetrics, StagePlan, evaluate_plan, lower_plan, plan_violations
+from poetsim.optimizer.plan import (
+    PlanMetrics,
+    StagePlan,
+    evaluate_plan,
+    lower_plan,
+    plan_violations,
+)
 from poetsim.optimizer.solve import SolveResult, SolveStatus, solve
 
 __all__ = [

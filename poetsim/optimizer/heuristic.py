@@ -58,7 +58,8 @@ class _Greedy:
         self.dropped: dict[int, tuple[int, ...]] = {}
         self.pins = [0] * self.n
 
-    def closure(self, t: int, resident: set[int], stored: set[int]) -> tuple[list[int], list[int]] | None:
+    def closure(self, t: int, resident: set[int], stored: set[int]
+                ) -> tuple[list[int], list[int]] | None:
         """Ops to compute and tensors to page in for stage ``t``; None if impossible."""
         graph = self.graph
         computes, page_ins = {t}, set()

@@ -416,7 +416,8 @@ class MilpModel:
         for (t, i, k), value in freed.items():
             frees_after[t, k] = frees_after.get((t, k), 0.0) + self.mem[i] * value
         for t in range(self.n):
-            level = float(sum(self.mem[i] for i in range(t) if plan.keep[t, i] or plan.page_in[t, i]))
+            level = float(sum(self.mem[i] for i in range(t)
+                              if plan.keep[t, i] or plan.page_in[t, i]))
             previous = None
             for k in self.runnable(t):
                 if previous is not None:

@@ -385,7 +385,8 @@ def solve(request: Request, *, remat: bool = True, paging: bool = True,
         plan, metrics, improved_by_windows = _window_search(
             milp, graph, costs, plan, metrics, budget, deadline_s, overlap,
             time_budget=remaining * _WINDOW_SEARCH_SHARE, gap_limit=gap_limit)
-        model.setParam("limits/time", max(0.1, time_limit_s - (time.perf_counter() - solve_started)))
+        left_s = time_limit_s - (time.perf_counter() - solve_started)
+        model.setParam("limits/time", max(0.1, left_s))
         milp.add_warm_start(plan)
     # Attached only now: the window sub-problems' incumbents are not the problem's.
     _stop_within_gap(model, milp.energy_scale, lower, gap_limit)

@@ -497,7 +497,8 @@ def plot_simulation(graph: TrainingGraph, schedule: Schedule, report: SimReport,
         head = f"{report.graph_name} on {report.board_name}"
         if method:
             head += f", {method} schedule"
-        facts = ((f"{verdict}: " if verdict else "") + f"energy {_energy(report.energy_j)}, makespan "
+        facts = ((f"{verdict}: " if verdict else "")
+                 + f"energy {_energy(report.energy_j)}, makespan "
                  f"{_seconds(report.makespan_s)}, peak RAM {_bytes(report.peak_ram_bytes)}"
                  f" of {_bytes(report.budget_bytes)} limit")
         fig.suptitle(f"{head}\n{facts}", fontsize=11)

@@ -365,7 +365,8 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
     ``inputs`` default to the example inputs the model was imported with (the shapes must
     be those). ``budget_bytes`` is the activation budget (default: the schedule's
     ``budget_activation_bytes`` metadata); ``resident_bytes`` the fixed region (default:
-    the graph's parameters and gradients). With a ``board``, the simulator's predicted peak and energy
+    the graph's parameters and gradients). With a ``board``, the simulator's predicted peak and
+    energy
     are reported too. Page files go to ``page_dir`` (default: a temporary directory,
     removed afterwards). ``after_step(position, step, page_dir)`` is called after every
     step (tests use it to tamper with page files).
