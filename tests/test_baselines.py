@@ -7,7 +7,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from conftest import make_board
+from conftest import make_board, paper_request
 
 from poetsim.baselines import (
     BASELINES,
@@ -31,7 +31,8 @@ from poetsim.boards import get_board
 from poetsim.costs import op_costs
 from poetsim.errors import InputError
 from poetsim.graph import plain_peak, resident_memory
-from poetsim.optimizer import resolve_budget, solve
+from poetsim.methods import METHODS, MethodStatus, Produced, SolverSettings, produce
+from poetsim.optimizer import SolveStatus, solve
 from poetsim.schedule import Action, check_schedule, plain_schedule
 from poetsim.sim import simulate
 from poetsim.zoo import build_model
@@ -39,8 +40,12 @@ from poetsim.zoo import build_model
 MODELS = ("mlp", "vgg16_cifar", "resnet18_cifar")
 CHAINS = ("mlp", "vgg16_cifar")
 RAMS = ("100%", "70%")
+#: The MILP ablations of POET (run through poetsim.methods, not baselines).
+SOLVER_BASELINES = ("checkmate", "paging_only")
 #: Solver baselines get a short limit: the tests check validity, not optimality.
 SOLVER_LIMIT_S = 0.5
+#: What a MILP method answers with a schedule.
+SOLVED = (MethodStatus.OPTIMAL, MethodStatus.FEASIBLE)
 
 
 @pytest.fixture(scope="module")
@@ -58,28 +63,46 @@ def costs(graphs, board):
     return {name: op_costs(g, board) for name, g in graphs.items()}
 
 
+def activation_budget(graph, board, ram) -> int:
+    """The activation budget (POET's mu_RAM) that ``ram`` means for ``graph``."""
+    return paper_request(graph, board, ram).activation_budget_bytes
+
+
 @pytest.fixture(scope="module")
 def results(graphs, costs, board):
-    """Every baseline on every model at every RAM level, computed once."""
+    """Every heuristic baseline on every model at every RAM level, computed once."""
     out: dict[tuple[str, str, str], BaselineResult] = {}
     for name, graph in graphs.items():
         for ram in RAMS:
-            budget = resolve_budget(graph, ram).activation_bytes
+            budget = activation_budget(graph, board, ram)
             for method, fn in BASELINES.items():
-                extra = ({"time_limit_s": SOLVER_LIMIT_S}
-                         if method in ("checkmate", "paging_only") else {})
-                out[(name, ram, method)] = fn(graph, board, costs[name], budget, **extra)
+                out[(name, ram, method)] = fn(graph, board, costs[name], budget)
+    return out
+
+
+@pytest.fixture(scope="module")
+def produced(graphs, costs, board):
+    """Checkmate and paging-only (POET's MILP with paging, respectively remat, switched
+    off) on every model at every RAM level, through poetsim.methods, computed once."""
+    settings = SolverSettings(time_limit_s=SOLVER_LIMIT_S)
+    out: dict[tuple[str, str, str], Produced] = {}
+    for name, graph in graphs.items():
+        for ram in RAMS:
+            request = paper_request(graph, board, ram, costs=costs[name])
+            for method in SOLVER_BASELINES:
+                out[(name, ram, method)] = produce(request, method, settings)
     return out
 
 
 CASES = [(m, r, b) for m in MODELS for r in RAMS for b in BASELINES]
+SOLVER_CASES = [(m, r, b) for m in MODELS for r in RAMS for b in SOLVER_BASELINES]
 
 
 @pytest.mark.parametrize("model,ram,method", CASES)
 def test_schedule_is_valid_or_refusal_is_explained(results, graphs, board, model, ram, method):
     result = results[(model, ram, method)]
     graph = graphs[model]
-    budget = resolve_budget(graph, ram).activation_bytes
+    budget = activation_budget(graph, board, ram)
     assert result.method == method
     assert result.budget_bytes == budget
     if result.status == OK:
@@ -102,26 +125,70 @@ def test_schedule_is_valid_or_refusal_is_explained(results, graphs, board, model
         assert result.reason and "\n" not in result.reason
 
 
+@pytest.mark.parametrize("model,ram,method", SOLVER_CASES)
+def test_solver_schedule_is_valid_or_refusal_is_explained(produced, graphs, costs, board,
+                                                          model, ram, method):
+    result = produced[(model, ram, method)]
+    graph = graphs[model]
+    budget = activation_budget(graph, board, ram)
+    if result.status in SOLVED:
+        schedule = result.schedule
+        assert schedule is not None
+        check = check_schedule(graph, schedule, budget_bytes=budget,
+                               storage_capacity_bytes=board.storage.capacity_bytes)
+        assert check.valid, check.violation
+        assert schedule.metadata["method"] == method
+        assert schedule.metadata["budget_activation_bytes"] == budget
+        assert result.predicted_peak_ram_bytes == check.peak_ram_bytes <= budget
+        assert schedule.recomputations() == check.recomputes
+        assert schedule.page_outs == check.page_outs and schedule.page_ins == check.page_ins
+        # the ablations: Checkmate never pages, paging-only never recomputes
+        if method == "checkmate":
+            assert check.page_outs == 0 and check.page_ins == 0
+        else:
+            assert check.recomputes == 0
+        figures = predict(graph, board, costs[model], schedule)
+        assert math.isclose(result.predicted_energy_j, figures.energy_j, rel_tol=1e-9)
+        assert result.predicted_energy_j > 0 and result.predicted_time_s > 0
+        stages = [s.stage for s in schedule.steps]
+        assert stages == sorted(stages), "stages must not decrease"
+    else:
+        assert result.status in (MethodStatus.INFEASIBLE, MethodStatus.NO_SOLUTION)
+        assert result.schedule is None and result.predicted_energy_j is None
+        assert result.reason and "\n" not in result.reason
+
+
 @pytest.mark.parametrize("model", MODELS)
-def test_everything_fits_at_full_ram_where_applicable(results, graphs, model):
+def test_everything_fits_at_full_ram_where_applicable(results, produced, graphs, model):
     """At 100% the plain schedule fits, so every budget-aware method finds a schedule."""
-    for method in ("checkpoint_all", "chen_greedy", "checkmate", "paging_only", "capuchin",
-                   "dtr", "pofo", "revolve"):
+    for method in ("checkpoint_all", "chen_greedy", "capuchin", "dtr", "pofo", "revolve"):
         result = results[(model, "100%", method)]
         if method in CHAIN_ONLY and model not in CHAINS:
             assert result.status == NOT_APPLICABLE
         else:
             assert result.status == OK, (method, result.reason)
+    for method in SOLVER_BASELINES:
+        result = produced[(model, "100%", method)]
+        assert result.status in SOLVED, (method, result.reason)
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_budget_aware_methods_match_plain_at_full_ram(results, costs, model):
+def test_budget_aware_methods_match_plain_at_full_ram(results, produced, graphs, board, costs,
+                                                      model):
     plain_energy = float(costs[model].compute_energy_j.sum())
-    for method in ("checkpoint_all", "chen_greedy", "checkmate", "paging_only", "capuchin",
-                   "dtr"):
+    for method in ("checkpoint_all", "chen_greedy", "capuchin", "dtr"):
         result = results[(model, "100%", method)]
         assert result.recomputations == 0 and result.page_outs == 0, method
         assert math.isclose(result.energy_j, plain_energy, rel_tol=1e-9), method
+    for method in SOLVER_BASELINES:
+        result = produced[(model, "100%", method)]
+        schedule = result.schedule
+        assert schedule.recomputations() == 0 and schedule.page_outs == 0, method
+        # every op once, nothing paged: the least any schedule spends, so proven optimal
+        assert result.status is MethodStatus.OPTIMAL, (method, result.reason)
+        assert math.isclose(result.predicted_energy_j, plain_energy, rel_tol=1e-9), method
+        energy = predict(graphs[model], board, costs[model], schedule).energy_j
+        assert math.isclose(energy, plain_energy, rel_tol=1e-9), method
 
 
 def test_checkpoint_all_is_the_plain_schedule(results, graphs):
@@ -202,7 +269,7 @@ def test_revolve_snapshots_trade_memory_for_recomputation(results, graphs):
 def test_poet_never_above_checkpoint_all_at_full_ram(graphs, board, model):
     graph = graphs[model]
     resident = resident_memory(graph).total_bytes
-    poet = solve(graph, board, ram="100%", time_limit_s=5)
+    poet = solve(paper_request(graph, board, "100%"), time_limit_s=5)
     assert poet.schedule is not None
     plain = plain_schedule(graph)
     budget = plain_peak(graph).bytes + resident
@@ -265,14 +332,21 @@ def test_tiny_budget_is_infeasible_with_reason(graphs, board, method):
 
 def test_solver_baselines_report_solver_infeasibility(graphs, board):
     graph = graphs["mlp"]
-    for method in ("checkmate", "paging_only"):
-        result = BASELINES[method](graph, board, None, 100, time_limit_s=1)
-        assert result.status == INFEASIBLE and result.details["solver_status"] == "infeasible"
+    request = paper_request(graph, board, 100)
+    assert request.activation_budget_bytes == 100
+    for method in SOLVER_BASELINES:
+        result = produce(request, method, SolverSettings(time_limit_s=1))
+        assert result.status is MethodStatus.INFEASIBLE and result.schedule is None
+        assert "100 B" in result.reason and "\n" not in result.reason
+    for remat, paging in ((True, False), (False, True)):
+        solved = solve(request, remat=remat, paging=paging, time_limit_s=1)
+        assert solved.status is SolveStatus.INFEASIBLE and solved.schedule is None
 
 
-def test_predict_matches_cost_model(results, graphs, costs, board):
+def test_predict_matches_cost_model(produced, graphs, costs, board):
     graph = graphs["mlp"]
-    result = results[("mlp", "70%", "paging_only")]
+    result = produced[("mlp", "70%", "paging_only")]
+    assert result.status in SOLVED, result.reason
     c = costs["mlp"]
     steps = result.schedule.steps
     expected = sum(float(c.compute_energy_j[s.op]) for s in steps if s.action is Action.COMPUTE)
@@ -286,7 +360,7 @@ def test_predict_matches_cost_model(results, graphs, costs, board):
 
 def test_deadline_is_recorded_and_judged(graphs, board):
     graph = graphs["mlp"]
-    budget = resolve_budget(graph, "100%").activation_bytes
+    budget = activation_budget(graph, board, "100%")
     tight = checkpoint_all(graph, board, None, budget, deadline_s=1e-6)
     assert tight.schedule.metadata["deadline_s"] == 1e-6 and tight.deadline_ok is False
     loose = checkpoint_all(graph, board, None, budget, deadline_s=1e6)
@@ -309,8 +383,17 @@ def test_numpy_budget_is_accepted(graphs, board):
 
 def test_every_baseline_is_exported():
     assert set(BASELINES) == {"checkpoint_all", "chen_sqrt_n", "chen_greedy", "revolve",
-                              "checkmate", "paging_only", "capuchin", "dtr", "pofo"}
+                              "capuchin", "dtr", "pofo"}
     assert BASELINES["revolve"] is revolve and BASELINES["pofo"] is pofo
+    # the MILP ablations are methods, not baselines
+    assert METHODS[0] == "poet" and len(set(METHODS)) == len(METHODS)
+    assert set(METHODS) == {"poet", *BASELINES, *SOLVER_BASELINES}
+    assert not set(SOLVER_BASELINES) & set(BASELINES)
+
+
+def test_unknown_method_is_an_input_error(graphs, board):
+    with pytest.raises(InputError, match="method"):
+        produce(paper_request(graphs["mlp"], board), "no_such_method")
 
 
 def test_seeded_solve_starts_from_the_best_fast_baseline():
@@ -318,15 +401,14 @@ def test_seeded_solve_starts_from_the_best_fast_baseline():
     stage form within the budget (a DTR list that drops and recomputes a tensor inside one
     stage may need more RAM in stage form; its keep decisions then guide the greedy), and
     here, guided by DTR, it beats DTR's own list too."""
-    from poetsim.baselines import FAST_BASELINES, seeded_solve
     from poetsim.boards import get_board
-    from poetsim.costs import op_costs
-    from poetsim.optimizer.solve import resolve_budget
+    from poetsim.methods import FAST_BASELINES, seeded_solve
     from poetsim.zoo import build_model
 
     graph, board = build_model("resnet18_cifar"), get_board("nrf52840")
-    costs = op_costs(graph, board)
-    budget = resolve_budget(graph, "50%").activation_bytes
+    request = paper_request(graph, board, "50%")
+    costs = request.costs
+    budget = request.activation_budget_bytes
     from poetsim.optimizer.plan import evaluate_plan, plan_from_schedule
 
     energies = []
@@ -338,7 +420,7 @@ def test_seeded_solve_starts_from_the_best_fast_baseline():
             if metrics.peak_ram_bytes <= budget:
                 energies.append(metrics.energy_j)
     assert energies
-    result = seeded_solve(graph, board, ram="50%", time_limit_s=3)
+    result = seeded_solve(request, SolverSettings(time_limit_s=3))
     assert result.metrics is not None
     assert result.metrics.energy_j <= min(energies) * (1 + 1e-9)
     assert result.metrics.energy_j < dtr(graph, board, costs, budget).energy_j

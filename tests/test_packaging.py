@@ -25,3 +25,9 @@ def test_wheel_contains_board_files(tmp_path):
                       if n.startswith("poetsim/device_models/") and n.endswith(".toml"))
     assert boards and packaged == boards
     assert "poetsim/cli/main.py" in names
+    # the request, method registry and verdict layers ship with the package
+    for module in ("request", "methods", "verdict", "schedule/metadata"):
+        assert f"poetsim/{module}.py" in names, module
+    # checkmate and paging-only are methods now, not baseline modules
+    assert not any(n.startswith(("poetsim/baselines/checkmate", "poetsim/baselines/paging_only",
+                                 "poetsim/baselines/seeded")) for n in names)

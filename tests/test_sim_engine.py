@@ -7,13 +7,14 @@ import math
 
 import attrs
 import pytest
+from conftest import make_board, paper_request
 from test_sim_support import PAGE_BOTH, PAGE_R, PAGE_X, hand
 
-from conftest import make_board
 from poetsim.costs import op_costs
 from poetsim.errors import InputError
 from poetsim.schedule import Schedule, ScheduleError, Step, plain_schedule
 from poetsim.sim import ideal_board, simulate
+from poetsim.verdict import check_on_board
 
 BOARDS = {
     "dma": lambda: make_board(),
@@ -113,17 +114,39 @@ def test_deadline_verdict(residual):
     schedule = hand(residual, *PAGE_R)
     report = simulate(residual, make_board(), schedule)
     met = simulate(residual, make_board(), schedule, deadline_s=report.makespan_s * 1.01)
-    assert met.passed and met.deadline_met
+    assert not met.violations and met.deadline_met
     missed = simulate(residual, make_board(), schedule, deadline_s=report.makespan_s / 2)
-    assert not missed.passed and missed.deadline_met is False
+    assert missed.violations and missed.deadline_met is False
     assert missed.violations[-1].rule == "deadline_missed"
-    assert "exceeds the deadline" in missed.reasons[0]
+    reasons = [v.message for v in missed.violations]
+    assert "exceeds the deadline" in reasons[0]
 
 
-def test_deadline_from_the_schedule_metadata(residual):
+def test_deadline_is_not_taken_from_the_schedule_metadata(residual):
+    """A schedule file's own deadline is never judged: the deadline is passed explicitly."""
     schedule = hand(residual, *PAGE_R, deadline_s=1e-6)
     report = simulate(residual, make_board(), schedule)
-    assert report.deadline_s == 1e-6 and not report.deadline_met
+    assert report.deadline_s is None and report.deadline_met is None
+    assert not report.violations
+    explicit = simulate(residual, make_board(), schedule, deadline_s=1e-6)
+    assert explicit.deadline_s == 1e-6 and not explicit.deadline_met
+    assert [v.rule for v in explicit.violations] == ["deadline_missed"]
+
+
+def test_the_verdict_judges_the_requests_deadline(residual):
+    """check_on_board judges the request's deadline, whatever the schedule file says."""
+    board = make_board()
+    schedule = hand(residual, *PAGE_R, deadline_s=1e-6)
+    makespan = simulate(residual, board, schedule).makespan_s
+    loose = paper_request(residual, board, "100%", makespan * 1.01)
+    report, verdict = check_on_board(loose, schedule)
+    assert report.deadline_s == loose.deadline_s and report.deadline_met
+    assert verdict.passed and verdict.label == "PASS" and verdict.deadline_met
+    tight = paper_request(residual, board, "100%", makespan / 2)
+    report, verdict = check_on_board(tight, schedule)
+    assert not report.deadline_met
+    assert not verdict.passed and verdict.label == "FAIL" and verdict.deadline_met is False
+    assert any("exceeds the deadline" in v for v in verdict.violations)
 
 
 def test_predictions_are_compared_with_the_simulation(residual):

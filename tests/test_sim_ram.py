@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from conftest import make_board
 from test_sim_support import PAGE_R, hand
 
-from conftest import make_board
 from poetsim.costs import op_costs
 from poetsim.schedule import check_schedule, plain_schedule
 from poetsim.sim import simulate
@@ -47,13 +47,17 @@ def test_overflow_is_recorded_with_step_and_op_and_the_run_continues(residual):
     check = check_schedule(residual, schedule, budget_bytes=60)
     assert check.violation is not None and check.violation.rule == "budget_exceeded"
     report = simulate(residual, make_board(), schedule, budget_bytes=60)
-    assert not report.passed and report.ram_overflow
+    assert report.violations and report.ram_overflow
     overflows = [v for v in report.violations if v.rule == "ram_overflow"]
     first = overflows[0]
     assert first.step == check.violation.position
     assert first.op == residual.ops[check.violation.op].name
     assert "over the budget of 60 B" in first.message
-    assert report.reasons[0].startswith(f"RAM peaks at {report.peak_ram_bytes} B")
+    # Every allocation over the budget is its own violation, the first one first.
+    assert report.violations[0] is first
+    assert all("over the budget of 60 B" in v.message for v in overflows)
+    assert {v.rule for v in report.violations} == {"ram_overflow"}
+    assert any(f"RAM reaches {report.peak_ram_bytes} B" in v.message for v in overflows)
     # The run went on: every op ran, for its full time.
     costs = op_costs(residual, make_board())
     assert report.computes == len(residual.ops)
@@ -67,7 +71,8 @@ def test_default_budget_is_the_boards_usable_ram(residual):
     assert report.budget_bytes == board.ram.usable_bytes
     too_big = simulate(residual, board, plain_schedule(residual),
                        resident_bytes=board.ram.usable_bytes)
-    assert too_big.ram_overflow and not too_big.passed
+    assert too_big.ram_overflow
+    assert any(v.rule == "ram_overflow" for v in too_big.violations)
 
 
 def test_a_resident_region_over_the_budget_is_an_overflow_before_any_step(residual):
@@ -75,4 +80,4 @@ def test_a_resident_region_over_the_budget_is_an_overflow_before_any_step(residu
                       resident_bytes=200)
     first = next(v for v in report.violations if v.rule == "ram_overflow")
     assert first.step == -1
-    assert not report.passed
+    assert report.violations[0] is first

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from conftest import make_board, paper_request
 from test_sim_support import PAGE_R, hand
 
-from conftest import make_board
 from poetsim.costs import transfer_cost
 from poetsim.sim import simulate
 from poetsim.sim.storage import transfer_timing
+from poetsim.verdict import check_on_board
 
 
 @pytest.mark.parametrize("write", [False, True])
@@ -107,10 +108,14 @@ def test_storage_space_over_capacity_is_a_violation_and_the_run_goes_on(residual
     schedule = hand(residual, "compute x 0", "page_out x 0", "compute fc1 1", "page_out fc1 1",
                     *PAGE_R[2:])
     report = simulate(residual, board, schedule)
-    assert not report.passed
+    assert report.violations
     full = [v for v in report.violations if v.rule == "storage_full"]
     assert [(v.step, v.op) for v in full] == [(3, "fc1"), (6, "r")]
     assert "over its capacity of 40 B" in full[0].message
     assert report.peak_storage_bytes == 64
     assert report.page_outs == 3 and report.bytes_paged_out == 64
-    assert any("capacity" in reason for reason in report.reasons)
+    assert any("capacity" in reason for reason in [v.message for v in report.violations])
+    # and the verdict fails on it
+    _, verdict = check_on_board(paper_request(residual, board), schedule)
+    assert not verdict.passed and verdict.label == "FAIL"
+    assert any("capacity of 40 B" in v for v in verdict.violations)

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import pytest
+from conftest import make_board, paper_request
+
+from poetsim.graph.autograd import KINDS, KindRule
+from poetsim.methods import SolverSettings, seeded_solve
+from poetsim.schedule import Action, Schedule, check_schedule
+from poetsim.torchio import ExecutionError, execute_schedule, import_module
 
 torch = pytest.importorskip("torch")
 
-import torch_models as tm
-from conftest import make_board
-
-from poetsim.baselines import seeded_solve
-from poetsim.graph.autograd import KINDS, KindRule
-from poetsim.schedule import Action, Schedule, check_schedule
-from poetsim.torchio import ExecutionError, execute_schedule, import_module
+import torch_models as tm  # noqa: E402  (needs torch)
 
 #: model factory, inputs, tensors to page, tensors to recompute
 CASES = {
@@ -54,13 +54,14 @@ def test_schedule_with_recomputation_and_paging_matches_autograd(imported, case,
 def test_solver_schedule_runs_within_its_budget(imported):
     model = imported["mlp"]
     board = make_board()
-    result = seeded_solve(model.graph, board, ram="50%", time_limit_s=5)
+    result = seeded_solve(paper_request(model.graph, board, "50%"),
+                          SolverSettings(time_limit_s=5))
     schedule = result.schedule
     assert schedule is not None
     assert schedule.recomputations() > 0 and schedule.page_ins > 0
     report = execute_schedule(model, schedule, board=board)
     assert report.passed, report.reasons
-    assert report.budget_bytes == result.budget.activation_bytes
+    assert report.budget_bytes == result.request.activation_budget_bytes
     assert report.peak_live_bytes <= report.budget_bytes
     assert report.peak_live_bytes == report.simulated_peak_bytes  # no workspace in an MLP
 

@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-torch = pytest.importorskip("torch")
-
-import torch_models as tm
-from conftest import make_board
+from conftest import make_board, paper_request
 
 from poetsim.errors import GraphError, InputError
 from poetsim.graph import Phase, forward_macs, graph_to_dict
@@ -18,6 +14,10 @@ from poetsim.torchio import (
     parse_input_spec,
 )
 from poetsim.zoo import build_model
+
+torch = pytest.importorskip("torch")
+
+import torch_models as tm  # noqa: E402  (needs torch)
 
 
 def _forward_flops(graph) -> float:
@@ -66,7 +66,7 @@ def test_views_and_constant_scaling_are_folded_not_tensors():
 
 def test_bert_from_transformers_imports_and_solves():
     pytest.importorskip("transformers")
-    from poetsim.baselines import seeded_solve
+    from poetsim.methods import SolverSettings, seeded_solve
 
     imported = import_module(tm.bert_tiny(), tm.bert_inputs(), name="bert_tiny")
     graph = imported.graph
@@ -77,10 +77,12 @@ def test_bert_from_transformers_imports_and_solves():
     assert "input_ids" in inputs and len(inputs) >= 2
     params = sum(p.numel() for p in tm.bert_tiny().parameters())
     assert graph.param_bytes == 4 * params
-    result = seeded_solve(graph, make_board(), ram="60%", time_limit_s=5)
+    request = paper_request(graph, make_board(), "60%")
+    result = seeded_solve(request, SolverSettings(time_limit_s=5))
     assert result.schedule is not None
-    assert check_schedule(graph, result.schedule, budget_bytes=result.budget.total_bytes,
-                          resident_bytes=result.budget.resident_bytes).valid
+    assert result.request is request
+    assert check_schedule(graph, result.schedule, budget_bytes=request.ram_limit_bytes,
+                          resident_bytes=request.resident_bytes).valid
 
 
 def test_unsupported_op_names_the_op_and_the_module_path():

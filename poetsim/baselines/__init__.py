@@ -3,7 +3,7 @@
 One module per method, each a plain function
 ``method(graph, board, costs, budget_bytes, *, deadline_s=None) -> BaselineResult``
 (``costs`` may be ``None``; ``budget_bytes`` is the activation budget, as
-``poetsim.optimizer.Budget.activation_bytes``):
+``poetsim.request.Request.activation_budget_bytes``):
 
 ==================  ====================================================================
 ``checkpoint_all``  PyTorch's default: every op once, everything kept (the plain schedule)

@@ -4,7 +4,7 @@ A baseline is a plain function::
 
     method(graph, board, costs, budget_bytes, *, deadline_s=None) -> BaselineResult
 
-``budget_bytes`` is the *activation* budget (the optimizer's ``Budget.activation_bytes``:
+``budget_bytes`` is the *activation* budget (the request's ``activation_budget_bytes``:
 activations and working buffers; parameters, gradients and optimizer state live beside
 it). ``costs`` is :func:`poetsim.costs.op_costs` of the graph on the board (``None``
 computes it). ``deadline_s`` is recorded in the schedule's metadata; no heuristic
