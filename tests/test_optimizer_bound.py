@@ -5,20 +5,19 @@ from __future__ import annotations
 import math
 
 import pytest
+from conftest import make_board
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_optimizer_solve import MODES, TINY, BruteForce, budgets, tiny_dags
 
 from poetsim.boards import get_board
 from poetsim.costs import op_costs
 from poetsim.graph import ForwardGraph, Op, Phase, TrainingGraph, plain_peak
-from poetsim.optimizer import minimum_ram_bytes
+from poetsim.graph.memory import minimum_ram_bytes
 from poetsim.optimizer.bound import relaxation_bound_j
 from poetsim.optimizer.heuristic import greedy_plan
 from poetsim.optimizer.plan import evaluate_plan
 from poetsim.zoo import build_model
-
-from conftest import make_board
-from test_optimizer_solve import MODES, TINY, BruteForce, budgets, tiny_dags
 
 
 def _bound(graph, costs, budget, board, deadline=None, remat=True, paging=True):

@@ -6,23 +6,22 @@ import math
 
 import numpy as np
 import pytest
+from conftest import make_board, paper_request, residual_graph
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from poetsim.costs import op_costs
 from poetsim.graph import ForwardGraph, TrainingGraph, plain_peak
+from poetsim.graph.memory import minimum_ram_bytes
 from poetsim.optimizer import (
     evaluate_plan,
     greedy_plan,
     lower_plan,
-    minimum_ram_bytes,
     plain_plan,
     plan_violations,
 )
 from poetsim.schedule import check_schedule
 from poetsim.zoo import build_model
-
-from conftest import make_board, residual_graph
 
 MODES = [(True, True), (True, False), (False, True)]
 MODELS = ["mlp", "resnet18_cifar", "mobilenet_v2", "transformer_block"]
@@ -176,11 +175,10 @@ def test_a_keep_guide_steers_evictions() -> None:
     from poetsim.baselines import dtr
     from poetsim.boards import get_board
     from poetsim.optimizer.plan import plan_from_schedule
-    from poetsim.optimizer.solve import resolve_budget
 
     graph, board = build_model("resnet18_cifar"), get_board("nrf52840")
     costs = op_costs(graph, board)
-    budget = resolve_budget(graph, "50%").activation_bytes
+    budget = paper_request(graph, board, "50%").activation_budget_bytes
     listed = dtr(graph, board, costs, budget)
     lifted = plan_from_schedule(graph, listed.schedule)
     assert evaluate_plan(graph, costs, lifted, overlap=True).peak_ram_bytes > budget

@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import make_board, op_list_energy, paper_request
 
 from poetsim.costs import op_costs
 from poetsim.graph import TrainingGraph, plain_peak
@@ -31,8 +32,6 @@ from poetsim.optimizer import (
 )
 from poetsim.schedule import Action, Schedule, check_schedule
 from poetsim.zoo import build_model, model_names
-
-from conftest import make_board, op_list_energy
 
 MODES = [(True, True), (True, False), (False, True)]
 
@@ -398,11 +397,10 @@ def test_lifted_baseline_schedules_keep_their_decisions(model):
     from poetsim.baselines import chen_greedy, dtr
     from poetsim.boards import get_board
     from poetsim.optimizer.plan import plan_from_schedule
-    from poetsim.optimizer.solve import resolve_budget
 
     graph, board = build_model(model), get_board("nrf52840")
     costs = op_costs(graph, board)
-    budget = resolve_budget(graph, "70%").activation_bytes
+    budget = paper_request(graph, board, "70%").activation_budget_bytes
     for method in (dtr, chen_greedy):
         result = method(graph, board, costs, budget)
         assert result.schedule is not None

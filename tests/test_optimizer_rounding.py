@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import paper_request
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_optimizer_heuristic import forward_graphs
@@ -13,7 +14,6 @@ from poetsim.costs import op_costs
 from poetsim.optimizer import evaluate_plan, plan_violations, solve
 from poetsim.optimizer.milp import Formulation, build_milp
 from poetsim.optimizer.rounding import THRESHOLDS, RoundingHeuristic, round_plan
-from poetsim.optimizer.solve import resolve_budget
 from poetsim.zoo import build_model
 
 MODES = [(True, True), (True, False), (False, True)]
@@ -50,7 +50,8 @@ def test_rounding_an_optimal_plan_gives_it_back_or_cheaper(mode) -> None:
     graph = build_model("mlp", layers=4)
     board = get_board("nrf52840")
     costs = op_costs(graph, board)
-    result = solve(graph, board, ram="60%", remat=remat, paging=paging, time_limit_s=20)
+    result = solve(paper_request(graph, board, "60%"), remat=remat, paging=paging,
+                   time_limit_s=20)
     assert result.status.value == "optimal"
     plan = result.plan
     values = {name: getattr(plan, name).astype(float)
@@ -59,14 +60,14 @@ def test_rounding_an_optimal_plan_gives_it_back_or_cheaper(mode) -> None:
     assert plan_violations(graph, rounded) == []
     again = evaluate_plan(graph, costs, rounded, overlap=board.dma.present)
     assert again.energy_j <= result.metrics.energy_j * (1 + 1e-12)
-    assert again.peak_ram_bytes <= result.budget.activation_bytes
+    assert again.peak_ram_bytes <= result.request.activation_budget_bytes
 
 
 def test_heuristic_offers_only_plans_that_fit_and_scip_accepts_them() -> None:
     graph = build_model("mlp")
     board = get_board("nrf52840")
     costs = op_costs(graph, board)
-    budget = resolve_budget(graph, "70%").activation_bytes
+    budget = paper_request(graph, board, "70%").activation_budget_bytes
     deadline = 1.5 * float(costs.compute_time_s.sum())
     milp = build_milp(graph, costs, budget, deadline, Formulation(remat=True, paging=False),
                       overlap=board.dma.present, storage_capacity_bytes=None,

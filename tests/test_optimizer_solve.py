@@ -24,28 +24,32 @@ import math
 
 import numpy as np
 import pytest
+from conftest import make_board, op_list_energy, paper_request, residual_graph
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from poetsim.costs import op_costs
 from poetsim.errors import InputError
 from poetsim.graph import ForwardGraph, Op, Phase, TrainingGraph, plain_peak, resident_memory
+from poetsim.graph.memory import minimum_ram_bytes
 from poetsim.optimizer import (
     SolveStatus,
     StagePlan,
     evaluate_plan,
     lower_plan,
-    minimum_ram_bytes,
-    parse_deadline,
     plain_plan,
     plan_violations,
-    resolve_budget,
     solve,
+)
+from poetsim.request import (
+    MAX_BUDGET_BYTES,
+    MAX_DEADLINE_S,
+    Accounting,
+    parse_deadline,
+    resolve_request,
 )
 from poetsim.schedule import check_schedule
 from poetsim.zoo import build_model
-
-from conftest import make_board, op_list_energy, residual_graph
 
 MODES = [(True, True), (True, False), (False, True)]
 MODE_IDS = ["remat+paging", "remat-only", "paging-only"]
@@ -304,7 +308,8 @@ def test_solve_is_optimal_against_brute_force(case: str, mode: tuple[bool, bool]
     for budget in [low - 1] + budgets(graph):
         expected = brute.optimum(budget, remat=remat, paging=paging,
                                  overlap=board.dma.present)
-        result = solve(graph, board, ram=budget, remat=remat, paging=paging, time_limit_s=10)
+        result = solve(paper_request(graph, board, budget), remat=remat, paging=paging,
+                       time_limit_s=10)
         if expected is None:
             assert result.status is SolveStatus.INFEASIBLE, (budget, result.message)
             assert result.schedule is None
@@ -363,7 +368,7 @@ def test_deadlines_against_brute_force(case: str, dma: int) -> None:
         deadlines.append(2 * times[-1])  # not binding
         for deadline in deadlines:
             feasible = [e for e, s in front if s <= deadline]
-            result = solve(graph, board, ram=budget, deadline=deadline, time_limit_s=10)
+            result = solve(paper_request(graph, board, budget, deadline), time_limit_s=10)
             if not feasible:
                 assert result.status is SolveStatus.INFEASIBLE, (budget, deadline, result.message)
                 continue
@@ -453,7 +458,7 @@ def test_random_tiny_dags_against_brute_force(graph, fraction, mode, dma, throug
     if deadline_pick is not None and gaps:
         deadline = gaps[min(int(deadline_pick * len(gaps)), len(gaps) - 1)]
     feasible = [e for e, s in front if deadline is None or s <= deadline]
-    result = solve(graph, board, ram=budget, remat=remat, paging=paging, deadline=deadline,
+    result = solve(paper_request(graph, board, budget, deadline), remat=remat, paging=paging,
                    time_limit_s=5)
     if not feasible:
         assert result.status is SolveStatus.INFEASIBLE, result.message
@@ -500,7 +505,7 @@ def test_solve_properties_on_random_training_graphs(graph, fractions, throughput
     results = {}
     for budget, modes in ((small, MODES), (large, [(True, True)])):
         for remat, paging in modes:
-            result = solve(graph, board, ram=budget, remat=remat, paging=paging,
+            result = solve(paper_request(graph, board, budget), remat=remat, paging=paging,
                            time_limit_s=5)
             results[budget, remat, paging] = result
             if result.schedule is not None:
@@ -540,7 +545,8 @@ def test_budget_below_minimum_ram_is_infeasible_with_a_one_line_reason() -> None
     need, op = minimum_ram_bytes(graph)
     for ram in (need - 1, "1%", "40B"):
         for remat, paging in MODES:
-            result = solve(graph, board, ram=ram, remat=remat, paging=paging, time_limit_s=5)
+            result = solve(paper_request(graph, board, ram), remat=remat, paging=paging,
+                           time_limit_s=5)
             assert result.status is SolveStatus.INFEASIBLE
             assert result.schedule is None and result.metrics is None
             assert "\n" not in result.message
@@ -553,19 +559,21 @@ def test_deadline_below_plain_compute_time_is_infeasible() -> None:
     board = make_board()
     plain_time = float(op_costs(graph, board).compute_time_s.sum())
     for deadline in ("0.5x", "0.999x", plain_time * 0.99, f"{plain_time * 0.9}s"):
-        result = solve(graph, board, deadline=deadline, time_limit_s=5)
+        result = solve(paper_request(graph, board, deadline=deadline), time_limit_s=5)
         assert result.status is SolveStatus.INFEASIBLE, deadline
         assert result.schedule is None
         assert "\n" not in result.message
         assert result.deadline_s == pytest.approx(parse_deadline(deadline, plain_time))
+        assert result.request.deadline_s == result.deadline_s
 
 
 def test_deadline_at_the_plain_time_is_met_by_the_plain_schedule() -> None:
     graph = residual_graph()
     board = make_board()
-    result = solve(graph, board, deadline="1x", time_limit_s=5)
+    result = solve(paper_request(graph, board, deadline="1x"), time_limit_s=5)
     assert result.status is SolveStatus.OPTIMAL
-    assert result.metrics.energy_j == pytest.approx(result.plain_energy_j)
+    assert result.metrics.energy_j == pytest.approx(result.request.plain_energy_j)
+    assert result.summary()["plain_energy_j"] == result.request.plain_energy_j
     assert result.metrics.recomputations == result.metrics.page_ins == 0
 
 
@@ -581,7 +589,7 @@ def test_no_time_for_any_restore_is_proven_infeasible_without_the_milp() -> None
     plain_time = float(costs.compute_time_s.sum())
     assert BruteForce(graph, costs).optimum(below_peak, remat=True, paging=True, overlap=False,
                                             deadline=plain_time) is None
-    result = solve(graph, board, ram=below_peak, deadline="1x", time_limit_s=5)
+    result = solve(paper_request(graph, board, below_peak, "1x"), time_limit_s=5)
     assert result.status is SolveStatus.INFEASIBLE, result.message
     assert result.binaries == 0 and "\n" not in result.message
     assert "deadline" in result.message and "relaxation" in result.message
@@ -592,38 +600,66 @@ def test_a_starting_plan_within_the_gap_limit_skips_the_milp() -> None:
 
     graph = build_model("mlp")
     board = get_board("rpi4")
-    result = solve(graph, board, ram="90%", time_limit_s=5, gap_limit=0.01)
+    result = solve(paper_request(graph, board, "90%"), time_limit_s=5, gap_limit=0.01)
     assert result.binaries == 0  # no MILP was built
     assert result.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE)
     assert result.gap <= 0.01
-    exact = solve(graph, board, ram="90%", time_limit_s=30)
+    exact = solve(paper_request(graph, board, "90%"), time_limit_s=30)
     assert exact.status is SolveStatus.OPTIMAL
     assert result.bound_j <= exact.objective_j * (1 + 1e-9) <= result.objective_j * (1 + 1e-9)
 
 
 def test_budget_parsing() -> None:
-    graph = residual_graph()
+    graph, board = residual_graph(), make_board()
     peak = plain_peak(graph).bytes
     resident = resident_memory(graph).total_bytes
-    assert resolve_budget(graph, "50%").activation_bytes == math.floor(0.5 * peak)
-    assert resolve_budget(graph, "100%").activation_bytes == peak
-    assert resolve_budget(graph, " 75% ").activation_bytes == math.floor(0.75 * peak)
-    assert resolve_budget(graph, "1.5KiB").activation_bytes == 1536
-    assert resolve_budget(graph, "1.5 KB").activation_bytes == 1500
-    assert resolve_budget(graph, 4096).activation_bytes == 4096
-    assert resolve_budget(graph, "4096").activation_bytes == 4096
-    total = resolve_budget(graph, "2KiB", total_memory=True)
-    assert total.activation_bytes == 2048 - resident
-    assert total.resident_bytes == resident and total.total_bytes == 2048
-    assert total.total_memory
-    half_total = resolve_budget(graph, "50%", total_memory=True)
-    assert half_total.activation_bytes == math.floor(0.5 * (peak + resident)) - resident
+    usable = board.ram.usable_bytes
+
+    def activations(ram) -> int:
+        return paper_request(graph, board, ram).activation_budget_bytes
+
+    assert activations("50%") == math.floor(0.5 * peak)
+    assert activations("100%") == peak
+    assert activations(" 75% ") == math.floor(0.75 * peak)
+    assert activations("1.5KiB") == 1536
+    assert activations("1.5 KB") == 1500
+    assert activations(4096) == 4096
+    assert activations("4096") == 4096
+    assert activations("board") == usable
+    paper = paper_request(graph, board, "50%")
+    assert paper.accounting is Accounting.PAPER
+    assert paper.budget_bytes == paper.activation_budget_bytes == math.floor(0.5 * peak)
+    assert paper.resident_bytes == resident and paper.ram == "50%"
+    assert paper.ram_limit_bytes == math.floor(0.5 * peak) + resident
+    assert paper.infeasible_reason is None
+    # physical accounting (the old total_memory=True): a size is the whole RAM, resident
+    # state included; a percentage is of the activation peak, with the resident state on top
+    total = resolve_request(graph, board, ram="2KiB")
+    assert total.accounting is Accounting.PHYSICAL
+    assert total.activation_budget_bytes == 2048 - resident
+    assert total.resident_bytes == resident and total.budget_bytes == 2048
+    assert total.ram_limit_bytes == 2048
+    half_total = resolve_request(graph, board, ram="50%", accounting="physical")
+    assert half_total.activation_budget_bytes == math.floor(0.5 * peak)
+    assert half_total.budget_bytes == math.floor(0.5 * peak) + resident
+    whole_board = resolve_request(graph, board, ram="board")
+    assert whole_board.budget_bytes == usable
+    assert whole_board.activation_budget_bytes == usable - resident
+    # physical: never more activations than the board leaves, never negative
+    beyond = resolve_request(graph, board, ram=4 * usable)
+    assert beyond.budget_bytes == 4 * usable
+    assert beyond.activation_budget_bytes == usable - resident
+    assert resolve_request(graph, board, ram=resident // 2).activation_budget_bytes == 0
+    assert resolve_request(graph, board, ram=resident // 2).infeasible_reason is not None
     for bad in ("abc", "", "%", "-5%", "0%", "abc%", "nan%", "inf%", "1.5XB", "-3", "0",
-                "12 parsecs"):
-        with pytest.raises(InputError):
-            resolve_budget(graph, bad)
+                "12 parsecs", str(MAX_BUDGET_BYTES + 1)):
+        for accounting in ("paper", "physical"):
+            with pytest.raises(InputError):
+                resolve_request(graph, board, ram=bad, accounting=accounting)
     with pytest.raises(InputError):
-        solve(graph, make_board(), ram="lots")
+        resolve_request(graph, board, accounting="total")
+    with pytest.raises(InputError):
+        paper_request(graph, board, ram="lots")
 
 
 def test_deadline_parsing() -> None:
@@ -634,11 +670,15 @@ def test_deadline_parsing() -> None:
     assert parse_deadline(2.5, 7.0) == pytest.approx(2.5)
     assert parse_deadline(" 3x ", 1.0) == pytest.approx(3.0)
     assert parse_deadline("1e-3s", 1.0) == pytest.approx(1e-3)
-    for bad in ("fast", "", "x", "s", "0x", "0s", "0", "-1s", "-1x", "1.5y", "1.5xs", "1.5 h"):
+    for bad in ("fast", "", "x", "s", "0x", "0s", "0", "-1s", "-1x", "1.5y", "1.5xs", "1.5 h",
+                f"{2 * MAX_DEADLINE_S}s"):
         with pytest.raises(InputError):
             parse_deadline(bad, 1.0)
     with pytest.raises(InputError):
-        solve(residual_graph(), make_board(), deadline="soon")
+        paper_request(residual_graph(), make_board(), deadline="soon")
+    request = paper_request(residual_graph(), make_board(), deadline="1.5x")
+    assert request.deadline == "1.5x"
+    assert request.deadline_s == pytest.approx(1.5 * request.plain_time_s)
 
 
 def test_invalid_solver_settings_raise_input_errors() -> None:
@@ -646,13 +686,20 @@ def test_invalid_solver_settings_raise_input_errors() -> None:
     for kwargs in ({"time_limit_s": 0}, {"time_limit_s": -1}, {"gap_limit": 1.0},
                    {"gap_limit": -0.1}, {"threads": 0}):
         with pytest.raises(InputError):
-            solve(graph, board, **kwargs)
+            solve(paper_request(graph, board), **kwargs)
+    # a solver deadline may tighten the request's, never loosen it
+    request = paper_request(graph, board, deadline="2x")
+    with pytest.raises(InputError):
+        solve(request, deadline_s=request.deadline_s * 1.01)
 
 
-def test_resident_memory_over_the_board_is_infeasible_with_total_memory() -> None:
+def test_resident_memory_over_the_board_is_infeasible_with_physical_accounting() -> None:
     graph = build_model("mlp")  # ~0.9 MB of parameters, twice that with gradients
     board = make_board()
-    result = solve(graph, board, ram="100%", total_memory=True, time_limit_s=5)
+    request = resolve_request(graph, board, ram="100%", accounting="physical")
+    assert request.resident_bytes == resident_memory(graph).total_bytes
+    assert request.infeasible_reason is not None
+    result = solve(request, time_limit_s=5)
     assert result.status is SolveStatus.INFEASIBLE
     assert "\n" not in result.message
     assert str(resident_memory(graph).total_bytes) in result.message
@@ -670,7 +717,7 @@ def test_restricted_formulation_never_claims_a_proof_it_lacks(case: str) -> None
     brute = BruteForce(graph, costs)
     statuses = set()
     for budget in budgets(graph):
-        result = solve(graph, board, ram=budget, restricted=True, time_limit_s=5)
+        result = solve(paper_request(graph, board, budget), restricted=True, time_limit_s=5)
         statuses.add(result.status)
         assert result.restricted
         expected = brute.optimum(budget, remat=True, paging=True, overlap=board.dma.present)
@@ -690,11 +737,18 @@ def test_restricted_formulation_never_claims_a_proof_it_lacks(case: str) -> None
 def test_restricted_is_labelled_in_the_schedule_metadata() -> None:
     graph = tail_graph()
     board = cheap_storage_board()
-    result = solve(graph, board, ram=budgets(graph)[0], restricted=True, time_limit_s=5)
+    result = solve(paper_request(graph, board, budgets(graph)[0]), restricted=True,
+                   time_limit_s=5)
     assert result.schedule is not None
     assert result.schedule.metadata["restricted"] is True
     assert result.schedule.metadata["status"] == result.status.value
     assert result.summary()["restricted_formulation"] is True
+    # the schedule carries the request it was made for
+    metadata = result.schedule.metadata
+    assert metadata["accounting"] == "paper" and metadata["board"] == board.name
+    assert metadata["budget_activation_bytes"] == budgets(graph)[0]
+    assert metadata["method"] == result.method == "poet"
+    assert metadata["predicted_energy_j"] == result.metrics.energy_j
 
 # ============================================================================ regressions
 #
@@ -759,7 +813,7 @@ def test_a_feasible_request_is_never_reported_infeasible(scale: int) -> None:
     deadline = witness.time_s * (1 + 1e-3)
     expected = BruteForce(graph, costs).optimum(need, remat=False, paging=True,
                                                 deadline=deadline)
-    result = solve(graph, board, ram=need, remat=False, paging=True, deadline=deadline,
+    result = solve(paper_request(graph, board, need, deadline), remat=False, paging=True,
                    time_limit_s=10)
     assert result.status is not SolveStatus.INFEASIBLE, result.message
     if scale == 1:  # exact memory: SCIP finds and proves it
@@ -778,10 +832,10 @@ def test_reported_lower_bound_is_a_lower_bound(scale: int, ram: str) -> None:
     a TypeError when SCIP found the rounded model infeasible but a greedy plan existed."""
     graph, board = big_chain(scale), make_board()
     need, _ = minimum_ram_bytes(graph)
-    budget = need if ram == "min" else resolve_budget(graph, ram).activation_bytes
+    budget = need if ram == "min" else paper_request(graph, board, ram).activation_budget_bytes
     costs = op_costs(graph, board)
     expected = BruteForce(graph, costs).optimum(budget, remat=True, paging=True)
-    result = solve(graph, board, ram=budget, time_limit_s=10)
+    result = solve(paper_request(graph, board, budget), time_limit_s=10)
     assert result.schedule is not None, result.message
     assert_result_is_sound(graph, board, result, budget)
     assert result.metrics.energy_j >= expected * (1 - REL)
@@ -815,7 +869,7 @@ def test_status_stays_honest_when_memory_units_are_rounded(graph, fraction, mode
         deadline = gaps[min(int(deadline_pick * len(gaps)), len(gaps) - 1)]
     feasible = [e for e, s in front if deadline is None or s <= deadline]
     expected = min(feasible) if feasible else None
-    result = solve(graph, board, ram=budget, remat=remat, paging=paging, deadline=deadline,
+    result = solve(paper_request(graph, board, budget, deadline), remat=remat, paging=paging,
                    time_limit_s=5)
     if expected is None:
         assert result.schedule is None
@@ -842,7 +896,7 @@ def test_heuristic_plans_respect_the_storage_capacity() -> None:
     costs = op_costs(graph, board)
     assert BruteForce(graph, costs, capacity=16).optimum(need, remat=False, paging=True) is None
     assert BruteForce(graph, costs).optimum(need, remat=False, paging=True) is not None
-    result = solve(graph, board, ram=need, remat=False, paging=True, time_limit_s=5)
+    result = solve(paper_request(graph, board, need), remat=False, paging=True, time_limit_s=5)
     assert result.status is SolveStatus.INFEASIBLE, result.message
     assert result.schedule is None
 
@@ -858,7 +912,7 @@ def test_storage_capacity_against_brute_force(case: str) -> None:
         for budget in budgets(graph)[:4]:
             for remat in (True, False):
                 expected = brute.optimum(budget, remat=remat, paging=True)
-                result = solve(graph, board, ram=budget, remat=remat, paging=True,
+                result = solve(paper_request(graph, board, budget), remat=remat, paging=True,
                                time_limit_s=5)
                 if expected is None:
                     assert result.status is SolveStatus.INFEASIBLE, (capacity, budget, remat)
@@ -885,7 +939,7 @@ def relu_chain() -> TrainingGraph:
 def test_relu_chain_has_an_exact_remat_only_schedule_at_the_minimum_ram() -> None:
     graph, board = relu_chain(), make_board()
     need, _ = minimum_ram_bytes(graph)
-    exact = solve(graph, board, ram=need, remat=True, paging=False, time_limit_s=5)
+    exact = solve(paper_request(graph, board, need), remat=True, paging=False, time_limit_s=5)
     assert exact.status is SolveStatus.OPTIMAL
     assert_result_is_sound(graph, board, exact, need)
     assert exact.schedule.recomputed_ops()[graph.index("x")] == 2
@@ -896,7 +950,7 @@ def test_restricted_infeasibility_is_not_reported_as_proven() -> None:
     the exact problem is not; solve once reported INFEASIBLE, 'proven by SCIP'."""
     graph, board = relu_chain(), make_board()
     need, _ = minimum_ram_bytes(graph)
-    result = solve(graph, board, ram=need, remat=True, paging=False, restricted=True,
+    result = solve(paper_request(graph, board, need), remat=True, paging=False, restricted=True,
                    time_limit_s=5)
     assert result.status not in (SolveStatus.INFEASIBLE, SolveStatus.OPTIMAL), result.message
     assert "restricted" in result.message
@@ -923,7 +977,8 @@ def test_memory_budget_is_not_exceeded_within_scip_tolerance(mode) -> None:
     remat, paging = mode
     expected = BruteForce(graph, op_costs(graph, board)).optimum(budget, remat=remat,
                                                                  paging=paging)
-    result = solve(graph, board, ram=budget, remat=remat, paging=paging, time_limit_s=10)
+    result = solve(paper_request(graph, board, budget), remat=remat, paging=paging,
+                       time_limit_s=10)
     assert result.status is SolveStatus.OPTIMAL, result.message
     assert result.metrics.energy_j == pytest.approx(expected, rel=REL)
     assert_result_is_sound(graph, board, result, budget)
@@ -933,15 +988,15 @@ def test_window_search_never_worsens_the_incumbent() -> None:
     """The large-neighbourhood search keeps a valid plan at or below the greedy's energy."""
     from poetsim.boards import get_board
     from poetsim.costs import op_costs
-    from poetsim.optimizer.milp import build_milp, Formulation
+    from poetsim.optimizer.milp import Formulation, build_milp
     from poetsim.optimizer.plan import evaluate_plan, lower_plan
-    from poetsim.optimizer.solve import _best_heuristic, _window_search, resolve_budget
+    from poetsim.optimizer.solve import _best_heuristic, _window_search
     from poetsim.schedule import check_schedule
     from poetsim.zoo import build_model
 
     graph, board = build_model("mlp"), get_board("nrf52840")
     costs = op_costs(graph, board)
-    budget = resolve_budget(graph, "60%").activation_bytes
+    budget = paper_request(graph, board, "60%").activation_budget_bytes
     plan, metrics, _ = _best_heuristic(graph, costs, budget, None, Formulation(), True)
     milp = build_milp(graph, costs, budget, None, Formulation(), overlap=True,
                       storage_capacity_bytes=None,

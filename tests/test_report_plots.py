@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import make_board, paper_request, residual_graph
 
-from conftest import make_board, residual_graph
 from poetsim.errors import InputError
 from poetsim.optimizer import solve
 from poetsim.report import (
@@ -33,6 +33,7 @@ from poetsim.report import (
 )
 from poetsim.schedule import Action, Schedule, Step, check_schedule, plain_schedule
 from poetsim.sim import simulate
+from poetsim.verdict import PASS, check_on_board
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -56,8 +57,8 @@ HAND_STEPS = [
     (PI, 0, 10), (C, 10, 10), (F, 9, 10), (F, 0, 10), (F, 10, 10),
 ]
 
-_, R, K, RC, O, I = (CELL_EMPTY, CELL_RESIDENT, CELL_COMPUTE, CELL_RECOMPUTE, CELL_PAGE_OUT,
-                     CELL_PAGE_IN)
+_, R, K, RC, O, I = (  # noqa: E741
+    CELL_EMPTY, CELL_RESIDENT, CELL_COMPUTE, CELL_RECOMPUTE, CELL_PAGE_OUT, CELL_PAGE_IN)
 HAND_MATRIX = [
     # op: 0  1  2  3  4  5  6  7  8  9 10
     [K, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],  # stage 0
@@ -106,11 +107,14 @@ def hand_report(graph, board, hand_schedule):
 
 @pytest.fixture(scope="module")
 def solved(graph, board):
-    result = solve(graph, board, ram="70%", time_limit_s=1)
+    request = paper_request(graph, board, "70%")
+    result = solve(request, time_limit_s=1)
     assert result.schedule is not None
-    report = simulate(graph, board, result.schedule, budget_bytes=result.budget.total_bytes,
-                      resident_bytes=result.budget.resident_bytes, trace=True)
-    return result.schedule, report
+    report, verdict = check_on_board(request, result.schedule, trace=True)
+    assert report.budget_bytes == request.activation_budget_bytes + request.resident_bytes
+    assert report.resident_bytes == request.resident_bytes
+    assert verdict.passed and not report.violations, verdict.violations
+    return result.schedule, report, verdict
 
 
 # ----------------------------------------------------------------------------- data
@@ -190,7 +194,7 @@ def test_series_are_deterministic(graph, board, hand_schedule, hand_report):
 
 
 def test_solved_series_match_the_report(graph, solved):
-    schedule, report = solved
+    schedule, report, _ = solved
     times, values = ram_series(report)
     assert values.max() == report.peak_ram_bytes
     assert values[0] == report.resident_bytes
@@ -225,14 +229,15 @@ def _assert_png(path: Path, size: tuple[int, int]) -> None:
 
 
 def test_plot_each(tmp_path, graph, solved):
-    schedule, report = solved
+    schedule, report, verdict = solved
+    assert verdict.label == PASS
     plot_ram(report, tmp_path / "ram.png")
     _assert_png(tmp_path / "ram.png", (1200, 540))
     plot_power(report, tmp_path / "power.png")
     _assert_png(tmp_path / "power.png", (1200, 540))
     plot_schedule_matrix(graph, schedule, tmp_path / "matrix.png")
     _assert_png(tmp_path / "matrix.png", (1200, 960))
-    plot_simulation(graph, schedule, report, tmp_path / "sim.png")
+    plot_simulation(graph, schedule, report, tmp_path / "sim.png", verdict=verdict.label)
     _assert_png(tmp_path / "sim.png", (1440, 1080))  # 12 x 9 in at 120 dpi
 
 

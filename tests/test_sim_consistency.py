@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 
 import pytest
+from conftest import paper_request
 
 from poetsim.boards import get_board
 from poetsim.optimizer import SolveResult, SolveStatus, solve
@@ -33,7 +34,7 @@ def graph(model: str):
 
 @functools.cache
 def solved(model: str, board: str, ram: str) -> SolveResult:
-    return solve(graph(model), get_board(board), ram=ram, time_limit_s=TIME_LIMIT_S)
+    return solve(paper_request(graph(model), get_board(board), ram), time_limit_s=TIME_LIMIT_S)
 
 
 def case(model: str, board: str, ram: str) -> SolveResult:
@@ -50,10 +51,10 @@ def case(model: str, board: str, ram: str) -> SolveResult:
 def test_ideal_board_reproduces_the_optimizer(model, board, ram):
     result = case(model, board, ram)
     report = simulate(graph(model), ideal_board(get_board(board)), result.schedule,
-                      budget_bytes=result.budget.activation_bytes)
+                      budget_bytes=result.request.activation_budget_bytes)
     assert report.energy_j == pytest.approx(result.metrics.energy_j, rel=1e-3)
     assert report.peak_ram_bytes == result.metrics.peak_ram_bytes
-    assert report.passed, report.reasons
+    assert not report.violations, [v.message for v in report.violations]
     prediction = report.prediction
     assert prediction is not None and abs(prediction.energy_diff_pct) < 0.1
     assert prediction.peak_diff_pct == 0.0
@@ -65,9 +66,9 @@ def test_the_real_board_costs_at_least_the_ideal_one(model, board):
     result = case(model, board, "50%") if solved(model, board, "50%").schedule else case(
         model, board, "70%")
     real = simulate(graph(model), get_board(board), result.schedule,
-                    budget_bytes=result.budget.activation_bytes)
+                    budget_bytes=result.request.activation_budget_bytes)
     ideal = simulate(graph(model), ideal_board(get_board(board)), result.schedule,
-                     budget_bytes=result.budget.activation_bytes)
+                     budget_bytes=result.request.activation_budget_bytes)
     assert real.energy_j >= ideal.energy_j
     assert real.peak_ram_bytes == ideal.peak_ram_bytes  # timing never raises the peak
     assert real.makespan_s >= ideal.makespan_s * (1 - 1e-9)
