@@ -33,7 +33,7 @@ def residual() -> TrainingGraph:
 
 
 def make_board(profile: str = "physical", *, dma_channels: int = 1, storage_kind: str = "sd_spi",
-               **storage_overrides) -> "Board":
+               **storage_overrides) -> Board:
     """A small, round-numbered board for cost and simulator tests."""
     from poetsim.boards import Board, Bus, Cpu, Dma, Ram, Storage
 
@@ -70,7 +70,7 @@ def op_list_energy(schedule, costs) -> float:
     return sum(float(per_action[s.action][s.op]) for s in schedule.steps if s.action in per_action)
 
 
-def paper_request(graph: TrainingGraph, board: "Board", ram: str | int = "100%",
+def paper_request(graph: TrainingGraph, board: Board, ram: str | int = "100%",
                   deadline: str | float | None = None, **options):
     """A request under the paper's accounting: ``ram`` is the activation budget (POET's
     mu_RAM), the semantics most optimizer and simulator tests are written in."""

@@ -14,11 +14,12 @@ from poetsim.baselines.program import (
     OFFLOAD,
     Program,
     chain_order,
+    checkpoint_candidates,
     forward_indices,
     run_policy,
 )
 from poetsim.baselines.revolve import binomial_advances, revolve_program
-from poetsim.graph import plain_peak
+from poetsim.graph import ForwardGraph, TrainingGraph, plain_peak
 from poetsim.schedule import Schedule, check_schedule
 from poetsim.zoo import build_model
 
@@ -107,3 +108,66 @@ def test_chain_order_names_the_branch():
     assert order is None and "feeds 2 forward ops" in reason
     order, reason = chain_order(build_model("mlp", layers=3))
     assert reason == "" and order == list(range(len(order)))
+
+
+class _RecordingProgram(Program):
+    """Copies the resident set at every new peak, the way Program once did."""
+
+    def _note(self, amount: int, op: int) -> None:
+        if amount > self.peak:
+            self.copied = frozenset(self.in_ram)
+        super()._note(amount, op)
+
+
+def test_peak_resident_is_the_resident_set_at_the_peak(monkeypatch):
+    graph = build_model("resnet18_cifar")
+    fwd = forward_indices(graph)
+    rng = random.Random(11)
+    monkeypatch.setattr("poetsim.baselines.program.Program", _RecordingProgram)
+    for _ in range(10):
+        policy = [KEEP] * len(graph)
+        for i in fwd:
+            policy[i] = rng.choice((KEEP, DROP, OFFLOAD))
+        program = run_policy(graph, policy, keep_rebuilt_ancestors=False)
+        assert isinstance(program, _RecordingProgram)
+        assert program.peak_resident == program.copied
+    assert Program(graph).peak_resident == frozenset()
+
+
+def _long_chain(relus: int) -> TrainingGraph:
+    """x -> fc -> relu x ``relus`` -> loss and its backward: ``2 * relus + 5`` ops."""
+    fg = ForwardGraph("long_chain")
+    h = fg.op("fc", "linear", [fg.input("x", 4)], output_elements=4, flops=32, param_count=20)
+    for i in range(relus):
+        h = fg.op(f"relu{i}", "relu", [h], output_elements=4, flops=4)
+    fg.loss("loss", h)
+    return fg.build()
+
+
+@pytest.fixture(scope="module")
+def long_chain() -> TrainingGraph:
+    graph = _long_chain(2500)
+    assert len(graph) == 5005
+    return graph
+
+
+def test_long_chain_has_no_recursion_limit(long_chain):
+    """Rebuilding a dropped tensor goes back to the input through 2,500 dropped ops: once a
+    RecursionError past about 1,000 ops."""
+    graph = long_chain
+    order, reason = chain_order(graph)
+    assert reason == "" and len(order) == 2503
+    assert len(checkpoint_candidates(graph)) == 2502
+    dropped = set(order[:-1])
+    policy = [DROP if i in dropped else KEEP for i in range(len(graph))]
+    program = run_policy(graph, policy)
+    _check(graph, program)
+    assert program.recomputations > 0
+
+
+def test_revolve_on_a_long_chain(long_chain):
+    graph = long_chain
+    chain, _ = chain_order(graph)
+    program = revolve_program(graph, chain, 2)
+    _check(graph, program)
+    assert binomial_advances(len(chain) - 1, 2) < binomial_advances(len(chain) - 1, 1)

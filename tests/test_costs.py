@@ -5,12 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from conftest import make_board
 
 from poetsim.boards import Board, Bus, Cpu, Dma, Ram, Storage
 from poetsim.costs import op_costs, transfer_cost
 from poetsim.graph import ForwardGraph, MeasuredCosts, graph_from_dict, graph_to_dict
-
-from conftest import make_board
 
 # POET's M4F (nRF52840) constants, poet/chipsets.py, as Python evaluates them.
 M4F_FLOPS = (16283 * 100 * 1000) / 255.6237

@@ -102,7 +102,7 @@ class BruteForce:
         """Pareto front of (energy, time) over all plans within ``budget``; [] if none."""
         n, preds, size = self.n, self.preds, self.size
 
-        @functools.lru_cache(maxsize=None)
+        @functools.cache
         def go(t: int, keep: frozenset, stored: frozenset) -> tuple[tuple[float, float], ...]:
             if t == n:
                 return ((0.0, 0.0),)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import make_board
+
 from poetsim.boards import ContentionModel, builtin_board_names, get_board
 from poetsim.costs import op_costs
 from poetsim.sim import ideal_board

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import simpy
+from conftest import make_board
 from test_sim_support import PAGE_R, evolve, hand
 
-from conftest import make_board
 from poetsim.costs import op_costs
 from poetsim.sim import simulate
 from poetsim.sim.bus import FairShareBus, IdealBus

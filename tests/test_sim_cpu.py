@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from conftest import make_board
 from test_sim_support import PAGE_R, evolve, hand
 
-from conftest import make_board
 from poetsim.sim import simulate
 from poetsim.sim.cpu import break_even_s
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from conftest import make_board
 from test_sim_support import PAGE_R, PAGE_X, hand
 
-from conftest import make_board
 from poetsim.costs import op_costs
 from poetsim.schedule import Action, Schedule, Step, check_schedule, plain_schedule
 from poetsim.sim import simulate

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from conftest import make_board
 from test_sim_support import PAGE_R, hand
 
-from conftest import make_board
 from poetsim.sim import simulate
 from poetsim.sim.flash import FlashWear
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from conftest import make_board
 from test_sim_support import PAGE_BOTH, PAGE_R, PAGE_X, evolve, hand
 
-from conftest import make_board
 from poetsim.costs import op_costs
 from poetsim.schedule import Action, check_schedule, plain_schedule
 from poetsim.sim import simulate
 from poetsim.sim.planner import ProgramProfile, _Lane, plan_transfers, program_profile
+
 
 def slow_cpu_board(**storage):
     """Ops take milliseconds (1 kFLOP/s), no contention: the estimate is exact."""

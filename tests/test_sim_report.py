@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import make_board
 from test_sim_support import PAGE_R, hand
 
-from conftest import make_board
 from poetsim.sim import Prediction, simulate
 
 UNITS = ("_j", "_s", "_bytes", "_bytes_per_s", "_pct", "_cycles", "_iterations")

@@ -6,9 +6,9 @@ import json
 from collections import defaultdict
 
 import pytest
+from conftest import make_board
 from test_sim_support import PAGE_BOTH, hand
 
-from conftest import make_board
 from poetsim.errors import InputError
 from poetsim.sim import simulate
 from poetsim.sim.trace import chrome_trace, write_chrome_trace

@@ -5,9 +5,9 @@ from __future__ import annotations
 import gc
 
 import pytest
+from conftest import residual_graph
 from test_sim_support import PAGE_R, hand
 
-from conftest import residual_graph
 from poetsim.graph.io import graph_fingerprint
 from poetsim.schedule import RULES, Schedule, ScheduleError, Step, check_schedule
 from poetsim.sim.validate import _FINGERPRINTS, cached_fingerprint, validate_structure

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from conftest import make_board
 
 from poetsim.boards import get_board
 from poetsim.costs import op_costs
 from poetsim.summary import cost_summary, graph_summary
-
-from conftest import make_board
 
 
 def test_graph_summary(residual):

@@ -219,7 +219,7 @@ def pofo(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_bytes
     best = None
     smallest = None
     rounds = 0
-    for rounds in range(1, MAX_ROUNDS + 1):
+    for rounds in range(1, MAX_ROUNDS + 1):  # noqa: B007 - reported after the loop
         found = pofo_policy(graph, board, costs, chain, internal)
         overshoot = 0
         if found is None:

@@ -16,7 +16,6 @@ from poetsim.graph.graph import (
     resident_memory,
     topological_order,
 )
-from poetsim.graph.memory import PeakMemory, plain_peak
 from poetsim.graph.io import (
     graph_fingerprint,
     graph_from_dict,
@@ -24,11 +23,13 @@ from poetsim.graph.io import (
     read_graph,
     write_graph,
 )
+from poetsim.graph.memory import PeakMemory, plain_peak
 from poetsim.graph.ops import MeasuredCosts, Op, Phase
 
 __all__ = [
     "KINDS", "MAC_KINDS", "OPTIMIZER_STATE_COPIES", "ForwardGraph", "ForwardOp",
-    "MeasuredCosts", "Op", "PeakMemory", "Phase", "ResidentMemory", "plain_peak", "TrainingGraph", "derive_training_graph",
+    "MeasuredCosts", "Op", "PeakMemory", "Phase", "ResidentMemory", "plain_peak", "TrainingGraph",
+    "derive_training_graph",
     "forward_macs", "grad_name", "graph_fingerprint", "graph_from_dict", "graph_to_dict",
     "read_graph", "resident_memory", "topological_order", "write_graph",
 ]

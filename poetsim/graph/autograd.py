@@ -246,7 +246,8 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
     for op in forward:
         phase = Phase.LOSS if op.name == loss else Phase.FORWARD
         ops.append(Op(op.name, op.kind, phase, flops=op.flops,
-                      output_bytes=dtype_bytes if phase is Phase.LOSS else nbytes(op.output_elements),
+                      output_bytes=(dtype_bytes if phase is Phase.LOSS
+                                    else nbytes(op.output_elements)),
                       workspace_bytes=nbytes(op.workspace_elements),
                       param_bytes=nbytes(op.param_count)))
         inputs[op.name] = list(dict.fromkeys(op.inputs))

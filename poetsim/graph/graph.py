@@ -76,7 +76,8 @@ class TrainingGraph:
 
     name: str
     ops: tuple[Op, ...] = attrs.field(converter=_as_tuple)
-    edges: tuple[tuple[int, int], ...] = attrs.field(converter=lambda e: tuple(sorted(map(tuple, e))))
+    edges: tuple[tuple[int, int], ...] = attrs.field(
+        converter=lambda e: tuple(sorted(map(tuple, e))))
     metadata: Mapping[str, Any] = attrs.field(factory=dict, converter=dict, eq=False)
     _index: dict[str, int] = attrs.field(init=False, repr=False, eq=False)
     _preds: tuple[tuple[int, ...], ...] = attrs.field(init=False, repr=False, eq=False)

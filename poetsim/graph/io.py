@@ -87,7 +87,8 @@ def _op_from_dict(raw: Any, position: int) -> tuple[Op, list[str]]:
     label = f"op {name!r} ({where})" if isinstance(name, str) else where
     unknown = sorted(set(raw) - _OP_KEYS)
     if unknown:
-        raise GraphError(f"{label}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(_OP_KEYS))}")
+        raise GraphError(f"{label}: unknown key {unknown[0]!r}; allowed: "
+                         f"{', '.join(sorted(_OP_KEYS))}")
     for key in ("name", "kind", "phase", "output_bytes"):
         if key not in raw:
             raise GraphError(f"{label}: missing key {key!r}")

@@ -25,14 +25,13 @@ import attrs
 import numpy as np
 from pyscipopt import SCIP_PARAMSETTING
 
-from poetsim.boards.spec import Board
 from poetsim.costs import OpCosts
 from poetsim.errors import InputError
 from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.memory import minimum_ram_bytes
 from poetsim.optimizer.bound import relaxation_bound_j
 from poetsim.optimizer.heuristic import greedy_plan, plain_plan
 from poetsim.optimizer.milp import BuildTimeout, Formulation, build_milp
-from poetsim.optimizer.rounding import RoundingHeuristic
 from poetsim.optimizer.plan import (
     PlanMetrics,
     StagePlan,
@@ -40,7 +39,7 @@ from poetsim.optimizer.plan import (
     lower_plan,
     plan_from_schedule,
 )
-from poetsim.graph.memory import minimum_ram_bytes
+from poetsim.optimizer.rounding import RoundingHeuristic
 from poetsim.request import Request
 from poetsim.schedule import Schedule, check_schedule
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from poetsim.fileio import atomic_write_text
 from poetsim.report.data import byte_unit
-from poetsim.report.plots import new_figure, save_figure, plot_style
+from poetsim.report.plots import new_figure, plot_style, save_figure
 from poetsim.sweep.store import COLUMNS, ResultsStore
 from poetsim.units import format_bytes, format_quantity
 

@@ -16,12 +16,11 @@ concurrent workers on one machine share it safely) and checked by
 from __future__ import annotations
 
 import functools
+import json
 import os
 import socket
 import time
 from typing import Any
-
-import json
 
 from poetsim.boards.spec import Board
 from poetsim.graph.graph import TrainingGraph
