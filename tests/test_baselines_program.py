@@ -165,9 +165,16 @@ def test_long_chain_has_no_recursion_limit(long_chain):
     assert program.recomputations > 0
 
 
-def test_revolve_on_a_long_chain(long_chain):
+@pytest.mark.parametrize("slots", [2, 2501])
+def test_revolve_on_a_long_chain(long_chain, slots):
+    """With a snapshot for every step the reversal nests one level per step: once a
+    RecursionError; with 2 the dynamic program spans 2,502 steps."""
     graph = long_chain
     chain, _ = chain_order(graph)
-    program = revolve_program(graph, chain, 2)
+    steps = len(chain) - 1
+    program = revolve_program(graph, chain, slots)
     _check(graph, program)
-    assert binomial_advances(len(chain) - 1, 2) < binomial_advances(len(chain) - 1, 1)
+    if slots >= steps - 1:
+        assert binomial_advances(steps, slots) == steps - 1
+    else:
+        assert steps - 1 < binomial_advances(steps, slots) < binomial_advances(steps, 1)

@@ -50,7 +50,7 @@ class Program:
         self.peak_stage = 0
         self.peak_op = -1
         self.peak_step = -1
-        self.peak_resident: frozenset[int] = frozenset()
+        self._peak_resident: frozenset[int] | None = frozenset()
         self.frontier = 0
         self.steps: list[Step] = []
 
@@ -62,7 +62,7 @@ class Program:
             self.peak_stage = self.frontier
             self.peak_op = op
             self.peak_step = len(self.steps) - 1
-            self.peak_resident = frozenset(self.in_ram)
+            self._peak_resident = None  # rebuilt on demand: a copy per new peak is quadratic
 
     def compute(self, k: int) -> None:
         for u in self.graph.predecessors(k):
@@ -98,6 +98,25 @@ class Program:
         self.live -= self.size[k]
 
     # ------------------------------------------------------------------ queries
+
+    @property
+    def peak_resident(self) -> frozenset[int]:
+        """The tensors in RAM at the peak (for a COMPUTE step: before its output exists).
+
+        Replayed from the steps when asked for, not copied at every new peak: on a long
+        chain the peak grows with every forward op and the copies would cost O(n^2).
+        """
+        if self._peak_resident is None:
+            in_ram: set[int] = set()
+            for step in self.steps[:self.peak_step]:
+                if step.action is Action.FREE:
+                    in_ram.discard(step.op)
+                elif step.action is not Action.PAGE_OUT:
+                    in_ram.add(step.op)
+            if self.steps[self.peak_step].action is Action.PAGE_IN:
+                in_ram.add(self.steps[self.peak_step].op)
+            self._peak_resident = frozenset(in_ram)
+        return self._peak_resident
 
     @property
     def recomputations(self) -> int:
@@ -201,10 +220,12 @@ def run_policy(graph: TrainingGraph, policy: Sequence[str], *,
     is rebuilt once), unless ``keep_rebuilt_ancestors`` is False: then dropped or
     offloaded ancestors that the current op does not read are freed as soon as they have
     been used (less memory, more recomputation: Capuchin's on-demand recomputation).
-    Backward tensors are always kept until their last reader. With ``hold_checkpoints``, a kept tensor is a checkpoint: it
-    is also held while a dropped tensor that may be recomputed from it is still needed;
-    without, kept tensors live exactly as in the plain schedule and a recomputation goes
-    back to whatever is resident. Every tensor is freed after its last use.
+    Backward tensors are always kept until their last reader. With ``hold_checkpoints``,
+    a kept tensor is a checkpoint: it is also held while a dropped tensor that may be
+    recomputed from it is still needed; without, kept tensors live exactly as in the plain
+    schedule and a recomputation goes back to whatever is resident. Every tensor is freed
+    after its last use. Rebuilding runs from an explicit stack, so chains of any length
+    work.
     """
     n = len(graph)
     ops = graph.ops
@@ -232,18 +253,9 @@ def run_policy(graph: TrainingGraph, policy: Sequence[str], *,
     # rebuilding one input must not free another).
     pinned = [0] * n
 
-    def ensure(u: int, p: int) -> None:
-        if prog.resident[u]:
-            return
-        if prog.stored[u]:
-            prog.page_in(u)
-            return
+    def rebuilt(u: int, p: int) -> None:
+        """After rebuilding ``u`` for op ``p``: unpin its inputs, free those not needed."""
         preds = graph.predecessors(u)
-        for w in preds:
-            pinned[w] += 1
-        for w in preds:
-            ensure(w, p)
-        prog.compute(u)
         for w in preds:
             pinned[w] -= 1
         for w in preds:
@@ -252,6 +264,34 @@ def run_policy(graph: TrainingGraph, policy: Sequence[str], *,
             if hold[w] < p or (not keep_rebuilt_ancestors and policy[w] != KEEP
                                and p not in graph.successors(w)):
                 prog.free(w)
+
+    def ensure(root: int, p: int) -> None:
+        """Make ``root`` resident for op ``p``: page it in, or recompute it after making its
+        inputs resident the same way, depth first. An explicit stack (op, next input to
+        visit; -1 before the op is looked at) instead of recursion, so chains of any
+        length work."""
+        stack = [(root, -1)]
+        while stack:
+            u, next_input = stack[-1]
+            if next_input < 0:
+                if prog.resident[u]:
+                    stack.pop()
+                    continue
+                if prog.stored[u]:
+                    prog.page_in(u)
+                    stack.pop()
+                    continue
+                for w in graph.predecessors(u):
+                    pinned[w] += 1
+                next_input = 0
+            preds = graph.predecessors(u)
+            if next_input < len(preds):
+                stack[-1] = (u, next_input + 1)
+                stack.append((preds[next_input], -1))
+                continue
+            stack.pop()
+            prog.compute(u)
+            rebuilt(u, p)
 
     for p in range(n):
         preds = graph.predecessors(p)
