@@ -26,14 +26,15 @@ from poetsim.baselines import (
     revolve,
 )
 from poetsim.baselines.chen import chen_policy
+from poetsim.baselines.dtr import dtr_program
 from poetsim.baselines.program import chain_order, checkpoint_candidates, run_policy
 from poetsim.boards import get_board
 from poetsim.costs import op_costs
 from poetsim.errors import InputError
-from poetsim.graph import plain_peak, resident_memory
+from poetsim.graph import ForwardGraph, plain_peak, resident_memory
 from poetsim.methods import METHODS, MethodStatus, Produced, SolverSettings, produce
 from poetsim.optimizer import SolveStatus, solve
-from poetsim.schedule import Action, check_schedule, plain_schedule
+from poetsim.schedule import Action, Schedule, check_schedule, plain_schedule
 from poetsim.sim import simulate
 from poetsim.zoo import build_model
 
@@ -301,6 +302,22 @@ def test_dtr_evicts_and_rematerializes(results):
     result = results[("resnet18_cifar", "70%", "dtr")]
     assert result.status == OK and result.details["evictions"] > 0
     assert result.recomputations > 0 and result.page_outs == 0
+
+
+def test_dtr_rematerializes_down_a_long_chain():
+    """x -> fc -> 2,500 ReLUs -> loss in room for 50 tensors: rematerializing a ReLU output
+    goes back through hundreds of evicted ones (once a RecursionError)."""
+    fg = ForwardGraph("long_chain")
+    h = fg.op("fc", "linear", [fg.input("x", 4)], output_elements=4, flops=32, param_count=20)
+    for i in range(2500):
+        h = fg.op(f"relu{i}", "relu", [h], output_elements=4, flops=4)
+    fg.loss("loss", h)
+    graph = fg.build()
+    costs = op_costs(graph, make_board())
+    program, evictions = dtr_program(graph, costs, 50 * 16)
+    assert evictions > 0 and program.recomputations > 0 and program.peak <= 50 * 16
+    schedule = Schedule.for_graph(graph, program.steps)
+    assert check_schedule(graph, schedule).valid
 
 
 def test_pofo_offloads_or_recomputes_each_tensor_once(results, graphs):

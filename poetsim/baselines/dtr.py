@@ -97,13 +97,9 @@ def dtr_program(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
             prog.free(best)
             state["evictions"] += 1
 
-    def run(k: int, p: int) -> None:
-        """Compute op ``k`` (first time or rematerialization) at program position ``p``."""
+    def compute_ready(k: int, p: int) -> None:
+        """Compute op ``k``, whose inputs are resident and pinned, at program position ``p``."""
         preds = graph.predecessors(k)
-        for w in preds:  # lock every input first, so fetching one cannot evict another
-            pins[w] += 1
-        for w in preds:
-            materialize(w, p)
         make_room(size[k] + workspace[k], k)
         prog.compute(k)
         if len(prog.steps) > limit:
@@ -116,9 +112,29 @@ def dtr_program(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
             if not pins[w] and prog.resident[w] and last_use[w] < p:
                 prog.free(w)  # only a rematerialization needed it
 
-    def materialize(u: int, p: int) -> None:
-        if not prog.resident[u]:
-            run(u, p)
+    def run(root: int, p: int) -> None:
+        """Compute op ``root`` (first time or rematerialization) at program position ``p``.
+
+        Every input is pinned first, so fetching one cannot evict another, then each one
+        not resident is rematerialized the same way, depth first. An explicit stack (op,
+        next input to look at) instead of recursion, so chains of any length work.
+        """
+        stack = [(root, -1)]
+        while stack:
+            k, next_input = stack[-1]
+            preds = graph.predecessors(k)
+            if next_input < 0:
+                for w in preds:
+                    pins[w] += 1
+                next_input = 0
+            while next_input < len(preds) and prog.resident[preds[next_input]]:
+                next_input += 1
+            if next_input < len(preds):
+                stack[-1] = (k, next_input + 1)
+                stack.append((preds[next_input], -1))
+                continue
+            stack.pop()
+            compute_ready(k, p)
 
     for p in range(n):
         run(p, p)

@@ -26,7 +26,8 @@ recomputes at every budget (ReLU outputs, the loss), unlike checkpoint-all.
 from __future__ import annotations
 
 from collections import Counter
-from functools import cache
+
+import numpy as np
 
 from poetsim.baselines.base import (
     BaselineResult,
@@ -48,20 +49,60 @@ __all__ = ["binomial_advances", "revolve", "revolve_program"]
 METHOD = "revolve"
 
 
-@cache
+#: Per number of free slots ``c``: (least forward advances, best first split) for
+#: 0, 1, 2, ... unit steps. Filled on demand and kept between calls.
+_TABLE: list[tuple[np.ndarray, np.ndarray]] = []
+
+
+def _fill(steps: int, slots: int) -> None:
+    """Fill the dynamic program for every ``c <= slots`` up to ``steps`` steps.
+
+    Bottom-up (by slots, then steps) instead of the recursion
+    ``advances(s, c) = min over 0 < m < s of m + advances(s - m, c - 1) + advances(m, c)``,
+    so any chain length works; the split is the smallest of the best ``m``.
+    """
+    for c in range(slots + 1):
+        filled = len(_TABLE[c][0]) if c < len(_TABLE) else 0
+        if filled > steps:
+            continue
+        advances = np.zeros(steps + 1, dtype=np.int64)
+        splits = np.zeros(steps + 1, dtype=np.int64)
+        if c == 0:
+            s = np.arange(steps + 1, dtype=np.int64)
+            advances[:] = s * (s - 1) // 2  # no slot: restart from x0 for every step
+        else:
+            if filled:
+                advances[:filled], splits[:filled] = _TABLE[c]
+            # Up to c + 1 steps: one sweep with a snapshot per step (see _plan).
+            sweep = np.arange(filled, min(c + 1, steps) + 1, dtype=np.int64)
+            advances[sweep] = np.maximum(sweep - 1, 0)
+            splits[sweep] = np.minimum(sweep, 1)
+            fewer = _TABLE[c - 1][0]
+            m = np.arange(1, steps + 1, dtype=np.int64)
+            for s in range(max(c + 2, filled), steps + 1):
+                cost = m[:s - 1] + fewer[s - 1:0:-1] + advances[1:s]
+                best = int(np.argmin(cost))  # the first of the least, as a strict < scan
+                advances[s] = cost[best]
+                splits[s] = best + 1
+        if c < len(_TABLE):
+            _TABLE[c] = (advances, splits)
+        else:
+            _TABLE.append((advances, splits))
+
+
 def _plan(steps: int, slots: int) -> tuple[int, int]:
     """(least forward advances, best first split) to reverse ``steps`` unit steps."""
     if steps <= 1:
         return 0, 0
     if slots == 0:
         return steps * (steps - 1) // 2, 0
-    best = None
-    for m in range(1, steps):
-        cost = m + _plan(steps - m, slots - 1)[0] + _plan(m, slots)[0]
-        if best is None or cost < best[0]:
-            best = (cost, m)
-    assert best is not None
-    return best
+    if slots >= steps - 1:
+        # A snapshot for every step: one sweep of steps - 1 advances, the least possible
+        # (each of x1 .. x(steps-1) must be computed once), reached first at m = 1.
+        return steps - 1, 1
+    _fill(steps, slots)
+    advances, splits = _TABLE[slots]
+    return int(advances[steps]), int(splits[steps])
 
 
 def binomial_advances(steps: int, slots: int) -> int:
@@ -114,24 +155,38 @@ def revolve_program(graph: TrainingGraph, chain: list[int], slots: int) -> Progr
             if ops[u].phase is not Phase.BACKWARD and position[u] >= j:
                 release(position[u])
 
-    def reverse(s: int, e: int, c: int) -> None:
-        if e - s == 1:
-            reverse_step(e)
-            return
-        if c == 0:
-            for j in range(e, s, -1):
-                advance(s, j - 1)
-                reverse_step(j)
-                if j - 1 > s:
-                    release(j - 1)
-            return
-        m = _plan(e - s, c)[1]
-        advance(s, s + m)
-        held[s + m] += 1
-        reverse(s + m, e, c - 1)
-        held[s + m] -= 1
-        release(s + m)
-        reverse(s, s + m, c)
+    def reverse(s0: int, e0: int, c0: int) -> None:
+        """Reverse steps ``s0+1..e0`` from a resident ``x(s0)`` with ``c0`` free slots.
+
+        The recursion of the module docstring, run from an explicit stack of tasks
+        (``("reverse", s, e, c)`` or ``("release", j, 0, 0)``, the snapshot ``j``), so any
+        chain length and any number of slots work.
+        """
+        tasks = [("reverse", s0, e0, c0)]
+        while tasks:
+            task, s, e, c = tasks.pop()
+            if task == "release":
+                held[s] -= 1
+                release(s)
+                continue
+            if e - s == 1:
+                reverse_step(e)
+                continue
+            if c == 0:
+                for j in range(e, s, -1):
+                    advance(s, j - 1)
+                    reverse_step(j)
+                    if j - 1 > s:
+                        release(j - 1)
+                continue
+            m = _plan(e - s, c)[1]
+            advance(s, s + m)
+            held[s + m] += 1
+            # Popped last first: reverse s+m+1..e with one slot less, release the snapshot,
+            # then reverse s+1..s+m with all the slots.
+            tasks.append(("reverse", s, s + m, c))
+            tasks.append(("release", s + m, 0, 0))
+            tasks.append(("reverse", s + m, e, c - 1))
 
     prog.compute(x(0))
     held[0] += 1
