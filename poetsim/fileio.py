@@ -74,3 +74,5 @@ def read_toml(path: str | Path, error: type[Exception], what: str) -> dict[str, 
         raise error(f"{path}: not valid TOML: {err}") from None
     except RecursionError:
         raise error(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
+    except ValueError as err:  # a number of thousands of digits
+        raise error(f"{path}: not valid TOML: {err}") from None

@@ -130,3 +130,10 @@ def test_deeply_nested_toml_is_one_line(tmp_path):
     path.write_text("a = " + "[" * 100_000 + "]" * 100_000 + "\n")
     assert _one_line_error(path, reader=read_toml) == (
         f"{path}: not valid TOML: arrays or tables nested too deeply")
+
+
+def test_number_of_thousands_of_digits_is_one_line(tmp_path):
+    path = tmp_path / "board.toml"
+    path.write_text("a = " + "9" * 5000 + "\n")
+    assert _one_line_error(path, reader=read_toml).startswith(
+        f"{path}: not valid TOML: Exceeds the limit")
