@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from conftest import make_board
 
 from poetsim.boards import Board, Bus, Cpu, Dma, Ram, Storage
 from poetsim.costs import op_costs, transfer_cost
-from poetsim.graph import ForwardGraph, MeasuredCosts, graph_from_dict, graph_to_dict
+from poetsim.graph import (
+    ForwardGraph,
+    MeasuredCosts,
+    Op,
+    Phase,
+    TrainingGraph,
+    check_gradients,
+    graph_from_dict,
+    graph_to_dict,
+)
+from poetsim.graph.ops import MAX_BYTES, MAX_FLOPS
 
 # POET's M4F (nRF52840) constants, poet/chipsets.py, as Python evaluates them.
 M4F_FLOPS = (16283 * 100 * 1000) / 255.6237
@@ -151,3 +162,39 @@ def test_costs_are_read_only_and_finite():
     for name in ("compute_time_s", "compute_energy_j", "pagein_time_s", "pageout_energy_j"):
         assert all(math.isfinite(v) and v >= 0 for v in getattr(costs, name))
     assert MeasuredCosts().empty
+
+
+def _largest_graph() -> TrainingGraph:
+    """Every cost at the top of the graph file's plausibility range (poetsim.graph.ops)."""
+    big = dict(flops=MAX_FLOPS, output_bytes=MAX_BYTES, workspace_bytes=MAX_BYTES)
+    ops = [Op("x", "input", Phase.FORWARD, output_bytes=MAX_BYTES),
+           Op("fc", "linear", Phase.FORWARD, param_bytes=MAX_BYTES, **big),
+           Op("loss", "cross_entropy", Phase.LOSS, **big),
+           Op("loss/grad", "cross_entropy", Phase.BACKWARD, forward_of="loss", **big),
+           Op("fc/grad", "linear", Phase.BACKWARD, forward_of="fc", **big)]
+    inputs = {"fc": ["x"], "loss": ["fc"], "loss/grad": ["loss", "fc"],
+              "fc/grad": ["x", "loss/grad"]}
+    return TrainingGraph.from_ops("largest", ops, inputs)
+
+
+@pytest.mark.parametrize("board", [
+    # the slowest storage a board file may declare: 1-byte blocks and commands, 10 s each
+    lambda: make_board(read_throughput_bytes_per_s=1e2, write_throughput_bytes_per_s=1e2,
+                       read_latency_s=10.0, write_latency_s=10.0, block_bytes=1,
+                       max_command_bytes=1),
+    lambda: make_board(storage_kind="qspi_nor", block_bytes=1, erase_sector_bytes=1,
+                       erase_time_s=10.0),
+    lambda: make_board("paper"),
+    poet_m4f_board,
+])
+def test_costs_stay_finite_at_the_largest_allowed_numbers(board):
+    graph = _largest_graph()
+    check_gradients(graph)
+    with np.errstate(all="raise"):
+        costs = op_costs(graph, board())
+    for name in ("compute_time_s", "compute_energy_j", "pagein_time_s", "pagein_energy_j",
+                 "pageout_time_s", "pageout_energy_j"):
+        values = getattr(costs, name)
+        assert np.all(np.isfinite(values)) and np.all(values >= 0), name
+    assert list(costs.output_bytes) == [MAX_BYTES] * len(graph)
+    assert costs.output_bytes.sum() == MAX_BYTES * len(graph)  # int64 sums do not wrap

@@ -7,7 +7,18 @@ import math
 import pytest
 
 from poetsim.errors import GraphError
-from poetsim.graph import Op, Phase, TrainingGraph, resident_memory, topological_order
+from poetsim.graph import (
+    MeasuredCosts,
+    Op,
+    Phase,
+    TrainingGraph,
+    check_gradients,
+    needs_gradient,
+    resident_memory,
+    topological_order,
+)
+from poetsim.graph.ops import MAX_BYTES, MAX_FLOPS
+from poetsim.zoo import build_model, model_names
 
 
 def fwd(name: str, **kw) -> Op:
@@ -102,6 +113,12 @@ def test_cycle_message_names_the_ops():
     ("output_bytes", 2.5, "must be a whole number"),
     ("workspace_bytes", math.nan, "must be finite"),
     ("param_bytes", "4", "must be a number"),
+    ("output_bytes", 10**30, "output_bytes = 1000000000000000000000000000000: outside the "
+                             "allowed range [0, 2**44 = 17592186044416] B"),
+    ("output_bytes", 10**400, "output_bytes = 10000000...(401 digits): outside the allowed"),
+    ("workspace_bytes", MAX_BYTES + 1, "outside the allowed range [0, 2**44"),
+    ("param_bytes", float(2**50), "outside the allowed range [0, 2**44"),
+    ("flops", 1e19, "flops = 1e+19: outside the allowed range [0, 1e+18] FLOP"),
 ])
 def test_bad_costs_name_op_field_and_rule(field, value, rule):
     with pytest.raises(GraphError) as err:
@@ -141,3 +158,96 @@ def test_resident_memory_options(residual):
     assert resident_memory(residual, optimizer="adam").total_bytes == 4 * params
     with pytest.raises(GraphError, match="optimizer = 'lbfgs'"):
         resident_memory(residual, optimizer="lbfgs")
+
+
+def test_largest_allowed_costs_are_accepted():
+    op = fwd("big", flops=MAX_FLOPS, output_bytes=MAX_BYTES, workspace_bytes=MAX_BYTES,
+             param_bytes=MAX_BYTES, measured=MeasuredCosts(compute_time_s=1e6,
+                                                           pagein_energy_j=1e9))
+    assert op.output_bytes == 2**44
+
+
+@pytest.mark.parametrize("field, value, rule", [
+    ("compute_time_s", 1e7, "measured.compute_time_s = 10000000.0: outside the allowed range "
+                            "[0, 1e+06] s"),
+    ("pageout_energy_j", 2e9, "measured.pageout_energy_j = 2000000000.0: outside the allowed "
+                              "range [0, 1e+09] J"),
+    ("pagein_time_s", 10**30, "measured.pagein_time_s = 1000000000000000000000000000000: "
+                              "outside the allowed range [0, 1e+06] s"),
+])
+def test_measured_costs_are_bounded(field, value, rule):
+    with pytest.raises(GraphError) as err:
+        fwd("conv1", measured=MeasuredCosts(**{field: value}))
+    assert f"op 'conv1': {rule}" in one_line(err)
+
+
+def test_forward_of_must_be_a_name():
+    with pytest.raises(GraphError, match=r"op 'g': forward_of = \['a'\]: must be an op name"):
+        Op("g", "relu", Phase.BACKWARD, forward_of=["a"])
+
+
+# ------------------------------------------------------------------ gradient rules
+
+
+def test_needs_gradient_follows_parameters_downstream():
+    ops, inputs = chain()
+    graph = TrainingGraph.from_ops("chain", ops, inputs)
+    assert needs_gradient(graph) == [False, True, True, False, False]
+    check_gradients(graph)
+
+
+def test_parameterised_op_without_backward_op_is_rejected():
+    ops, inputs = chain()
+    del ops[4], inputs["a/grad"]
+    graph = TrainingGraph.from_ops("chain", ops, inputs)  # structurally fine
+    with pytest.raises(GraphError) as err:
+        check_gradients(graph)
+    assert one_line(err) == ("op 'a': has 4 B of parameters but no backward op (an op with "
+                             "forward_of = 'a'): its weights would never be trained")
+
+
+def test_backward_op_of_the_data_input_is_rejected():
+    ops, inputs = chain()
+    ops.append(grad("x/grad", "x"))
+    inputs["x/grad"] = ["a/grad"]
+    graph = TrainingGraph.from_ops("chain", ops, inputs)
+    with pytest.raises(GraphError) as err:
+        check_gradients(graph)
+    assert one_line(err).startswith("op 'x/grad': backward op of 'x', which needs no gradient")
+
+
+def test_backward_op_of_a_parameter_free_prefix_is_rejected():
+    """x -> scale (no parameters) -> a (parameters): scale's output needs no gradient."""
+    ops, inputs = chain()
+    ops += [fwd("scale", output_bytes=8), grad("scale/grad", "scale")]
+    inputs.update({"scale": ["x"], "a": ["scale"], "scale/grad": ["a/grad"]})
+    graph = TrainingGraph.from_ops("chain", ops, inputs)
+    with pytest.raises(GraphError, match="op 'scale/grad': backward op of 'scale', which needs"):
+        check_gradients(graph)
+
+
+def test_fused_backward_of_a_parameter_free_op_is_allowed():
+    """x -> a (parameters) -> r -> loss: r/grad may be fused into a/grad."""
+    ops, inputs = chain()
+    ops.append(fwd("r", output_bytes=8))
+    inputs.update({"r": ["a"], "loss": ["r"]})
+    graph = TrainingGraph.from_ops("chain", ops, inputs)
+    assert needs_gradient(graph)[graph.index("r")]
+    check_gradients(graph)
+
+
+def test_graph_without_parameters_has_nothing_to_train():
+    ops = [fwd("x", kind="input", output_bytes=8), fwd("a", output_bytes=8), loss()]
+    graph = TrainingGraph.from_ops("frozen", ops, {"a": ["x"], "loss": ["a"]})
+    with pytest.raises(GraphError, match="graph 'frozen': no op has parameters, so there is "
+                                         "nothing to train"):
+        check_gradients(graph)
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_every_zoo_model_has_exactly_the_backward_ops_autograd_needs(name):
+    graph = build_model(name)
+    check_gradients(graph)
+    needs = needs_gradient(graph)
+    differentiated = {op.forward_of for op in graph.ops if op.phase is Phase.BACKWARD}
+    assert differentiated == {op.name for i, op in enumerate(graph.ops) if needs[i]}

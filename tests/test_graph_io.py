@@ -70,6 +70,18 @@ def drop_key(i, key):
     return mutate
 
 
+def drop_op(name):
+    def mutate(doc):
+        doc["ops"] = [op for op in doc["ops"] if op["name"] != name]
+    return mutate
+
+
+def add_op(**op):
+    def mutate(doc):
+        doc["ops"].append(op)
+    return mutate
+
+
 @pytest.mark.parametrize("mutate, expected", [
     (set_op(1, flops=-5), "op 'fc1': flops = -5: must not be negative"),
     (set_op(1, flops=math.nan), "op 'fc1': flops = nan: must be finite"),
@@ -87,6 +99,24 @@ def drop_key(i, key):
     (lambda d: d.update(format="onnx"), "format = 'onnx'"),
     (lambda d: d.update(version=7), "version = 7"),
     (lambda d: d.update(ops=[]), "ops: must be a non-empty list"),
+    (set_op(1, forward_of=[]), "op 'fc1': forward_of = []: must be an op name"),
+    # plausibility bounds
+    (set_op(2, output_bytes=10**30), "op 'r': output_bytes = 1000000000000000000000000000000: "
+                                     "outside the allowed range [0, 2**44 = 17592186044416] B "
+                                     "(ops[2])"),
+    (set_op(1, param_bytes=2**60), "op 'fc1': param_bytes = 1152921504606846976: outside"),
+    (set_op(1, workspace_bytes=1e20), "op 'fc1': workspace_bytes = 1e+20: outside the allowed"),
+    (set_op(1, flops=1e30), "op 'fc1': flops = 1e+30: outside the allowed range [0, 1e+18] FLOP"),
+    (set_op(1, measured={"pageout_energy_j": 1e12}),
+     "op 'fc1': measured.pageout_energy_j = 1000000000000.0: outside the allowed range "
+     "[0, 1e+09] J"),
+    # autograd's rules on backward ops
+    (drop_op("fc1/grad"), "op 'fc1': has 144 B of parameters but no backward op (an op with "
+                          "forward_of = 'fc1'): its weights would never be trained"),
+    (add_op(name="x/grad", kind="input", phase="backward", forward_of="x",
+            inputs=["r/grad"], flops=1, output_bytes=0),
+     "op 'x/grad': backward op of 'x', which needs no gradient (it has no parameters and "
+     "reads no op that does): only ops that need a gradient have a backward op"),
 ])
 def test_bad_graph_files(residual, tmp_path, mutate, expected):
     doc = graph_to_dict(residual)
@@ -105,3 +135,35 @@ def test_unreadable_and_malformed_files(tmp_path):
         read_graph(tmp_path / "missing.json")
     with pytest.raises(GraphFileError, match="not valid JSON"):
         read_graph(write(tmp_path, "{ops: ["))
+    with pytest.raises(GraphFileError, match="not valid JSON: Exceeds the limit"):
+        read_graph(write(tmp_path, '{"format": ' + "9" * 5000 + "}"))
+    with pytest.raises(GraphFileError, match="not valid JSON: arrays or objects nested too"):
+        read_graph(write(tmp_path, "[" * 100_000 + "]" * 100_000))
+
+
+def test_non_utf8_graph_file_is_one_line(residual, tmp_path):
+    path = tmp_path / "g.json"
+    write_graph(residual, path)
+    data = path.read_bytes()
+    path.write_bytes(data[:40] + b"\xe9" + data[41:])
+    with pytest.raises(GraphFileError) as err:
+        read_graph(path)
+    assert str(err.value) == (f"{path}: not UTF-8 text (byte 0xe9 at offset 40): a graph "
+                              "file must be UTF-8")
+
+
+def test_directory_is_one_line(tmp_path):
+    with pytest.raises(GraphFileError) as err:
+        read_graph(tmp_path)
+    assert str(err.value).startswith(f"{tmp_path}: cannot read graph file: ")
+    assert "\n" not in str(err.value)
+
+
+def test_largest_allowed_numbers_round_trip(residual, tmp_path):
+    doc = graph_to_dict(residual)
+    doc["ops"][2].update(output_bytes=2**44, flops=1e18,
+                         measured={"compute_time_s": 1e6, "compute_energy_j": 1e9})
+    path = write(tmp_path, doc)
+    graph = read_graph(path)
+    assert graph.op("r").output_bytes == 2**44
+    assert graph.op("r").measured.compute_energy_j == 1e9

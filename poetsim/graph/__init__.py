@@ -13,6 +13,8 @@ from poetsim.graph.graph import (
     OPTIMIZER_STATE_COPIES,
     ResidentMemory,
     TrainingGraph,
+    check_gradients,
+    needs_gradient,
     resident_memory,
     topological_order,
 )
@@ -29,7 +31,7 @@ from poetsim.graph.ops import MeasuredCosts, Op, Phase
 __all__ = [
     "KINDS", "MAC_KINDS", "OPTIMIZER_STATE_COPIES", "ForwardGraph", "ForwardOp",
     "MeasuredCosts", "Op", "PeakMemory", "Phase", "ResidentMemory", "plain_peak", "TrainingGraph",
-    "derive_training_graph",
+    "check_gradients", "derive_training_graph",
     "forward_macs", "grad_name", "graph_fingerprint", "graph_from_dict", "graph_to_dict",
-    "read_graph", "resident_memory", "topological_order", "write_graph",
+    "needs_gradient", "read_graph", "resident_memory", "topological_order", "write_graph",
 ]

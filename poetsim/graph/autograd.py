@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from poetsim.errors import GraphError
-from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.graph import TrainingGraph, check_gradients
 from poetsim.graph.ops import Op, Phase
 
 __all__ = ["KINDS", "MAC_KINDS", "ForwardGraph", "ForwardOp", "KindRule", "grad_name",
@@ -285,7 +285,9 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
                       workspace_bytes=nbytes(op.workspace_elements), forward_of=op.name))
         inputs[g] = list(dict.fromkeys(deps))
 
-    return TrainingGraph.from_ops(name, ops, inputs, metadata=metadata)
+    graph = TrainingGraph.from_ops(name, ops, inputs, metadata=metadata)
+    check_gradients(graph)  # holds by construction; graph files are held to the same rules
+    return graph
 
 
 def forward_macs(graph: TrainingGraph) -> float:

@@ -1,7 +1,9 @@
 """The training graph: ops, data-dependency edges, and a deterministic topological order.
 
 A :class:`TrainingGraph` is immutable and always valid: construction checks every rule and
-raises :class:`~poetsim.errors.GraphError` naming the op and the rule it breaks. Ops are
+raises :class:`~poetsim.errors.GraphError` naming the op and the rule it breaks.
+:func:`check_gradients` adds autograd's rules on which ops have a backward op; graph files
+and derived graphs must pass it (hand-built graphs, e.g. in tests, need not). Ops are
 stored in topological order; an edge ``(i, j)`` means op ``j`` reads the output of op
 ``i``, so ``i < j`` always holds.
 """
@@ -17,7 +19,8 @@ import attrs
 from poetsim.errors import GraphError
 from poetsim.graph.ops import Op, Phase
 
-__all__ = ["TrainingGraph", "ResidentMemory", "resident_memory", "topological_order"]
+__all__ = ["TrainingGraph", "ResidentMemory", "check_gradients", "needs_gradient",
+           "resident_memory", "topological_order"]
 
 
 def topological_order(names: Sequence[str], edges: Iterable[tuple[int, int]]) -> list[int]:
@@ -245,6 +248,53 @@ class TrainingGraph:
 
     def inputs_of(self, i: int) -> list[str]:
         return [self.ops[p].name for p in self._preds[i]]
+
+
+def needs_gradient(graph: TrainingGraph) -> list[bool]:
+    """Per op: does a forward (or loss) op's output need a gradient?
+
+    As in reverse-mode autograd (:mod:`poetsim.graph.autograd`): an op needs one if it owns
+    parameters or reads an op that needs one; a data input does not. Backward ops: False.
+    """
+    needs = [False] * len(graph)
+    for i, op in enumerate(graph.ops):  # topological: inputs first
+        if op.phase is not Phase.BACKWARD:
+            needs[i] = op.param_bytes > 0 or any(needs[p] for p in graph.predecessors(i))
+    return needs
+
+
+def check_gradients(graph: TrainingGraph) -> None:
+    """Autograd's rules on backward ops, as :mod:`poetsim.graph.autograd` derives them.
+
+    * a backward op only for an op that needs a gradient (:func:`needs_gradient`): not
+      for the data input, nor for an op computed from inputs and constants alone;
+    * a backward op for every op with parameters, or its weights would never be trained
+      (a backward op may fuse the gradients of parameter-free ops, so those may lack one);
+    * at least one op with parameters, or there is nothing to train.
+
+    Raises :class:`GraphError` naming the op and the rule.
+    """
+    ops = graph.ops
+    needs = needs_gradient(graph)
+    differentiated: set[str] = set()
+    for op in ops:
+        if op.phase is not Phase.BACKWARD:
+            continue
+        target = op.forward_of
+        differentiated.add(target)  # type: ignore[arg-type]
+        if not needs[graph.index(target)]:  # type: ignore[arg-type]
+            raise GraphError(
+                f"op {op.name!r}: backward op of {target!r}, which needs no gradient (it has "
+                "no parameters and reads no op that does): only ops that need a gradient "
+                "have a backward op")
+    for op in ops:
+        if op.param_bytes and op.name not in differentiated:
+            raise GraphError(
+                f"op {op.name!r}: has {op.param_bytes} B of parameters but no backward op "
+                f"(an op with forward_of = {op.name!r}): its weights would never be trained")
+    if not graph.param_bytes:
+        raise GraphError(f"graph {graph.name!r}: no op has parameters, so there is nothing "
+                         "to train")
 
 
 @attrs.frozen

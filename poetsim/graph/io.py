@@ -33,6 +33,22 @@ of ``compute_time_s``, ``compute_energy_j``, ``pagein_time_s``, ``pagein_energy_
 ``pageout_time_s``, ``pageout_energy_j``. ``flops`` may be left out (0) when the op has
 measured compute time and energy. Ops may appear in any order; poetsim sorts them
 topologically and deterministically.
+
+Every number must be finite, not negative and within generous plausibility bounds
+(:mod:`poetsim.graph.ops`); a value outside them is almost always a unit slip or a corrupt
+file, and is rejected with the file, op, field, value and range:
+
+* ``output_bytes``, ``workspace_bytes``, ``param_bytes``: whole numbers, 0 to 2**44 B
+  (16 TiB; sums of half a million such tensors still fit a 64-bit integer);
+* ``flops``: 0 to 1e18;
+* ``measured.*_time_s``: 0 to 1e6 s; ``measured.*_energy_j``: 0 to 1e9 J.
+
+The graph must also be a training graph as reverse-mode autograd derives it
+(:func:`poetsim.graph.graph.check_gradients`): exactly one loss; every forward op reaches
+it; every backward op depends on it and differentiates one forward (or loss) op; an op
+with parameters has a backward op (or its weights would never be trained); only an op that
+needs a gradient (it has parameters or reads an op that does) has one, so the data input
+has none; and at least one op has parameters.
 """
 
 from __future__ import annotations
@@ -44,7 +60,7 @@ from typing import Any
 
 from poetsim.errors import GraphError, GraphFileError
 from poetsim.fileio import atomic_write_text, read_text
-from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.graph import TrainingGraph, check_gradients
 from poetsim.graph.ops import MeasuredCosts, Op
 
 __all__ = ["FORMAT", "VERSION", "graph_fingerprint", "graph_from_dict", "graph_to_dict",
@@ -145,7 +161,9 @@ def graph_from_dict(data: Any) -> TrainingGraph:
             raise GraphError(f"op {op.name!r} (ops[{position}]): duplicate op name")
         ops.append(op)
         inputs[op.name] = op_inputs
-    return TrainingGraph.from_ops(name, ops, inputs, metadata=metadata)
+    graph = TrainingGraph.from_ops(name, ops, inputs, metadata=metadata)
+    check_gradients(graph)
+    return graph
 
 
 def read_graph(path: str | Path) -> TrainingGraph:
@@ -154,6 +172,11 @@ def read_graph(path: str | Path) -> TrainingGraph:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
+        raise GraphFileError(f"{path}: not valid JSON: {err}") from None
+    except RecursionError:
+        raise GraphFileError(f"{path}: not valid JSON: arrays or objects nested too deeply") \
+            from None
+    except ValueError as err:  # a number of thousands of digits
         raise GraphFileError(f"{path}: not valid JSON: {err}") from None
     try:
         return graph_from_dict(data)

@@ -15,7 +15,20 @@ import attrs
 
 from poetsim.errors import GraphError
 
-__all__ = ["MeasuredCosts", "Op", "Phase"]
+__all__ = ["MAX_BYTES", "MAX_FLOPS", "MAX_MEASURED_ENERGY_J", "MAX_MEASURED_TIME_S",
+           "MeasuredCosts", "Op", "Phase"]
+
+#: Plausibility bounds on every cost of an op: generous (far beyond any edge board, and
+#: beyond the largest RAM a board file may declare, 1e13 B) but finite, so that a unit slip
+#: or a corrupt file is rejected by name instead of overflowing later. Sizes: 2**44 B
+#: (16 TiB) per tensor, so sums of up to 2**19 of them still fit a 64-bit integer.
+MAX_BYTES = 2**44
+#: FLOPs of one op (a large model's whole training step is around 1e12 to 1e15).
+MAX_FLOPS = 1e18
+#: A measured time of one op or transfer: a million seconds, about 11.6 days.
+MAX_MEASURED_TIME_S = 1e6
+#: A measured energy of one op or transfer: a gigajoule.
+MAX_MEASURED_ENERGY_J = 1e9
 
 
 class Phase(enum.Enum):
@@ -24,22 +37,41 @@ class Phase(enum.Enum):
     BACKWARD = "backward"
 
 
-def _cost(op_name: str, field: str, value: Any, allow_none: bool) -> None:
+def _shown(value: Any) -> str:
+    """``repr(value)``, shortened for integers with hundreds of digits."""
+    text = repr(value)
+    if isinstance(value, int) and len(text) > 40:
+        return f"{text[:8]}...({len(text)} digits)"
+    return text
+
+
+def _cost(op_name: str, field: str, value: Any, allow_none: bool, limit: float,
+          unit: str) -> None:
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise GraphError(f"op {op_name!r}: {field} = {value!r}: must be a number")
-    if math.isnan(value) or math.isinf(value):
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         raise GraphError(f"op {op_name!r}: {field} = {value!r}: must be finite (no NaN or inf)")
     if value < 0:
-        raise GraphError(f"op {op_name!r}: {field} = {value!r}: must not be negative")
+        raise GraphError(f"op {op_name!r}: {field} = {_shown(value)}: must not be negative")
+    if value > limit:
+        bound = (f"2**{int(limit).bit_length() - 1} = {int(limit)}" if unit == "B"
+                 else f"{limit:g}")
+        raise GraphError(f"op {op_name!r}: {field} = {_shown(value)}: outside the allowed "
+                         f"range [0, {bound}] {unit}")
+
+
+def _measured_limit(field: str) -> tuple[float, str]:
+    return (MAX_MEASURED_TIME_S, "s") if field.endswith("_s") else (MAX_MEASURED_ENERGY_J, "J")
 
 
 @attrs.frozen
 class MeasuredCosts:
     """Costs profiled on the device; each one present replaces the analytic estimate.
 
-    Page-in and page-out refer to the op's output tensor.
+    Page-in and page-out refer to the op's output tensor. Times are at most
+    :data:`MAX_MEASURED_TIME_S`, energies at most :data:`MAX_MEASURED_ENERGY_J`.
     """
 
     compute_time_s: float | None = None
@@ -51,7 +83,8 @@ class MeasuredCosts:
 
     def check(self, op_name: str) -> None:
         for field in attrs.fields(MeasuredCosts):
-            _cost(op_name, f"measured.{field.name}", getattr(self, field.name), allow_none=True)
+            _cost(op_name, f"measured.{field.name}", getattr(self, field.name),
+                  True, *_measured_limit(field.name))
 
     def as_dict(self) -> dict[str, float]:
         """The measured values that are present."""
@@ -76,9 +109,11 @@ class Op:
     phase:
         Forward, loss or backward.
     flops:
-        Floating-point operations (a multiply-accumulate counts as 2).
+        Floating-point operations (a multiply-accumulate counts as 2), at most
+        :data:`MAX_FLOPS`.
     output_bytes:
-        Size of the op's output tensor, the one rematerialization and paging act on.
+        Size of the op's output tensor, the one rematerialization and paging act on. This
+        and the other sizes are whole numbers of at most :data:`MAX_BYTES`.
     workspace_bytes:
         Scratch memory needed only while the op runs (im2col buffers and the like).
     param_bytes:
@@ -105,12 +140,15 @@ class Op:
             raise GraphError(f"op {self.name!r}: name must be a non-empty string")
         if not isinstance(self.kind, str) or not self.kind:
             raise GraphError(f"op {self.name!r}: kind = {self.kind!r}: must be a non-empty string")
-        _cost(self.name, "flops", self.flops, allow_none=False)
+        _cost(self.name, "flops", self.flops, False, MAX_FLOPS, "FLOP")
         for field in ("output_bytes", "workspace_bytes", "param_bytes"):
             value = getattr(self, field)
-            _cost(self.name, field, value, allow_none=False)
+            _cost(self.name, field, value, False, MAX_BYTES, "B")
             if not float(value).is_integer():
                 raise GraphError(f"op {self.name!r}: {field} = {value!r}: must be a whole number")
+        if self.forward_of is not None and not isinstance(self.forward_of, str):
+            raise GraphError(f"op {self.name!r}: forward_of = {self.forward_of!r}: must be "
+                             "an op name")
         if self.phase is Phase.BACKWARD and self.forward_of is None:
             raise GraphError(f"op {self.name!r}: a backward op needs forward_of")
         if self.phase is not Phase.BACKWARD and self.forward_of is not None:
