@@ -60,7 +60,8 @@ from poetsim.boards.spec import Board, Profile, Storage, StorageKind
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.ops import Phase
 
-__all__ = ["OpCosts", "Transfer", "op_costs", "transfer_cost"]
+__all__ = ["OpCosts", "Transfer", "TransferPhases", "op_costs", "transfer_cost",
+           "transfer_phases"]
 
 
 @attrs.frozen
@@ -71,28 +72,64 @@ class Transfer:
     energy_j: float
 
 
-def transfer_cost(board: Board, nbytes: int, *, write: bool) -> Transfer:
-    """Cost of writing (page-out) or reading (page-in) ``nbytes`` on ``board``."""
+@attrs.frozen
+class TransferPhases:
+    """One page-in or page-out split into the phases the formulas above price: per-command
+    latency, NOR erase, and the data at the device's throughput, with the powers drawn
+    (``rw_power_w`` by the storage while it reads or writes, ``mover_power_w`` by the DMA
+    or the CPU that moves the bytes, ``erase_power_w`` while erasing)."""
+
+    device_bytes: int
+    command_s: float
+    erase_s: float
+    data_s: float
+    rw_power_w: float
+    mover_power_w: float
+    erase_power_w: float
+
+    @property
+    def time_s(self) -> float:
+        return (self.command_s + self.data_s) + self.erase_s
+
+    @property
+    def storage_energy_j(self) -> float:
+        return (self.command_s + self.data_s) * self.rw_power_w + self.erase_s * self.erase_power_w
+
+    @property
+    def energy_j(self) -> float:
+        return ((self.command_s + self.data_s) * (self.rw_power_w + self.mover_power_w)
+                + self.erase_s * self.erase_power_w)
+
+
+def transfer_phases(board: Board, nbytes: int, *, write: bool) -> TransferPhases:
+    """The phases of writing (page-out) or reading (page-in) ``nbytes`` on ``board``: the
+    one transfer formula, which :func:`transfer_cost` and the simulator's storage share."""
     storage = board.storage
     latency = storage.write_latency_s if write else storage.read_latency_s
     throughput = (storage.write_throughput_bytes_per_s if write
                   else storage.read_throughput_bytes_per_s)
     power = storage.write_power_w if write else storage.read_power_w
     if board.profile is Profile.PAPER:
-        time_s = latency + nbytes / throughput
-        return Transfer(time_s, time_s * power)
+        device_bytes = max(int(nbytes), 0)
+        return TransferPhases(device_bytes, latency, 0.0, device_bytes / throughput, power,
+                              0.0, 0.0)
     if nbytes <= 0:
-        return Transfer(0.0, 0.0)
+        return TransferPhases(0, 0.0, 0.0, 0.0, power, 0.0, 0.0)
     rounded = math.ceil(nbytes / storage.block_bytes) * storage.block_bytes
     commands = math.ceil(rounded / storage.max_command_bytes)
-    time_s = commands * latency + rounded / throughput
     mover_w = board.dma.active_power_w if board.dma.present else board.cpu.active_power_w
-    energy_j = time_s * (power + mover_w)
+    erase_s = erase_w = 0.0
     if write and storage.kind is StorageKind.QSPI_NOR:
         erase_s = _erase_time_s(storage, rounded)
-        time_s += erase_s
-        energy_j += erase_s * storage.erase_power_w  # type: ignore[operator]
-    return Transfer(time_s, energy_j)
+        erase_w = storage.erase_power_w  # type: ignore[assignment]
+    return TransferPhases(rounded, commands * latency, erase_s, rounded / throughput, power,
+                          mover_w, erase_w)
+
+
+def transfer_cost(board: Board, nbytes: int, *, write: bool) -> Transfer:
+    """Cost of writing (page-out) or reading (page-in) ``nbytes`` on ``board``."""
+    phases = transfer_phases(board, nbytes, write=write)
+    return Transfer(phases.time_s, phases.energy_j)
 
 
 def _erase_time_s(storage: Storage, rounded_bytes: int) -> float:

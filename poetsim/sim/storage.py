@@ -2,17 +2,10 @@
 
 Transfer timing
 ---------------
-:func:`transfer_timing` splits one page-in or page-out into the phases the simulator runs,
-with exactly the durations of :func:`poetsim.costs.transfer_cost` (physical boards)::
-
-    rounded  = ceil(bytes / block_bytes) * block_bytes
-    commands = ceil(rounded / max_command_bytes)
-    command phase = commands * latency_s            (no bus traffic)
-    erase phase   = ceil(rounded / erase_sector_bytes) * erase_time_s   (NOR writes only)
-    data phase    = rounded bytes at the device throughput (the only phase on the bus)
-
-Paper-profile boards use POET's ``latency_s + bytes / throughput`` (one command, no
-rounding). When the :class:`~poetsim.costs.OpCosts` time differs from this (measured
+:func:`transfer_timing` runs one page-in or page-out in the phases of
+:func:`poetsim.costs.transfer_phases`, the one transfer formula (see :mod:`poetsim.costs`):
+a command phase (per-command latency, no bus traffic), an erase phase (NOR writes only)
+and a data phase (the only one on the bus). When the :class:`~poetsim.costs.OpCosts` time differs from this (measured
 costs), every phase is scaled so that the uncontended total equals the OpCosts time. The
 transfer's power is ``energy_j / time_s`` from OpCosts, split between the storage device and
 the mover (DMA engine, or CPU on a board without DMA) in the proportion of the analytic
@@ -42,7 +35,8 @@ from typing import NamedTuple
 
 import simpy
 
-from poetsim.boards.spec import Board, Profile, Storage, StorageKind
+from poetsim.boards.spec import Board, Storage, StorageKind
+from poetsim.costs import transfer_phases
 from poetsim.sim.flash import FlashWear
 from poetsim.sim.power import EnergyLedger, PowerMachine
 
@@ -73,32 +67,14 @@ class TransferTiming(NamedTuple):
 
 def transfer_timing(board: Board, nbytes: int, *, write: bool, time_s: float,
                     energy_j: float) -> TransferTiming:
-    """Phases of moving ``nbytes`` whose OpCosts figures are ``time_s`` and ``energy_j``."""
-    storage = board.storage
-    latency = storage.write_latency_s if write else storage.read_latency_s
-    throughput = (storage.write_throughput_bytes_per_s if write
-                  else storage.read_throughput_bytes_per_s)
-    rw_power = storage.write_power_w if write else storage.read_power_w
-    erase_s = 0.0
-    if board.profile is Profile.PAPER:
-        device_bytes = max(int(nbytes), 0)
-        command_s = latency
-        data_s = device_bytes / throughput
-        storage_j = (command_s + data_s) * rw_power
-        mover_j = 0.0
-    elif nbytes <= 0:
-        device_bytes, command_s, data_s, storage_j, mover_j = 0, 0.0, 0.0, 0.0, 0.0
-    else:
-        device_bytes = math.ceil(nbytes / storage.block_bytes) * storage.block_bytes
-        command_s = math.ceil(device_bytes / storage.max_command_bytes) * latency
-        data_s = device_bytes / throughput
-        if write and storage.kind is StorageKind.QSPI_NOR:
-            sectors = math.ceil(device_bytes / storage.erase_sector_bytes)  # type: ignore[operator]
-            erase_s = sectors * storage.erase_time_s  # type: ignore[operator]
-        mover_w = board.dma.active_power_w if board.dma.present else board.cpu.active_power_w
-        storage_j = (command_s + data_s) * rw_power + erase_s * (storage.erase_power_w or 0.0)
-        mover_j = (command_s + data_s) * mover_w
-    analytic_s = command_s + erase_s + data_s
+    """Phases of moving ``nbytes`` whose OpCosts figures are ``time_s`` and ``energy_j``.
+
+    The phases are :func:`poetsim.costs.transfer_phases` (the one transfer formula),
+    scaled to ``time_s`` when a measured cost replaced the analytic one.
+    """
+    phases = transfer_phases(board, nbytes, write=write)
+    command_s, erase_s, data_s = phases.command_s, phases.erase_s, phases.data_s
+    analytic_s = phases.time_s
     if time_s != analytic_s:
         if analytic_s > 0.0:
             scale = time_s / analytic_s
@@ -110,9 +86,9 @@ def transfer_timing(board: Board, nbytes: int, *, write: bool, time_s: float,
         command_s += data_s
         data_s = 0.0
     else:
-        device_bytes_moved = device_bytes
-    analytic_j = storage_j + mover_j
-    storage_share = storage_j / analytic_j if analytic_j > 0.0 else 1.0
+        device_bytes_moved = phases.device_bytes
+    analytic_j = phases.energy_j
+    storage_share = phases.storage_energy_j / analytic_j if analytic_j > 0.0 else 1.0
     power = energy_j / time_s if time_s > 0.0 else 0.0
     storage_power = power * storage_share
     return TransferTiming(
