@@ -7,13 +7,23 @@ also derive from :class:`ValueError`, the conventional Python type for them.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "PoetsimError",
     "InputError",
     "GraphError",
     "GraphFileError",
+    "UnsupportedOpError",
     "BoardError",
+    "BoardFieldError",
     "UnknownNameError",
+    "ScheduleError",
+    "ScheduleFileError",
+    "ExecutionError",
+    "SweepError",
+    "TorchMissingError",
+    "BuildTimeout",
 ]
 
 
@@ -39,3 +49,51 @@ class BoardError(InputError):
 
 class UnknownNameError(InputError, LookupError):
     """A named model, board or option does not exist."""
+
+
+class UnsupportedOpError(GraphError):
+    """The traced model uses an op poetsim has no cost and backward rule for."""
+
+
+class BoardFieldError(BoardError):
+    """A board field breaks a rule. ``field`` may be dotted (``storage.block_bytes``)."""
+
+    def __init__(self, field: str, value: Any, rule: str) -> None:
+        self.field = field
+        self.value = value
+        self.rule = rule
+        super().__init__(f"{field} = {value!r}: {rule}")
+
+    def within(self, section: str) -> BoardFieldError:
+        """The same error with ``section.`` put in front of the field name."""
+        return BoardFieldError(f"{section}.{self.field}", self.value, self.rule)
+
+
+class ScheduleError(PoetsimError, ValueError):
+    """A schedule breaks a rule of the contract; the message names step, op and rule."""
+
+
+class ScheduleFileError(InputError):
+    """A schedule file or binary cannot be read; the message names source, position, rule."""
+
+    def __init__(self, message: str, rule: str = "", position: int | None = None) -> None:
+        super().__init__(message)
+        self.rule = rule
+        self.position = position
+
+
+class ExecutionError(InputError):
+    """A schedule cannot be executed for real as written; the message names the step."""
+
+
+class SweepError(InputError):
+    """A sweep file or results store is invalid; the message names file, key, value, rule."""
+
+
+class TorchMissingError(InputError):
+    """PyTorch is not installed (``pip install 'poetsim[torch]'``)."""
+
+
+class BuildTimeout(PoetsimError):
+    """Internal: building the MILP took longer than the time allowed for the whole solve
+    (the solver catches it and answers with its best plan so far)."""

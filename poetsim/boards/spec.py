@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from poetsim.errors import BoardError
+from poetsim.errors import BoardFieldError
 
 __all__ = [
     "Board",
@@ -44,20 +44,6 @@ __all__ = [
     "StorageKind",
     "numeric_fields",
 ]
-
-
-class BoardFieldError(BoardError):
-    """A board field breaks a rule. ``field`` may be dotted (``storage.block_bytes``)."""
-
-    def __init__(self, field: str, value: Any, rule: str) -> None:
-        self.field = field
-        self.value = value
-        self.rule = rule
-        super().__init__(f"{field} = {value!r}: {rule}")
-
-    def within(self, section: str) -> BoardFieldError:
-        """The same error with ``section.`` put in front of the field name."""
-        return BoardFieldError(f"{section}.{self.field}", self.value, self.rule)
 
 
 class SourceKind(enum.Enum):

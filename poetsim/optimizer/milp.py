@@ -62,15 +62,13 @@ import numpy as np
 from pyscipopt import Model, quicksum
 
 from poetsim.costs import OpCosts
+from poetsim.errors import BuildTimeout
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.ops import Phase
 from poetsim.optimizer.plan import StagePlan
 
 __all__ = ["BuildTimeout", "Formulation", "MilpModel", "build_milp"]
 
-
-class BuildTimeout(Exception):
-    """Building the model took longer than the time allowed for the whole solve."""
 
 _OBJECTIVE_SCALE = 1000.0
 _MAX_MEMORY_UNITS = 10_000_000

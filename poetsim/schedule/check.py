@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import attrs
 
-from poetsim.errors import PoetsimError
+from poetsim.errors import ScheduleError
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
 from poetsim.schedule.ops import Action, Schedule, Step
@@ -42,10 +42,6 @@ RULES = (
     "not_resident", "not_on_storage", "redundant_page_out", "storage_full",
     "budget_exceeded", "never_computed",
 )
-
-
-class ScheduleError(PoetsimError, ValueError):
-    """A schedule breaks a rule of the contract; the message names step, op and rule."""
 
 
 @attrs.frozen

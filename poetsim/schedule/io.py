@@ -67,7 +67,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from poetsim.errors import InputError
+from poetsim.errors import InputError, ScheduleFileError
 from poetsim.fileio import atomic_write_bytes, atomic_write_text
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
@@ -95,15 +95,6 @@ _NARROW_OPS = 1 << 14
 _WIDE_OPS = 1 << 30
 _CODES = {Action.COMPUTE: 0, Action.PAGE_OUT: 1, Action.PAGE_IN: 2, Action.FREE: 3}
 _ACTIONS = {code: action for action, code in _CODES.items()}
-
-
-class ScheduleFileError(InputError):
-    """A schedule file or binary cannot be read; the message names source, position, rule."""
-
-    def __init__(self, message: str, rule: str = "", position: int | None = None) -> None:
-        super().__init__(message)
-        self.rule = rule
-        self.position = position
 
 
 class _Problem(Exception):

@@ -5,8 +5,9 @@ Transfer timing
 :func:`transfer_timing` runs one page-in or page-out in the phases of
 :func:`poetsim.costs.transfer_phases`, the one transfer formula (see :mod:`poetsim.costs`):
 a command phase (per-command latency, no bus traffic), an erase phase (NOR writes only)
-and a data phase (the only one on the bus). When the :class:`~poetsim.costs.OpCosts` time differs from this (measured
-costs), every phase is scaled so that the uncontended total equals the OpCosts time. The
+and a data phase (the only one on the bus). When the :class:`~poetsim.costs.OpCosts` time
+differs from this (measured costs), every phase is scaled so that the uncontended total
+equals the OpCosts time. The
 transfer's power is ``energy_j / time_s`` from OpCosts, split between the storage device and
 the mover (DMA engine, or CPU on a board without DMA) in the proportion of the analytic
 formula; a transfer stretched by bus contention draws that power for longer.

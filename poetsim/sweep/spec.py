@@ -55,7 +55,7 @@ import attrs
 from poetsim.boards.load import SECTIONS
 from poetsim.boards.registry import get_board
 from poetsim.boards.spec import Board, BoardFieldError, Source, SourceKind
-from poetsim.errors import InputError, PoetsimError
+from poetsim.errors import InputError, PoetsimError, SweepError
 from poetsim.fileio import read_toml
 from poetsim.methods import METHODS, SolverSettings
 from poetsim.request import BOARD_RAM, Accounting, parse_deadline, resolve_request
@@ -69,10 +69,6 @@ BOARD_BUDGET = BOARD_RAM
 _TOP_KEYS = ("name", "models", "boards", "overrides", "ram", "accounting", "deadlines",
              "methods", "solver")
 _SOLVER_KEYS = ("time_limit_s", "gap_limit", "seed")
-
-
-class SweepError(InputError):
-    """A sweep file or results store is invalid; the message names file, key, value, rule."""
 
 
 @attrs.frozen

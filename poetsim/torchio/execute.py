@@ -49,7 +49,7 @@ from typing import Any
 
 import attrs
 
-from poetsim.errors import InputError
+from poetsim.errors import ExecutionError, InputError
 from poetsim.graph.autograd import KINDS
 from poetsim.graph.io import graph_fingerprint
 from poetsim.graph.ops import Phase
@@ -58,10 +58,6 @@ from poetsim.schedule.ops import Action, Schedule, Step
 from poetsim.torchio.trace import Cls, ImportedModel, require_torch, tables
 
 __all__ = ["ExecutionError", "ExecutionReport", "execute_schedule"]
-
-
-class ExecutionError(InputError):
-    """The schedule cannot be executed as written; the message names the step."""
 
 
 @attrs.frozen

@@ -50,7 +50,7 @@ from typing import Any
 
 import attrs
 
-from poetsim.errors import GraphError, InputError
+from poetsim.errors import GraphError, InputError, TorchMissingError, UnsupportedOpError
 from poetsim.graph.autograd import KINDS, ForwardGraph
 from poetsim.graph.graph import TrainingGraph
 
@@ -59,14 +59,6 @@ __all__ = ["ImportedModel", "InputSpec", "LoweredOp", "TorchMissingError", "Unsu
 
 TORCH_MISSING = "poetsim import needs PyTorch: pip install 'poetsim[torch]'"
 LOSSES = ("cross_entropy", "mse")
-
-
-class TorchMissingError(InputError):
-    """PyTorch is not installed."""
-
-
-class UnsupportedOpError(GraphError):
-    """The traced model uses an op poetsim has no cost and backward rule for."""
 
 
 def require_torch() -> Any:
