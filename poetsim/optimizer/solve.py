@@ -26,12 +26,12 @@ import numpy as np
 from pyscipopt import SCIP_PARAMSETTING
 
 from poetsim.costs import OpCosts
-from poetsim.errors import InputError
+from poetsim.errors import BuildTimeout, InputError
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.memory import minimum_ram_bytes
 from poetsim.optimizer.bound import relaxation_bound_j
 from poetsim.optimizer.heuristic import greedy_plan, plain_plan
-from poetsim.optimizer.milp import BuildTimeout, Formulation, build_milp
+from poetsim.optimizer.milp import Formulation, MilpModel, build_milp
 from poetsim.optimizer.plan import (
     PlanMetrics,
     StagePlan,
@@ -258,6 +258,10 @@ def solve(request: Request, *, remat: bool = True, paging: bool = True,
     request's). ``warm_starts`` are schedules (a baseline's, say) that, lifted into stage
     form, compete with the greedy plans as the starting point. Never reports ``optimal``
     unless it is proven for the exact formulation.
+
+    The steps, each a function below: refuse what no schedule can meet; start from the
+    best heuristic plan and the relaxation bound; seed with a remat-only solve; build the
+    MILP; improve by a window search, then let SCIP search; conclude what was proven.
     """
     if not (time_limit_s > 0) or not math.isfinite(time_limit_s):
         raise InputError(f"time_limit_s = {time_limit_s!r}: must be a positive number of "
@@ -271,104 +275,183 @@ def solve(request: Request, *, remat: bool = True, paging: bool = True,
     elif request.deadline_s is not None and deadline_s > request.deadline_s:
         raise InputError(f"deadline_s = {deadline_s!r}: must not exceed the request's "
                          f"{request.deadline_s!r}")
-    graph, board, costs = request.graph, request.board, request.costs
-    budget = request.activation_budget_bytes
-    plain_time = request.plain_time_s
-    plain_energy = request.plain_energy_j
-    formulation = Formulation(remat=remat, paging=paging, restricted=restricted)
-    overlap = board.dma.present
-    base = dict(request=request, method=_method(remat, paging), restricted=restricted,
-                deadline_s=deadline_s)
+    search = _Search(request=request,
+                     formulation=Formulation(remat=remat, paging=paging, restricted=restricted),
+                     deadline_s=deadline_s, time_limit_s=time_limit_s, gap_limit=gap_limit,
+                     threads=threads, seed=seed, progress=progress,
+                     warm_starts=tuple(warm_starts))
+    answer = _refuse_at_once(search) or _start(search)
+    if answer is not None:
+        return answer
+    if search.within_gap():
+        return search.finish_without_milp()
+    _seed_with_remat_only(search)
+    if search.within_gap():
+        return search.finish_without_milp()
+    milp = _build(search)
+    if isinstance(milp, SolveResult):
+        return milp
+    return _search_and_conclude(search, milp)
 
+
+@attrs.define
+class _Search:
+    """One solve as it moves through its steps: the request, the settings, and the best
+    plan so far with the lower bound it is measured against."""
+
+    request: Request
+    formulation: Formulation
+    deadline_s: float | None
+    time_limit_s: float
+    gap_limit: float
+    threads: int
+    seed: int
+    progress: Callable[[dict[str, float]], None] | None
+    warm_starts: tuple[Schedule, ...]
+    started: float = attrs.field(factory=time.perf_counter)
+    plan: StagePlan | None = None
+    metrics: PlanMetrics | None = None
+    heuristic: str | None = None
+    lower_j: float = 0.0
+    build_time_s: float = 0.0
+    warm_start: str | None = None
+
+    @property
+    def restricted(self) -> bool:
+        return self.formulation.restricted
+
+    @property
+    def overlap(self) -> bool:
+        return self.request.board.dma.present
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self.started
+
+    @property
+    def base(self) -> dict[str, Any]:
+        """The fields every :class:`SolveResult` of this search shares."""
+        return {"request": self.request,
+                "method": _method(self.formulation.remat, self.formulation.paging),
+                "restricted": self.restricted, "deadline_s": self.deadline_s}
+
+    def answer(self, status: SolveStatus, message: str, **fields: Any) -> SolveResult:
+        """A result without a schedule."""
+        return SolveResult(status, message, **self.base, **fields)
+
+    def within_gap(self) -> bool:
+        return (self.metrics is not None and self.metrics.energy_j * (1 - self.gap_limit)
+                <= self.lower_j * (1 + _SAME_ENERGY))
+
+    def finish_without_milp(self) -> SolveResult:
+        return _finish(self.base, self.plan, self.metrics, self.restricted, bound=self.lower_j,
+                       scip_status="gaplimit", time_limit_s=self.time_limit_s,
+                       timing={"binaries": 0, "build_time_s": 0.0,
+                               "solve_time_s": self.elapsed_s, "warm_start": self.heuristic})
+
+
+def _refuse_at_once(search: _Search) -> SolveResult | None:
+    """Requests no schedule can meet, each with its one-line reason (or None)."""
+    request = search.request
     unfit = request.infeasible_reason
     if unfit is not None:
-        return SolveResult(SolveStatus.INFEASIBLE, unfit, **base)
-    min_ram, min_op = minimum_ram_bytes(graph)
+        return search.answer(SolveStatus.INFEASIBLE, unfit)
+    budget = request.activation_budget_bytes
+    min_ram, min_op = minimum_ram_bytes(request.graph)
     if budget < min_ram:
-        return SolveResult(SolveStatus.INFEASIBLE, (
+        return search.answer(SolveStatus.INFEASIBLE, (
             f"the RAM budget allows {budget} B of activations, but op {min_op!r} "
             f"alone needs {min_ram} B (its inputs, output and workspace at once), the smallest "
             f"activation RAM any schedule can use ({min_ram + request.resident_bytes} B with "
-            f"the {request.resident_bytes} B resident)"), **base)
-    if deadline_s is not None and deadline_s < plain_time:
-        return SolveResult(SolveStatus.INFEASIBLE, (
-            f"the deadline {deadline_s:.6g} s is shorter than computing every op once "
-            f"({plain_time:.6g} s), the shortest possible time"), **base)
+            f"the {request.resident_bytes} B resident)"))
+    plain_time = request.plain_time_s
+    if search.deadline_s is not None and search.deadline_s < plain_time:
+        return search.answer(SolveStatus.INFEASIBLE, (
+            f"the deadline {search.deadline_s:.6g} s is shorter than computing every op once "
+            f"({plain_time:.6g} s), the shortest possible time"))
+    return None
 
-    started = solve_started = time.perf_counter()
-    plan, metrics, heuristic = _best_heuristic(graph, costs, budget, deadline_s,
-                                               formulation, overlap,
-                                               board.storage.capacity_bytes, warm_starts)
-    relaxed = relaxation_bound_j(graph, costs, budget, deadline_s,
-                                 remat=remat, paging=paging, overlap=overlap,
-                                 storage_capacity_bytes=board.storage.capacity_bytes,
-                                 time_limit_s=min(_BOUND_MAX_S, _BOUND_SHARE * time_limit_s),
-                                 seed=seed)
+
+def _start(search: _Search) -> SolveResult | None:
+    """The best heuristic plan and the relaxation's lower bound; an infeasible answer when
+    the relaxation proves that no plan exists."""
+    request, formulation = search.request, search.formulation
+    graph, costs, board = request.graph, request.costs, request.board
+    budget = request.activation_budget_bytes
+    search.plan, search.metrics, search.heuristic = _best_heuristic(
+        graph, costs, budget, search.deadline_s, formulation, search.overlap,
+        board.storage.capacity_bytes, search.warm_starts)
+    relaxed = relaxation_bound_j(
+        graph, costs, budget, search.deadline_s, remat=formulation.remat,
+        paging=formulation.paging, overlap=search.overlap,
+        storage_capacity_bytes=board.storage.capacity_bytes,
+        time_limit_s=min(_BOUND_MAX_S, _BOUND_SHARE * search.time_limit_s), seed=search.seed)
     if relaxed is None:
-        if metrics is not None:
+        if search.metrics is not None:
             raise AssertionError(f"the relaxation bound calls a request infeasible that the "
-                                 f"{heuristic} plan meets")
-        what = "the RAM budget and the deadline together" if deadline_s else "the RAM budget"
-        return SolveResult(SolveStatus.INFEASIBLE, (
-            f"no {base['method']} schedule meets {what}: tensors must leave RAM and there is "
-            "no way to bring them back in time (proven by the relaxation bound; smallest RAM "
-            f"of any schedule {min_ram} B of activations, shortest time {plain_time:.6g} s)"),
-            **base, build_time_s=time.perf_counter() - started)
-    lower = max(plain_energy, relaxed)
+                                 f"{search.heuristic} plan meets")
+        what = ("the RAM budget and the deadline together" if search.deadline_s
+                else "the RAM budget")
+        min_ram, _ = minimum_ram_bytes(graph)
+        return search.answer(SolveStatus.INFEASIBLE, (
+            f"no {search.base['method']} schedule meets {what}: tensors must leave RAM and "
+            "there is no way to bring them back in time (proven by the relaxation bound; "
+            f"smallest RAM of any schedule {min_ram} B of activations, shortest time "
+            f"{request.plain_time_s:.6g} s)"), build_time_s=search.elapsed_s)
+    search.lower_j = max(request.plain_energy_j, relaxed)
+    return None
 
-    def within_gap() -> bool:
-        return (metrics is not None
-                and metrics.energy_j * (1 - gap_limit) <= lower * (1 + _SAME_ENERGY))
 
-    def finish_without_milp() -> SolveResult:
-        return _finish(base, plan, metrics, restricted, bound=lower,
-                       scip_status="gaplimit", time_limit_s=time_limit_s,
-                       timing=dict(binaries=0, build_time_s=0.0,
-                                   solve_time_s=time.perf_counter() - started,
-                                   warm_start=heuristic))
+def _seed_with_remat_only(search: _Search) -> None:
+    """The remat-only model is several times smaller and SCIP often solves it to
+    optimality quickly; its plan is a plan of the integrated model too."""
+    formulation = search.formulation
+    if not (formulation.remat and formulation.paging
+            and search.time_limit_s >= _SEED_MIN_TIME_S):
+        return
+    seeded = solve(search.request, deadline_s=search.deadline_s, remat=True, paging=False,
+                   restricted=search.restricted, time_limit_s=search.time_limit_s * _SEED_SHARE,
+                   gap_limit=search.gap_limit, seed=search.seed, warm_starts=search.warm_starts)
+    if seeded.plan is not None and seeded.metrics is not None and (
+            search.metrics is None or seeded.metrics.energy_j < search.metrics.energy_j):
+        search.plan, search.metrics = seeded.plan, seeded.metrics
+        search.heuristic = f"remat-only solve ({seeded.status.value})"
 
-    if within_gap():
-        return finish_without_milp()
-    if formulation.remat and formulation.paging and time_limit_s >= _SEED_MIN_TIME_S:
-        # The remat-only model is several times smaller and SCIP often solves it to
-        # optimality quickly; its plan is a plan of the integrated model too.
-        seeded = solve(request, deadline_s=deadline_s,
-                       remat=True, paging=False, restricted=restricted,
-                       time_limit_s=time_limit_s * _SEED_SHARE, gap_limit=gap_limit, seed=seed,
-                       warm_starts=warm_starts)
-        if seeded.plan is not None and seeded.metrics is not None and (
-                metrics is None or seeded.metrics.energy_j < metrics.energy_j):
-            plan, metrics = seeded.plan, seeded.metrics
-            heuristic = f"remat-only solve ({seeded.status.value})"
-            if within_gap():
-                return finish_without_milp()
+
+def _build(search: _Search) -> MilpModel | SolveResult:
+    """The MILP with our rounding heuristic, the warm start and SCIP's settings; or the
+    answer when the time limit runs out while building it."""
+    request = search.request
+    board, costs = request.board, request.costs
+    budget = request.activation_budget_bytes
     try:
-        milp = build_milp(graph, costs, budget, deadline_s, formulation,
-                          overlap=overlap, storage_capacity_bytes=board.storage.capacity_bytes,
-                          energy_reference_j=plain_energy, build_deadline=started + time_limit_s)
+        milp = build_milp(request.graph, costs, budget, search.deadline_s, search.formulation,
+                          overlap=search.overlap,
+                          storage_capacity_bytes=board.storage.capacity_bytes,
+                          energy_reference_j=request.plain_energy_j,
+                          build_deadline=search.started + search.time_limit_s)
     except BuildTimeout:
-        build_time = time.perf_counter() - started
-        if plan is None or metrics is None:
-            return SolveResult(SolveStatus.NO_SOLUTION, (
-                f"the {time_limit_s:g} s limit ran out while building the MILP and no heuristic "
-                "schedule fits; a longer time limit may find one"), **base,
+        build_time = search.elapsed_s
+        if search.plan is None or search.metrics is None:
+            return search.answer(SolveStatus.NO_SOLUTION, (
+                f"the {search.time_limit_s:g} s limit ran out while building the MILP and no "
+                "heuristic schedule fits; a longer time limit may find one"),
                 build_time_s=build_time)
-        return _finish(base, plan, metrics, restricted,
-                       bound=lower, scip_status="build-timelimit",
-                       time_limit_s=time_limit_s,
-                       timing=dict(binaries=0, build_time_s=build_time, solve_time_s=0.0,
-                                   warm_start=heuristic))
-    build_time = time.perf_counter() - started
-    RoundingHeuristic(milp, costs, budget, deadline_s,
+        return _finish(search.base, search.plan, search.metrics, search.restricted,
+                       bound=search.lower_j, scip_status="build-timelimit",
+                       time_limit_s=search.time_limit_s,
+                       timing={"binaries": 0, "build_time_s": build_time, "solve_time_s": 0.0,
+                               "warm_start": search.heuristic})
+    search.build_time_s = search.elapsed_s
+    RoundingHeuristic(milp, costs, budget, search.deadline_s,
                       board.storage.capacity_bytes).include()
-    warm = None
-    if plan is not None and milp.add_warm_start(plan):
-        warm = heuristic
+    if search.plan is not None and milp.add_warm_start(search.plan):
+        search.warm_start = search.heuristic
     model = milp.model
-    model.setParam("limits/time", max(0.1, float(time_limit_s) - build_time))
-    model.setParam("limits/gap", float(gap_limit))
-    model.setParam("randomization/randomseedshift", int(seed))
-    model.setParam("parallel/maxnthreads", int(threads))
+    model.setParam("limits/time", max(0.1, float(search.time_limit_s) - search.build_time_s))
+    model.setParam("limits/gap", float(search.gap_limit))
+    model.setParam("randomization/randomseedshift", int(search.seed))
+    model.setParam("parallel/maxnthreads", int(search.threads))
     if milp.budget_units > 100_000:
         # Memory coefficients reach millions of units: tighten the relative tolerance so
         # that "feasible" means within a fraction of a byte.
@@ -377,71 +460,81 @@ def solve(request: Request, *, remat: bool = True, paging: bool = True,
         # SCIP's default presolve spends most of a minute on ResNet-sized models and buys
         # little; the fast setting keeps the time for the search.
         model.setPresolve(SCIP_PARAMSETTING.FAST)
+    return milp
+
+
+def _search_and_conclude(search: _Search, milp: MilpModel) -> SolveResult:
+    """Window search, then SCIP on the whole problem; the status says what was proven."""
+    request = search.request
+    graph, costs = request.graph, request.costs
+    budget = request.activation_budget_bytes
+    model = milp.model
     started = time.perf_counter()
     improved_by_windows = 0
-    if plan is not None and metrics is not None and milp.binaries > _WINDOW_SEARCH_BINARIES:
-        remaining = time_limit_s - (time.perf_counter() - solve_started)
-        plan, metrics, improved_by_windows = _window_search(
-            milp, graph, costs, plan, metrics, budget, deadline_s, overlap,
-            time_budget=remaining * _WINDOW_SEARCH_SHARE, gap_limit=gap_limit)
-        left_s = time_limit_s - (time.perf_counter() - solve_started)
-        model.setParam("limits/time", max(0.1, left_s))
-        milp.add_warm_start(plan)
+    if (search.plan is not None and search.metrics is not None
+            and milp.binaries > _WINDOW_SEARCH_BINARIES):
+        remaining = search.time_limit_s - search.elapsed_s
+        search.plan, search.metrics, improved_by_windows = _window_search(
+            milp, graph, costs, search.plan, search.metrics, budget, search.deadline_s,
+            search.overlap, time_budget=remaining * _WINDOW_SEARCH_SHARE,
+            gap_limit=search.gap_limit)
+        model.setParam("limits/time", max(0.1, search.time_limit_s - search.elapsed_s))
+        milp.add_warm_start(search.plan)
     # Attached only now: the window sub-problems' incumbents are not the problem's.
-    _stop_within_gap(model, milp.energy_scale, lower, gap_limit)
-    if progress is not None:
-        _attach_progress(model, milp.energy_scale, progress, lower,
-                         milp.exact_memory and not restricted)
-    if threads > 1:
+    _stop_within_gap(model, milp.energy_scale, search.lower_j, search.gap_limit)
+    if search.progress is not None:
+        _attach_progress(model, milp.energy_scale, search.progress, search.lower_j,
+                         milp.exact_memory and not search.restricted)
+    if search.threads > 1:
         model.solveConcurrent()
     else:
         model.optimize()
     solve_time = time.perf_counter() - started
     scip_status = model.getStatus()
-    scale = milp.energy_scale
     # Every op runs at least once, so the plain energy is a lower bound of its own. SCIP's
     # bound counts only when the model is exact (not restricted, memory not rounded).
-    proofs_hold = milp.exact_memory and not restricted
+    proofs_hold = milp.exact_memory and not search.restricted
     dual = model.getDualbound()
-    bound = lower
+    bound = search.lower_j
     if proofs_hold and scip_status != "infeasible" and abs(dual) < 1e19:
-        bound = max(bound, dual / scale)
+        bound = max(bound, dual / milp.energy_scale)
     if scip_status == "optimal" and not proofs_hold:
         scip_status = "optimal-for-approximation"
     if model.getNSols() > 0:
         best_plan = milp.plan_from_solution(model.getBestSol())
-        best_metrics = evaluate_plan(graph, costs, best_plan, overlap=overlap)
-        if not best_metrics.fits(budget, deadline_s):
+        best_metrics = evaluate_plan(graph, costs, best_plan, overlap=search.overlap)
+        if not best_metrics.fits(budget, search.deadline_s):
             # SCIP accepts constraint violations within its feasibility tolerance, which on
             # memory counted in millions of units can be a byte. Such a plan is not ours to
             # return, and the search's optimality claim goes with it.
             scip_status = "tolerance"
-        elif metrics is None or best_metrics.energy_j <= metrics.energy_j:
-            plan, metrics = best_plan, best_metrics
-    if scip_status == "userinterrupt" and within_gap():
+        elif search.metrics is None or best_metrics.energy_j <= search.metrics.energy_j:
+            search.plan, search.metrics = best_plan, best_metrics
+    if scip_status == "userinterrupt" and search.within_gap():
         scip_status = "gaplimit"  # our interrupt (_stop_within_gap), not the user's
+    warm = search.warm_start
     if improved_by_windows:
         warm = f"{warm or 'none'} + {improved_by_windows} window improvement(s)"
-    timing = dict(binaries=milp.binaries, build_time_s=build_time, solve_time_s=solve_time,
-                  warm_start=warm)
-    if plan is None or metrics is None:
+    timing = {"binaries": milp.binaries, "build_time_s": search.build_time_s,
+              "solve_time_s": solve_time, "warm_start": warm}
+    if search.plan is None or search.metrics is None:
         if scip_status == "infeasible" and not proofs_hold:
-            return SolveResult(SolveStatus.NO_SOLUTION, (
-                "no schedule: the " + ("restricted formulation" if restricted else
+            return search.answer(SolveStatus.NO_SOLUTION, (
+                "no schedule: the " + ("restricted formulation" if search.restricted else
                 f"MILP with memory rounded up to {milp.unit_bytes}-byte units")
                 + " is infeasible, which does not prove the exact problem infeasible"),
-                **base, **timing)
+                **timing)
         if scip_status == "infeasible":
-            return SolveResult(SolveStatus.INFEASIBLE, (
+            min_ram, _ = minimum_ram_bytes(graph)
+            return search.answer(SolveStatus.INFEASIBLE, (
                 "SCIP proved that no schedule meets the RAM budget and the deadline "
                 f"together (each alone is possible: smallest RAM {min_ram} B of activations, "
-                f"shortest time {plain_time:.6g} s)"), **base, **timing)
-        return SolveResult(SolveStatus.NO_SOLUTION, (
-            f"no schedule found within {time_limit_s:g} s (SCIP status {scip_status}); "
-            "a longer time limit may find one"), **base, bound_j=bound, **timing)
-
-    return _finish(base, plan, metrics, restricted, bound=bound,
-                   scip_status=scip_status, time_limit_s=time_limit_s, timing=timing)
+                f"shortest time {request.plain_time_s:.6g} s)"), **timing)
+        return search.answer(SolveStatus.NO_SOLUTION, (
+            f"no schedule found within {search.time_limit_s:g} s (SCIP status "
+            f"{scip_status}); a longer time limit may find one"), bound_j=bound, **timing)
+    return _finish(search.base, search.plan, search.metrics, search.restricted, bound=bound,
+                   scip_status=scip_status, time_limit_s=search.time_limit_s, timing=timing)
 
 
 def _finish(base: dict[str, Any], plan: StagePlan, metrics: PlanMetrics, restricted: bool, *,
