@@ -24,6 +24,8 @@ __all__ = [
     "SweepError",
     "TorchMissingError",
     "BuildTimeout",
+    "InternalError",
+    "PoetsimWarning",
 ]
 
 
@@ -97,3 +99,11 @@ class TorchMissingError(InputError):
 class BuildTimeout(PoetsimError):
     """Internal: building the MILP took longer than the time allowed for the whole solve
     (the solver catches it and answers with its best plan so far)."""
+
+
+class InternalError(PoetsimError):
+    """A bug of poetsim's, found by one of its own consistency checks (the CLI exits 3)."""
+
+
+class PoetsimWarning(UserWarning):
+    """Something poetsim worked around (a warm start skipped, ...); the CLI prints one line."""

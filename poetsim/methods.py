@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +31,7 @@ from poetsim.baselines.chen import chen_greedy, chen_sqrt_n
 from poetsim.baselines.dtr import dtr
 from poetsim.baselines.pofo import pofo
 from poetsim.baselines.revolve import revolve
-from poetsim.errors import InputError
+from poetsim.errors import InputError, PoetsimError, PoetsimWarning
 from poetsim.graph.memory import minimum_ram_bytes
 from poetsim.optimizer import SolveResult, SolveStatus, solve
 from poetsim.request import Request
@@ -130,8 +131,14 @@ def seeded_solve(request: Request, settings: SolverSettings = SolverSettings(), 
     if (request.infeasible_reason is None
             and request.activation_budget_bytes >= minimum_ram_bytes(request.graph)[0]):
         for method in FAST_BASELINES:
-            result = method(request.graph, request.board, request.costs,
-                            request.activation_budget_bytes, deadline_s=deadline_s)
+            try:
+                result = method(request.graph, request.board, request.costs,
+                                request.activation_budget_bytes, deadline_s=deadline_s)
+            except Exception as err:  # noqa: BLE001 - a warm start is a help, not a need
+                warnings.warn(f"warm start {method.__name__} skipped: {type(err).__name__}: "
+                              f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}",
+                              PoetsimWarning, stacklevel=2)
+                continue
             if result.schedule is not None:
                 schedules.append(result.schedule)
     return solve(request, remat=remat, paging=paging, restricted=restricted,
@@ -176,9 +183,12 @@ def produce(request: Request, method: str, settings: SolverSettings = SolverSett
             deadline_s=deadline_s, time_limit_s=settings.time_limit_s,
             gap_limit=settings.gap_limit, threads=settings.threads, seed=settings.seed))
     else:
-        produced = _from_baseline(BASELINES[method](
-            request.graph, request.board, request.costs, request.activation_budget_bytes,
-            deadline_s=deadline_s))
+        try:
+            produced = _from_baseline(BASELINES[method](
+                request.graph, request.board, request.costs, request.activation_budget_bytes,
+                deadline_s=deadline_s))
+        except PoetsimError as err:  # the method cannot handle this graph or board
+            return Produced(MethodStatus.NOT_APPLICABLE, f"{method}: {err}")
     if produced.schedule is None:
         return produced
     stamped = produced.schedule.with_metadata(**request.metadata(), method=method,

@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from poetsim.errors import PoetsimError
+from poetsim.errors import InternalError
 from poetsim.request import Accounting, Request
 from poetsim.schedule import Schedule
 from poetsim.sim import simulate
@@ -106,8 +106,8 @@ def judge(request: Request, report: SimReport, *, notes: Iterable[str] = ()) -> 
     metadata with the request, found by :mod:`poetsim.schedule.metadata`).
     """
     if report.resident_bytes != request.resident_bytes:
-        raise PoetsimError(
-            f"internal: the simulation counted {report.resident_bytes} B resident, the request "
+        raise InternalError(
+            f"the simulation counted {report.resident_bytes} B resident, the request "
             f"{request.resident_bytes} B; simulate with the request's resident state")
     physical = request.accounting is Accounting.PHYSICAL
     peak_total = report.peak_ram_bytes

@@ -200,3 +200,30 @@ def test_errors_are_one_line_with_status_2(capsys, argv, message):
     assert status == 2
     assert err.startswith("poetsim: error: ") and err.count("\n") == 1
     assert message in err
+
+
+def test_usage_errors_are_one_line_with_status_2(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["solve", "--accounting", "mu_ram"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("poetsim: error: solve: argument --accounting")
+
+
+def test_an_internal_error_exits_3_with_the_traceback_saved(capsys, monkeypatch, tmp_path):
+    import poetsim.cli.main as cli
+
+    def broken(*_a, **_k):
+        raise ZeroDivisionError("a bug\nsecond line")
+
+    monkeypatch.setattr(cli, "op_costs", broken)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    status, out, err = run(capsys, "costs", "--model", "mlp")
+    assert status == 3 and err.count("\n") == 1
+    assert err.startswith("poetsim: internal error: ZeroDivisionError: a bug (traceback in ")
+    (saved,) = tmp_path.glob("poetsim-crash-*.txt")
+    assert "ZeroDivisionError" in saved.read_text() and str(saved) in err
+    with pytest.raises(ZeroDivisionError):
+        main(["--debug", "costs", "--model", "mlp"])

@@ -38,3 +38,31 @@ def test_milp_ablations_answer_with_the_solvers_status(method):
 def test_solver_settings_are_checked(settings, message):
     with pytest.raises(InputError, match=message.replace("(", "\\(").replace("]", "\\]")):
         SolverSettings(**settings)
+
+
+def test_a_failing_warm_start_is_skipped_with_a_warning(monkeypatch):
+    import poetsim.methods as methods
+    from poetsim.errors import PoetsimWarning
+
+    def broken(*_a, **_k):
+        raise AssertionError("revolve assumed a chain")
+
+    broken.__name__ = "revolve"
+    monkeypatch.setattr(methods, "FAST_BASELINES", (broken, *methods.FAST_BASELINES[:1]))
+    request = paper_request(build_model("mlp", layers=3), get_board("nrf52840"), "70%")
+    with pytest.warns(PoetsimWarning, match="warm start revolve skipped: AssertionError"):
+        result = methods.seeded_solve(request, SolverSettings(time_limit_s=1))
+    assert result.schedule is not None
+
+
+def test_a_baseline_refusing_a_graph_is_not_applicable(monkeypatch):
+    import poetsim.methods as methods
+    from poetsim.errors import GraphError
+
+    def refuses(*_a, **_k):
+        raise GraphError("needs a chain")
+
+    monkeypatch.setitem(methods.BASELINES, "dtr", refuses)
+    request = paper_request(build_model("mlp", layers=3), get_board("nrf52840"), "70%")
+    made = produce(request, "dtr")
+    assert made.status is MethodStatus.NOT_APPLICABLE and "needs a chain" in made.reason

@@ -1,17 +1,22 @@
 """The ``poetsim`` command: argument parsing and printing only; the work is in the library.
 
-Every subcommand that prints results takes ``--json`` for machine-readable output. Errors
-print one line on stderr and exit with status 2.
+Every subcommand that prints results takes ``--json`` for machine-readable output. Exit
+status (:data:`EXIT_CODES`): 0 success (PASS, optimal, feasible), 1 a negative answer
+(infeasible, FAIL), 2 bad input (one line on stderr naming the file or flag, the value and
+the rule), 3 an internal error (one line naming the file the traceback was saved to;
+``--debug`` shows the traceback instead), 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from poetsim import __version__
 from poetsim.boards import DEFAULT_BOARD, board_to_dict, builtin_board_names, get_board, load_board
@@ -20,7 +25,7 @@ from poetsim.cli import sweep_commands, torch_commands
 from poetsim.compare import compare, format_table
 from poetsim.costs import op_costs
 from poetsim.demo import DEMO_BOARD
-from poetsim.errors import InputError, PoetsimError
+from poetsim.errors import InputError, InternalError, PoetsimError
 from poetsim.graph import TrainingGraph, read_graph, write_graph
 from poetsim.methods import SolverSettings, seeded_solve
 from poetsim.optimizer import SolveResult, SolveStatus
@@ -35,7 +40,19 @@ from poetsim.units import format_bytes, format_quantity
 from poetsim.verdict import Verdict, check_on_board
 from poetsim.zoo import DEFAULT_MODEL, build_model, model_description, model_names, model_options
 
-__all__ = ["main"]
+__all__ = ["EXIT_CODES", "main"]
+
+#: What each exit status means.
+EXIT_CODES = {0: "success", 1: "a negative answer (infeasible, FAIL)", 2: "bad input",
+              3: "internal error", 130: "interrupted"}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with poetsim's one-line errors (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        where = self.prog.removeprefix("poetsim").strip()
+        self.exit(2, f"poetsim: error: {where + ': ' if where else ''}{message}\n")
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -476,12 +493,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- parser
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="poetsim",
         description="Energy-optimal rematerialization and paging schedules for training on "
                     "edge boards, checked in a simulation of the board.",
     )
     parser.add_argument("--version", action="version", version=f"poetsim {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="on an internal error, show the traceback instead of saving it")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def with_json(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -587,11 +606,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _save_traceback() -> Path:
+    """The current exception's traceback in a new file; its path."""
+    import tempfile
+    import time
+    import traceback
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    fd, name = tempfile.mkstemp(prefix=f"poetsim-crash-{stamp}-", suffix=".txt")
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(f"poetsim {__version__}, argv {sys.argv!r}\n")
+        traceback.print_exc(file=out)
+    return Path(name)
+
+
+def _one_line_warning(message: Warning | str, category: type[Warning], *_args: Any,
+                      **_kwargs: Any) -> str:
+    return f"poetsim: warning: {message}\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    warnings.formatwarning = _one_line_warning  # type: ignore[assignment]
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         status = args.func(args)
+    except InternalError as err:
+        if args.debug:
+            raise
+        print(f"poetsim: internal error: {err} (traceback in {_save_traceback()}; "
+              "please report it)", file=sys.stderr)
+        return 3
     except PoetsimError as err:
         print(f"poetsim: error: {err}", file=sys.stderr)
         return 2
@@ -600,6 +645,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as err:  # noqa: BLE001 - any other exception is a bug of ours
+        if args.debug:
+            raise
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        print(f"poetsim: internal error: {type(err).__name__}: {first} (traceback in "
+              f"{_save_traceback()}; please report it)", file=sys.stderr)
+        return 3
     return int(status or 0)
 
 
