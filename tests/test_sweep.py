@@ -255,3 +255,15 @@ def test_report_table_csv_json_plots(finished_store, tmp_path, capsys):
     assert "energy_J" in out and "wrote" in out
     assert (tmp_path / "p2" / "energy_vs_ram.png").is_file()
     assert main(["sweep", "report", str(tmp_path / "missing.sqlite")]) == 2
+
+
+def test_a_second_writer_on_one_store_refuses_with_one_line(tmp_path):
+    path = tmp_path / "r.sqlite"
+    with ResultsStore(path, writer=True):
+        with pytest.raises(SweepError, match=r"another sweep is writing to this results store "
+                                             r"\(pid \d+ on "):
+            ResultsStore(path, writer=True)
+        with ResultsStore(path, create=False) as reader:  # reading needs no lock
+            assert reader.statuses() == {}
+    with ResultsStore(path, writer=True):  # released when the first one closed
+        pass

@@ -128,7 +128,7 @@ def run_sweep(sweep: Sweep, results: str | Path, *, scheduler: str | None = None
     cache = Path(cache_dir) if cache_dir is not None else cache_dir_for(results)
     points = expand_points(sweep)
     started = time.perf_counter()
-    with ResultsStore(results) as store:
+    with ResultsStore(results, writer=True) as store:
         todo = pending_points(points, store.statuses(), retry_failed=retry_failed)
         skipped = len(points) - len(todo)
         where = scheduler or "local"

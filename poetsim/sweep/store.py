@@ -20,6 +20,8 @@ Tables:
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sqlite3
 import time
 from collections.abc import Iterable
@@ -67,14 +69,22 @@ def cache_dir_for(results: str | Path) -> Path:
 
 
 class ResultsStore:
-    """A sweep's SQLite results store (create or reopen)."""
+    """A sweep's SQLite results store (create or reopen).
 
-    def __init__(self, path: str | Path, *, create: bool = True) -> None:
+    ``writer=True`` (the sweep driver) takes an exclusive lock on ``R.sqlite.lock`` for as
+    long as the store is open: a second sweep on the same store refuses at once with one
+    line, instead of running every point a second time.
+    """
+
+    def __init__(self, path: str | Path, *, create: bool = True, writer: bool = False) -> None:
         self.path = Path(path)
+        self._lock: Any = None
         if not create and not self.path.is_file():
             raise SweepError(f"{self.path}: no such results store")
         if create:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        if writer:
+            self._lock = _writer_lock(self.path)
         try:
             self._conn = sqlite3.connect(self.path, timeout=30.0)
             self._conn.row_factory = sqlite3.Row
@@ -153,12 +163,38 @@ class ResultsStore:
 
     def close(self) -> None:
         self._conn.close()
+        if self._lock is not None:
+            self._lock.close()  # closing the file releases the lock
+            self._lock = None
 
     def __enter__(self) -> ResultsStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _writer_lock(path: Path) -> Any:
+    """The open lock file of ``path``, locked for this process; SweepError if another
+    process holds it. The lock is released when the file is closed or the process dies."""
+    import fcntl
+
+    lock_path = path.with_name(path.name + ".lock")
+    handle = open(lock_path, "a+", encoding="utf-8")  # noqa: SIM115 - held while open
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise SweepError(f"{path}: another sweep is writing to this results store "
+                         f"({holder}); wait for it to finish or use another --results file"
+                         ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()} on {socket.gethostname()}")
+    handle.flush()
+    return handle
 
 
 def _sql_value(value: Any) -> Any:
