@@ -96,6 +96,10 @@ class SolverSettings:
     gap_limit: float = attrs.field(default=0.0, validator=_gap)
     seed: int = attrs.field(default=0, validator=_count(0, _MAX_SEED))
     threads: int = attrs.field(default=1, validator=_count(1, 1024))
+    #: Deterministic work limit in SCIP nodes (see :func:`poetsim.optimizer.solve`); the
+    #: time limit is then a safety cap. None: the time limit alone bounds the search.
+    effort: int | None = attrs.field(default=None, validator=attrs.validators.optional(
+        _count(1, 10**9)))
 
     def for_method(self, method: str) -> dict[str, Any]:
         """The settings that decide ``method``'s result ({} for a heuristic baseline)."""
@@ -144,7 +148,7 @@ def seeded_solve(request: Request, settings: SolverSettings = SolverSettings(), 
     return solve(request, remat=remat, paging=paging, restricted=restricted,
                  deadline_s=deadline_s, time_limit_s=settings.time_limit_s,
                  gap_limit=settings.gap_limit, threads=settings.threads, seed=settings.seed,
-                 progress=progress, warm_starts=schedules)
+                 progress=progress, warm_starts=schedules, effort=settings.effort)
 
 
 def _from_solve(result: SolveResult) -> Produced:
@@ -181,7 +185,8 @@ def produce(request: Request, method: str, settings: SolverSettings = SolverSett
         produced = _from_solve(solve(
             request, remat=method == "checkmate", paging=method == "paging_only",
             deadline_s=deadline_s, time_limit_s=settings.time_limit_s,
-            gap_limit=settings.gap_limit, threads=settings.threads, seed=settings.seed))
+            gap_limit=settings.gap_limit, threads=settings.threads, seed=settings.seed,
+            effort=settings.effort))
     else:
         try:
             produced = _from_baseline(BASELINES[method](

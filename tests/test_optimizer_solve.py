@@ -1010,3 +1010,28 @@ def test_window_search_never_worsens_the_incumbent() -> None:
     milp.model.setParam("limits/time", 1.0)
     milp.model.optimize()  # the model is usable again after the search
     assert milp.model.getNSols() > 0
+
+
+def test_effort_makes_the_search_independent_of_the_clock(monkeypatch):
+    """With a node budget the same request gives the same schedule whatever the clock
+    says (a slow or busy machine is a clock running fast)."""
+    import sys
+    import time
+
+    from poetsim.boards import get_board
+
+    module = sys.modules["poetsim.optimizer.solve"]
+    monkeypatch.setattr(module, "_WINDOW_SEARCH_BINARIES", 0)  # the windows run too
+    graph, board = build_model("mlp", layers=4, width=64), get_board("nrf52840")
+    request = paper_request(graph, board, "90%", "1.05x")
+    calm = solve(request, time_limit_s=1000, effort=40)
+    assert calm.binaries > 0
+    real = time.perf_counter
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(module.time, "perf_counter",
+                        lambda: real() + 1e-3 * next(ticks))  # a clock that runs fast
+    busy = solve(request, time_limit_s=1000, effort=40)
+    assert busy.schedule.steps == calm.schedule.steps and busy.objective_j == calm.objective_j
+    assert calm.effort == 40 and "time" not in calm.limits_hit
+    with pytest.raises(InputError, match="effort = 0"):
+        solve(request, effort=0)

@@ -125,7 +125,8 @@ def _request_from_args(args: argparse.Namespace, graph: TrainingGraph, board: Bo
 
 def _solver_settings(args: argparse.Namespace) -> SolverSettings:
     return SolverSettings(time_limit_s=args.time_limit, gap_limit=getattr(args, "gap", 0.0),
-                          seed=getattr(args, "seed", 0), threads=getattr(args, "threads", 1))
+                          seed=getattr(args, "seed", 0), threads=getattr(args, "threads", 1),
+                          effort=getattr(args, "effort", None))
 
 
 # ----------------------------------------------------------------------------- boards
@@ -362,6 +363,9 @@ def _print_solve(graph: TrainingGraph, board: Board, result: SolveResult,
     print(_row("build / solve time", f"{s['build_time_s']:.2f} s / {s['solve_time_s']:.2f} s"))
     if s["warm_start"]:
         print(_row("warm start", s["warm_start"]))
+    if s["effort_nodes"] is not None:
+        print(_row("effort (deterministic)", f"{s['effort_nodes']} nodes"
+                   + ("; the time limit bound first" if s["time_cap_bound"] else "")))
     for path in written:
         print(_row("wrote", path))
 
@@ -549,6 +553,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gap", type=float, default=0.0, metavar="G",
                    help="stop at this relative gap, e.g. 0.01 (default 0: prove optimality)")
     p.add_argument("--threads", type=int, default=1, metavar="N")
+    p.add_argument("--effort", type=int, metavar="NODES",
+                   help="bound the search by deterministic work (SCIP nodes in all): the same "
+                        "schedule on any machine under any load, with --time-limit only a "
+                        "safety cap that the output reports when it binds")
     p.add_argument("--seed", type=int, default=0, metavar="N")
     p.add_argument("--out", metavar="FILE", help="write the schedule (JSON)")
     p.add_argument("--binary", metavar="FILE", help="write the compact binary schedule")

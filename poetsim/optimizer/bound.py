@@ -56,9 +56,15 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
                        deadline_s: float | None, *, remat: bool = True, paging: bool = True,
                        overlap: bool = True,
                        storage_capacity_bytes: int | None = None,
-                       time_limit_s: float = 5.0, seed: int = 0) -> float | None:
+                       time_limit_s: float = 5.0, seed: int = 0, node_limit: int | None = None,
+                       limits_hit: list[str] | None = None) -> float | None:
     """A lower bound (joules) on the energy of every stage plan within the budget and
-    deadline, or None when the relaxation is infeasible (then no plan exists)."""
+    deadline, or None when the relaxation is infeasible (then no plan exists).
+
+    ``node_limit`` bounds SCIP's branch-and-bound nodes (deterministic work); the time
+    limit is then a safety cap. ``limits_hit`` gets ``"time"`` appended when the time limit
+    ended the search (its bound then depends on the machine's speed).
+    """
     n = len(graph)
     mem = [int(b) for b in costs.output_bytes]
     plain_j = float(costs.compute_energy_j.sum())
@@ -70,6 +76,8 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
     model.hideOutput()
     model.setParam("randomization/randomseedshift", int(seed))
     model.setParam("limits/time", max(0.1, float(time_limit_s)))
+    if node_limit is not None:
+        model.setParam("limits/totalnodes", int(node_limit))
 
     written: dict[int, Any] = {}
     recomputes: list[tuple[int, Any]] = []
@@ -168,6 +176,8 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
     model.optimize()
     if model.getStatus() == "infeasible":
         return None
+    if model.getStatus() == "timelimit" and limits_hit is not None:
+        limits_hit.append("time")
     dual = model.getDualbound()
     if not math.isfinite(dual) or abs(dual) >= 1e19:
         return plain_j

@@ -100,7 +100,8 @@ class RoundingHeuristic(Heur):
     :data:`TIME_SHARE` of the search's time."""
 
     def __init__(self, milp: Any, costs: OpCosts, budget_bytes: int,
-                 deadline_s: float | None, storage_capacity_bytes: int | None) -> None:
+                 deadline_s: float | None, storage_capacity_bytes: int | None, *,
+                 max_runs: int | None = None) -> None:
         super().__init__()
         self.milp = milp
         self.costs = costs
@@ -111,6 +112,9 @@ class RoundingHeuristic(Heur):
         self.found = 0
         self.started = time.perf_counter()
         self.spent_s = 0.0
+        # Deterministic effort: a number of runs instead of a share of the time.
+        self.max_runs = max_runs
+        self.runs = 0
 
     def include(self) -> None:
         """Register with the MILP's SCIP model: after every LP of the root's cut loop and
@@ -121,9 +125,13 @@ class RoundingHeuristic(Heur):
 
     def heurexec(self, heurtiming: Any, nodeinfeasible: bool) -> dict[str, Any]:
         now = time.perf_counter()
-        if (self.model.getLPSolstat() != SCIP_LPSOLSTAT.OPTIMAL
-                or self.spent_s > TIME_SHARE * (now - self.started) + 0.2):
+        if self.max_runs is not None:
+            over_budget = self.runs >= self.max_runs
+        else:
+            over_budget = self.spent_s > TIME_SHARE * (now - self.started) + 0.2
+        if self.model.getLPSolstat() != SCIP_LPSOLSTAT.OPTIMAL or over_budget:
             return {"result": SCIP_RESULT.DIDNOTRUN}
+        self.runs += 1
         try:
             return {"result": self._round()}
         finally:

@@ -53,6 +53,15 @@ _FAST_PRESOLVE_BINARIES = 5000
 _WINDOW_SEARCH_BINARIES = 2000
 _WINDOW_SEARCH_SHARE = 0.5
 _WINDOWS = 8
+#: Deterministic effort (``effort`` nodes in all): the relaxation bound, each window of
+#: the window search and the remat-only seed get these shares of it; the window search
+#: makes at most this many passes.
+_EFFORT_BOUND_SHARE = 0.05
+_EFFORT_WINDOW_SHARE = 0.02
+_EFFORT_SEED_SHARE = 0.25
+_WINDOW_PASSES = 2
+#: Runs of the LP-rounding heuristic per SCIP search under deterministic effort.
+_EFFORT_ROUNDING_RUNS = 100
 #: Integrated solves with at least this time limit first spend this share of it on the
 #: remat-only model, whose plan seeds the integrated search.
 _SEED_MIN_TIME_S = 5.0
@@ -67,7 +76,9 @@ _SAME_ENERGY = 1e-10
 
 def _window_search(milp: Any, graph: TrainingGraph, costs: OpCosts, plan: StagePlan,
                    metrics: PlanMetrics, budget: int, deadline_s: float | None, overlap: bool,
-                   *, time_budget: float, gap_limit: float) -> tuple[StagePlan, PlanMetrics, int]:
+                   *, time_budget: float, gap_limit: float, window_nodes: int | None = None,
+                   limits_hit: list[str] | None = None
+                   ) -> tuple[StagePlan, PlanMetrics, int]:
     """Large-neighbourhood search: re-optimize overlapping windows of stages exactly, with
     every decision outside the window fixed to the incumbent's. Each window is a much
     smaller MILP; any better plan becomes the new incumbent (the model is left unfixed, with
@@ -75,6 +86,10 @@ def _window_search(milp: Any, graph: TrainingGraph, costs: OpCosts, plan: StageP
     stages (where most remat and paging happens) backwards, in passes: a window solved to
     optimality for the current incumbent is done, and the time the easy windows leave over
     goes to the ones that ran out of time, in the next pass.
+
+    With ``window_nodes`` (deterministic effort) each window gets that many nodes and the
+    search makes at most :data:`_WINDOW_PASSES` passes; ``time_budget`` is then a safety
+    cap, and ``limits_hit`` gets ``"time"`` when it ends the search.
     """
     model = milp.model
     # A window's gap is relative to the whole plan's energy, most of it fixed: a tenth of
@@ -85,20 +100,35 @@ def _window_search(milp: Any, graph: TrainingGraph, costs: OpCosts, plan: StageP
     starts = list(range(max(0, n - 2 * step), -1, -step))
     deadline_at = time.perf_counter() + time_budget
     improved = 0
+    passes = 0
     solved_for: dict[int, int] = {}  # window -> count of improvements when it was solved
-    while True:
+    while window_nodes is None or passes < _WINDOW_PASSES:
+        passes += 1
         pending = [first for first in starts if solved_for.get(first) != improved]
-        if not pending or deadline_at - time.perf_counter() < 0.2:
+        if not pending:
+            break
+        if deadline_at - time.perf_counter() < 0.2:
+            if limits_hit is not None:
+                limits_hit.append("time")
             break
         for position, first in enumerate(pending):
             remaining = deadline_at - time.perf_counter()
             if remaining < 0.2:
+                if limits_hit is not None:
+                    limits_hit.append("time")
                 break
             model.freeTransform()
             milp.fix_outside(plan, first, min(n - 1, first + 2 * step - 1))
             milp.add_warm_start(plan)
-            model.setParam("limits/time", remaining / (len(pending) - position))
+            if window_nodes is None:
+                model.setParam("limits/time", remaining / (len(pending) - position))
+            else:
+                model.setParam("limits/time", remaining)
+                model.setParam("limits/totalnodes", int(window_nodes))
             model.optimize()
+            if model.getStatus() == "timelimit" and window_nodes is not None \
+                    and limits_hit is not None:
+                limits_hit.append("time")
             if model.getNSols() > 0:
                 candidate = milp.plan_from_solution(model.getBestSol())
                 found = evaluate_plan(graph, costs, candidate, overlap=overlap)
@@ -111,6 +141,7 @@ def _window_search(milp: Any, graph: TrainingGraph, costs: OpCosts, plan: StageP
     model.freeTransform()
     milp.unfix()
     model.setParam("limits/gap", gap_limit)
+    model.setParam("limits/totalnodes", -1)
     return plan, metrics, improved
 
 
@@ -145,6 +176,8 @@ class SolveResult:
     build_time_s: float = 0.0
     solve_time_s: float = 0.0
     warm_start: str | None = None
+    effort: int | None = None
+    limits_hit: tuple[str, ...] = ()
 
     @property
     def has_schedule(self) -> bool:
@@ -179,6 +212,8 @@ class SolveResult:
             "build_time_s": self.build_time_s,
             "solve_time_s": self.solve_time_s,
             "warm_start": self.warm_start,
+            "effort_nodes": self.effort,
+            "time_cap_bound": "time" in self.limits_hit,
             "plain_energy_j": r.plain_energy_j,
             "plain_time_s": r.plain_time_s,
             "energy_overhead": (m.energy_j / r.plain_energy_j - 1
@@ -249,8 +284,15 @@ def solve(request: Request, *, remat: bool = True, paging: bool = True,
           restricted: bool = False, deadline_s: float | None = None,
           time_limit_s: float = 60.0, gap_limit: float = 0.0, threads: int = 1, seed: int = 0,
           progress: Callable[[dict[str, float]], None] | None = None,
-          warm_starts: Sequence[Schedule] = ()) -> SolveResult:
+          warm_starts: Sequence[Schedule] = (), effort: int | None = None) -> SolveResult:
     """Find the least-energy schedule of ``request`` (graph, board, budget, deadline).
+
+    ``effort`` bounds the search by deterministic work, SCIP branch-and-bound nodes in all
+    (shared between the relaxation bound, the windows, the remat-only seed and the main
+    search, with the rounding heuristic run a fixed number of times): the same request
+    and options then give the same schedule on any machine under any load, and
+    ``time_limit_s`` is only a safety cap, reported in the result when it binds
+    (``limits_hit``). Without ``effort`` the search is bounded by ``time_limit_s`` alone.
 
     ``remat=False`` / ``paging=False`` are the paper's ablations. ``restricted`` selects
     the faster restricted formulation (labelled in the result). ``deadline_s`` plans
@@ -270,6 +312,9 @@ def solve(request: Request, *, remat: bool = True, paging: bool = True,
         raise InputError(f"gap_limit = {gap_limit!r}: must be in [0, 1)")
     if threads < 1:
         raise InputError(f"threads = {threads!r}: must be at least 1")
+    if effort is not None and (isinstance(effort, bool) or not isinstance(effort, int)
+                               or effort < 1):
+        raise InputError(f"effort = {effort!r}: must be a whole number of nodes >= 1")
     if deadline_s is None:
         deadline_s = request.deadline_s
     elif request.deadline_s is not None and deadline_s > request.deadline_s:
@@ -279,7 +324,7 @@ def solve(request: Request, *, remat: bool = True, paging: bool = True,
                      formulation=Formulation(remat=remat, paging=paging, restricted=restricted),
                      deadline_s=deadline_s, time_limit_s=time_limit_s, gap_limit=gap_limit,
                      threads=threads, seed=seed, progress=progress,
-                     warm_starts=tuple(warm_starts))
+                     warm_starts=tuple(warm_starts), effort=effort)
     answer = _refuse_at_once(search) or _start(search)
     if answer is not None:
         return answer
@@ -308,7 +353,9 @@ class _Search:
     seed: int
     progress: Callable[[dict[str, float]], None] | None
     warm_starts: tuple[Schedule, ...]
+    effort: int | None = None
     started: float = attrs.field(factory=time.perf_counter)
+    limits_hit: list[str] = attrs.field(factory=list)
     plan: StagePlan | None = None
     metrics: PlanMetrics | None = None
     heuristic: str | None = None
@@ -333,11 +380,16 @@ class _Search:
         """The fields every :class:`SolveResult` of this search shares."""
         return {"request": self.request,
                 "method": _method(self.formulation.remat, self.formulation.paging),
-                "restricted": self.restricted, "deadline_s": self.deadline_s}
+                "restricted": self.restricted, "deadline_s": self.deadline_s,
+                "effort": self.effort, "limits_hit": tuple(sorted(set(self.limits_hit)))}
 
     def answer(self, status: SolveStatus, message: str, **fields: Any) -> SolveResult:
         """A result without a schedule."""
         return SolveResult(status, message, **self.base, **fields)
+
+    def share(self, fraction: float) -> int | None:
+        """``fraction`` of the effort in nodes (at least 1), or None without an effort."""
+        return None if self.effort is None else max(1, int(self.effort * fraction))
 
     def within_gap(self) -> bool:
         return (self.metrics is not None and self.metrics.energy_j * (1 - self.gap_limit)
@@ -385,7 +437,8 @@ def _start(search: _Search) -> SolveResult | None:
         graph, costs, budget, search.deadline_s, remat=formulation.remat,
         paging=formulation.paging, overlap=search.overlap,
         storage_capacity_bytes=board.storage.capacity_bytes,
-        time_limit_s=min(_BOUND_MAX_S, _BOUND_SHARE * search.time_limit_s), seed=search.seed)
+        time_limit_s=min(_BOUND_MAX_S, _BOUND_SHARE * search.time_limit_s), seed=search.seed,
+        node_limit=search.share(_EFFORT_BOUND_SHARE), limits_hit=search.limits_hit)
     if relaxed is None:
         if search.metrics is not None:
             raise AssertionError(f"the relaxation bound calls a request infeasible that the "
@@ -411,7 +464,9 @@ def _seed_with_remat_only(search: _Search) -> None:
         return
     seeded = solve(search.request, deadline_s=search.deadline_s, remat=True, paging=False,
                    restricted=search.restricted, time_limit_s=search.time_limit_s * _SEED_SHARE,
-                   gap_limit=search.gap_limit, seed=search.seed, warm_starts=search.warm_starts)
+                   gap_limit=search.gap_limit, seed=search.seed, warm_starts=search.warm_starts,
+                   effort=search.share(_EFFORT_SEED_SHARE))
+    search.limits_hit.extend(seeded.limits_hit)
     if seeded.plan is not None and seeded.metrics is not None and (
             search.metrics is None or seeded.metrics.energy_j < search.metrics.energy_j):
         search.plan, search.metrics = seeded.plan, seeded.metrics
@@ -431,6 +486,7 @@ def _build(search: _Search) -> MilpModel | SolveResult:
                           energy_reference_j=request.plain_energy_j,
                           build_deadline=search.started + search.time_limit_s)
     except BuildTimeout:
+        search.limits_hit.append("time")
         build_time = search.elapsed_s
         if search.plan is None or search.metrics is None:
             return search.answer(SolveStatus.NO_SOLUTION, (
@@ -443,8 +499,9 @@ def _build(search: _Search) -> MilpModel | SolveResult:
                        timing={"binaries": 0, "build_time_s": build_time, "solve_time_s": 0.0,
                                "warm_start": search.heuristic})
     search.build_time_s = search.elapsed_s
-    RoundingHeuristic(milp, costs, budget, search.deadline_s,
-                      board.storage.capacity_bytes).include()
+    RoundingHeuristic(milp, costs, budget, search.deadline_s, board.storage.capacity_bytes,
+                      max_runs=None if search.effort is None else _EFFORT_ROUNDING_RUNS
+                      ).include()
     if search.plan is not None and milp.add_warm_start(search.plan):
         search.warm_start = search.heuristic
     model = milp.model
@@ -476,10 +533,14 @@ def _search_and_conclude(search: _Search, milp: MilpModel) -> SolveResult:
         remaining = search.time_limit_s - search.elapsed_s
         search.plan, search.metrics, improved_by_windows = _window_search(
             milp, graph, costs, search.plan, search.metrics, budget, search.deadline_s,
-            search.overlap, time_budget=remaining * _WINDOW_SEARCH_SHARE,
-            gap_limit=search.gap_limit)
+            search.overlap,
+            time_budget=remaining * (_WINDOW_SEARCH_SHARE if search.effort is None else 1.0),
+            gap_limit=search.gap_limit, window_nodes=search.share(_EFFORT_WINDOW_SHARE),
+            limits_hit=search.limits_hit)
         model.setParam("limits/time", max(0.1, search.time_limit_s - search.elapsed_s))
         milp.add_warm_start(search.plan)
+    if search.effort is not None:
+        model.setParam("limits/totalnodes", int(search.effort))
     # Attached only now: the window sub-problems' incumbents are not the problem's.
     _stop_within_gap(model, milp.energy_scale, search.lower_j, search.gap_limit)
     if search.progress is not None:
@@ -491,6 +552,8 @@ def _search_and_conclude(search: _Search, milp: MilpModel) -> SolveResult:
         model.optimize()
     solve_time = time.perf_counter() - started
     scip_status = model.getStatus()
+    if scip_status == "timelimit":
+        search.limits_hit.append("time")
     # Every op runs at least once, so the plain energy is a lower bound of its own. SCIP's
     # bound counts only when the model is exact (not restricted, memory not rounded).
     proofs_hold = milp.exact_memory and not search.restricted
@@ -565,7 +628,10 @@ def _finish(base: dict[str, Any], plan: StagePlan, metrics: PlanMetrics, restric
         status, message = SolveStatus.OPTIMAL, "optimal (proven: equals the lower bound)"
     else:
         status = SolveStatus.FEASIBLE
+        effort = base["effort"]
         why = {"timelimit": f"time limit {time_limit_s:g} s", "gaplimit": "gap limit",
+               "nodelimit": f"effort limit {effort} nodes",
+               "totalnodelimit": f"effort limit {effort} nodes",
                "optimal-for-approximation": "optimal only for the restricted or "
                                             "memory-rounded model",
                "infeasible": "SCIP found the approximate model infeasible; greedy schedule",
@@ -576,6 +642,10 @@ def _finish(base: dict[str, Any], plan: StagePlan, metrics: PlanMetrics, restric
         message = f"feasible, gap {gap:.2%} to the lower bound ({why})"
         if restricted:
             message += "; restricted formulation: not proven optimal for the exact problem"
+    if base["effort"] is not None and "time" in base["limits_hit"]:
+        message += (f"; the {time_limit_s:g} s time limit (a safety cap) ended part of the "
+                    "search before the effort limit, so this result depends on the machine's "
+                    "speed")
     schedule = schedule.with_metadata(
         **request.metadata(), method=base["method"], status=status.value,
         restricted=restricted, solver_deadline_s=base["deadline_s"],

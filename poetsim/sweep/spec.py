@@ -20,6 +20,7 @@ A sweep file is TOML::
     time_limit_s = 30                      # paging_only); threads are always 1
     gap_limit = 0.0
     seed = 0
+    effort = 2000                          # optional: deterministic work (SCIP nodes)
 
 The points are the cross product of models x boards x override values x ram x deadlines
 x methods, in that nesting order (the last varies fastest), which is also the order they
@@ -68,7 +69,7 @@ BOARD_BUDGET = BOARD_RAM
 
 _TOP_KEYS = ("name", "models", "boards", "overrides", "ram", "accounting", "deadlines",
              "methods", "solver")
-_SOLVER_KEYS = ("time_limit_s", "gap_limit", "seed")
+_SOLVER_KEYS = ("time_limit_s", "gap_limit", "seed", "effort")
 
 
 @attrs.frozen
