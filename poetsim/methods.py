@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import math
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +27,7 @@ from typing import Any
 import attrs
 
 from poetsim.baselines import BASELINES, BaselineResult
+from poetsim.baselines.base import out_of_time
 from poetsim.baselines.capuchin import capuchin
 from poetsim.baselines.chen import chen_greedy, chen_sqrt_n
 from poetsim.baselines.dtr import dtr
@@ -42,6 +44,11 @@ __all__ = ["FAST_BASELINES", "METHODS", "SOLVER_METHODS", "MethodStatus", "Produ
 
 #: Baselines fast enough to run before every POET solve, as its warm starts.
 FAST_BASELINES = (dtr, chen_greedy, chen_sqrt_n, capuchin, revolve, pofo)
+
+#: The warm starts that search (and so take a ``stop_at``), and the share of the solve's
+#: time limit all warm starts together may use.
+_STOPPABLE = frozenset({chen_greedy, revolve, pofo})
+_WARM_START_SHARE = 0.2
 
 #: The MILP methods: their result depends on the solver settings.
 SOLVER_METHODS = frozenset({"poet", "checkmate", "paging_only"})
@@ -127,28 +134,44 @@ def seeded_solve(request: Request, settings: SolverSettings = SolverSettings(), 
     """:func:`poetsim.optimizer.solve` with the fast baselines' schedules as warm starts.
 
     ``deadline_s`` plans against a deadline tighter than the request's. A fast baseline
-    that fails is skipped: a warm start is a help, never a requirement.
+    that fails is skipped: a warm start is a help, never a requirement. The warm starts
+    share :data:`_WARM_START_SHARE` of the time limit and the solve gets what they leave,
+    so the time limit holds for the whole; when they run out of their share, the result's
+    ``limits_hit`` says so (``"time"``).
     """
+    started = time.perf_counter()
+    stop_at = started + _WARM_START_SHARE * settings.time_limit_s
+    cut_short = False
     deadline_s = request.deadline_s if deadline_s is None else deadline_s
     schedules = []
     # Below the smallest possible working set the solver answers at once; nothing to seed.
     if (request.infeasible_reason is None
             and request.activation_budget_bytes >= minimum_ram_bytes(request.graph)[0]):
         for method in FAST_BASELINES:
+            if out_of_time(stop_at):
+                cut_short = True
+                break
+            extra = {"stop_at": stop_at} if method in _STOPPABLE else {}
             try:
                 result = method(request.graph, request.board, request.costs,
-                                request.activation_budget_bytes, deadline_s=deadline_s)
+                                request.activation_budget_bytes, deadline_s=deadline_s,
+                                **extra)
             except Exception as err:  # noqa: BLE001 - a warm start is a help, not a need
                 warnings.warn(f"warm start {method.__name__} skipped: {type(err).__name__}: "
                               f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}",
                               PoetsimWarning, stacklevel=2)
                 continue
+            cut_short = cut_short or out_of_time(stop_at)
             if result.schedule is not None:
                 schedules.append(result.schedule)
-    return solve(request, remat=remat, paging=paging, restricted=restricted,
-                 deadline_s=deadline_s, time_limit_s=settings.time_limit_s,
-                 gap_limit=settings.gap_limit, threads=settings.threads, seed=settings.seed,
-                 progress=progress, warm_starts=schedules, effort=settings.effort)
+    left_s = max(0.1, settings.time_limit_s - (time.perf_counter() - started))
+    solved = solve(request, remat=remat, paging=paging, restricted=restricted,
+                   deadline_s=deadline_s, time_limit_s=left_s, gap_limit=settings.gap_limit,
+                   threads=settings.threads, seed=settings.seed, progress=progress,
+                   warm_starts=schedules, effort=settings.effort)
+    if cut_short:
+        solved = attrs.evolve(solved, limits_hit=tuple(sorted({*solved.limits_hit, "time"})))
+    return solved
 
 
 def _from_solve(result: SolveResult) -> Produced:

@@ -18,6 +18,7 @@ from the method's internal model.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,7 +33,8 @@ from poetsim.graph.io import graph_fingerprint
 from poetsim.schedule import Action, Schedule, Step, check_schedule
 
 __all__ = ["INFEASIBLE", "NOT_APPLICABLE", "OK", "STATUSES", "BaselineResult", "OpListFigures",
-           "check_budget", "costs_for", "finish", "infeasible", "not_applicable", "predict"]
+           "check_budget", "costs_for", "finish", "infeasible", "not_applicable", "out_of_time",
+           "predict"]
 
 OK = "ok"
 INFEASIBLE = "infeasible"
@@ -225,6 +227,16 @@ def finish(method: str, graph: TrainingGraph, board: Board, costs: OpCosts, budg
         deadline_s=deadline_s, energy_j=figures.energy_j, time_s=figures.time_s,
         peak_ram_bytes=figures.peak_ram_bytes, recomputations=check.recomputes,
         page_outs=check.page_outs, page_ins=check.page_ins, details=details)
+
+
+def out_of_time(stop_at: float | None) -> bool:
+    """Whether ``stop_at`` (a :func:`time.perf_counter` instant, or None: never) has passed.
+
+    The searching baselines (Chen's greedy, Revolve, POFO) take ``stop_at`` when they run
+    as POET's warm starts, so that they keep within the solve's time limit: they then
+    return the best schedule found so far, or ``infeasible`` saying they ran out of time.
+    """
+    return stop_at is not None and time.perf_counter() > stop_at
 
 
 def check_budget(budget_bytes: Any) -> int:

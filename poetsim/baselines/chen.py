@@ -32,7 +32,14 @@ import math
 
 import numpy as np
 
-from poetsim.baselines.base import BaselineResult, check_budget, costs_for, finish, infeasible
+from poetsim.baselines.base import (
+    BaselineResult,
+    check_budget,
+    costs_for,
+    finish,
+    infeasible,
+    out_of_time,
+)
 from poetsim.baselines.program import (
     DROP,
     KEEP,
@@ -115,8 +122,10 @@ def _thresholds(graph: TrainingGraph) -> list[float]:
 
 
 def chen_greedy(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_bytes: int,
-                *, deadline_s: float | None = None) -> BaselineResult:
-    """Chen's greedy checkpointing with the threshold searched for the budget."""
+                *, deadline_s: float | None = None, stop_at: float | None = None
+                ) -> BaselineResult:
+    """Chen's greedy checkpointing with the threshold searched for the budget (the best so
+    far at ``stop_at``, see :func:`~poetsim.baselines.base.out_of_time`)."""
     budget_bytes = check_budget(budget_bytes)
     costs = costs_for(graph, board, costs)
     energy = costs.compute_energy_j
@@ -124,6 +133,8 @@ def chen_greedy(graph: TrainingGraph, board: Board, costs: OpCosts | None, budge
     tried: set[tuple[int, ...]] = set()
     smallest_peak = None
     for threshold in _thresholds(graph):
+        if out_of_time(stop_at):
+            break
         checkpoints = tuple(greedy_checkpoints(graph, threshold))
         if checkpoints in tried:
             continue

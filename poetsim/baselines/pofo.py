@@ -46,6 +46,7 @@ from poetsim.baselines.base import (
     finish,
     infeasible,
     not_applicable,
+    out_of_time,
 )
 from poetsim.baselines.program import (
     DROP,
@@ -136,9 +137,11 @@ class _Chain:
 
 
 def pofo_policy(graph: TrainingGraph, board: Board, costs: OpCosts, chain: list[int],
-                budget_bytes: int) -> tuple[list[str], tuple[float, float]] | None:
+                budget_bytes: int, stop_at: float | None = None
+                ) -> tuple[list[str], tuple[float, float]] | None:
     """The DP's policy (op index -> keep / offload / drop) and its objective
-    (extra time over one plain pass, energy of that extra work), or None."""
+    (extra time over one plain pass, energy of that extra work), or None (also when
+    ``stop_at`` passes first)."""
     c = _Chain(graph, board, costs, chain)
     m, last = c.m, c.m - 1
     can_page = board.storage.capacity_bytes > 0
@@ -148,6 +151,8 @@ def pofo_policy(graph: TrainingGraph, board: Board, costs: OpCosts, chain: list[
     # states[(anchor, kind)]; anchor -1 is "nothing before the chain".
     states: dict[tuple[int, str], list[_State]] = {(-1, KEEP): [_State(0, (0.0, 0.0), None)]}
     for b in range(m):
+        if out_of_time(stop_at):
+            return None
         # Working set of segment (a, b] without the kept anchors, for every a < b.
         need: dict[int, int] = {}
         best_j = -1
@@ -205,8 +210,9 @@ def pofo_policy(graph: TrainingGraph, board: Board, costs: OpCosts, chain: list[
 
 
 def pofo(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_bytes: int, *,
-         deadline_s: float | None = None) -> BaselineResult:
-    """POFO's keep / offload / recompute-once DP on a chain, checked against the budget."""
+         deadline_s: float | None = None, stop_at: float | None = None) -> BaselineResult:
+    """POFO's keep / offload / recompute-once DP on a chain, checked against the budget
+    (the best so far at ``stop_at``, see :func:`~poetsim.baselines.base.out_of_time`)."""
     budget_bytes = check_budget(budget_bytes)
     chain, reason = chain_order(graph)
     if chain is None:
@@ -220,7 +226,9 @@ def pofo(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_bytes
     smallest = None
     rounds = 0
     for rounds in range(1, MAX_ROUNDS + 1):  # noqa: B007 - reported after the loop
-        found = pofo_policy(graph, board, costs, chain, internal)
+        if out_of_time(stop_at):
+            break
+        found = pofo_policy(graph, board, costs, chain, internal, stop_at)
         overshoot = 0
         if found is None:
             up = internal
@@ -251,7 +259,8 @@ def pofo(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_bytes
                 break
             internal = (up + down) // 2
     if best is None:
-        why = ("the dynamic program finds no plan whose estimated working sets fit"
+        why = ("it ran out of its time" if out_of_time(stop_at) else
+               "the dynamic program finds no plan whose estimated working sets fit"
                if smallest is None else
                f"its best plan needs {smallest} B of activation RAM, over the budget")
         return infeasible(METHOD, f"{why} (budget {budget_bytes} B)", budget_bytes, deadline_s,

@@ -36,6 +36,7 @@ from poetsim.baselines.base import (
     finish,
     infeasible,
     not_applicable,
+    out_of_time,
 )
 from poetsim.baselines.program import Program, backward_op_of, chain_order
 from poetsim.boards.spec import Board
@@ -195,8 +196,9 @@ def revolve_program(graph: TrainingGraph, chain: list[int], slots: int) -> Progr
 
 
 def revolve(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_bytes: int, *,
-            deadline_s: float | None = None) -> BaselineResult:
-    """Binomial checkpointing with the number of snapshots searched for the budget."""
+            deadline_s: float | None = None, stop_at: float | None = None) -> BaselineResult:
+    """Binomial checkpointing with the number of snapshots searched for the budget (the
+    best so far at ``stop_at``, see :func:`~poetsim.baselines.base.out_of_time`)."""
     budget_bytes = check_budget(budget_bytes)
     chain, reason = chain_order(graph)
     if chain is None:
@@ -207,6 +209,8 @@ def revolve(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_by
     best = None
     smallest = None
     for slots in range(max(1, steps)):
+        if out_of_time(stop_at):
+            break
         prog = revolve_program(graph, chain, slots)
         smallest = prog.peak if smallest is None else min(smallest, prog.peak)
         if prog.peak > budget_bytes:
@@ -214,6 +218,9 @@ def revolve(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_by
         e = float(sum(energy[s.op] for s in prog.steps if s.action is Action.COMPUTE))
         if best is None or e < best[0]:
             best = (e, slots, prog)
+    if best is None and out_of_time(stop_at):
+        return infeasible(METHOD, "ran out of its time before a snapshot count fit the budget",
+                          budget_bytes, deadline_s)
     if best is None:
         return infeasible(METHOD, (
             f"even with no snapshot (quadratic recomputation) it needs {smallest} B of "

@@ -152,6 +152,9 @@ class MilpModel:
         m, n, c = self.model, self.n, self.costs
         e = self.energy_scale
         for i in range(n):
+            if self.build_deadline is not None and time.perf_counter() > self.build_deadline:
+                raise BuildTimeout(f"creating the variables passed the time limit at tensor "
+                                   f"{i} of {n}")
             horizon = self._horizon(i)
             pageable = self.formulation.paging and self.mem[i] > 0
             for t in range(i + 1, horizon + 1):

@@ -60,6 +60,8 @@ _EFFORT_BOUND_SHARE = 0.05
 _EFFORT_WINDOW_SHARE = 0.02
 _EFFORT_SEED_SHARE = 0.25
 _WINDOW_PASSES = 2
+#: Share of the time limit after which no further greedy variant starts.
+_HEURISTIC_SHARE = 0.25
 #: Runs of the LP-rounding heuristic per SCIP search under deterministic effort.
 _EFFORT_ROUNDING_RUNS = 100
 #: Integrated solves with at least this time limit first spend this share of it on the
@@ -229,7 +231,8 @@ def _method(remat: bool, paging: bool) -> str:
 
 def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline: float | None,
                     formulation: Formulation, overlap: bool, storage_capacity: int | None = None,
-                    warm_starts: Sequence[Schedule] = ()
+                    warm_starts: Sequence[Schedule] = (), stop_at: float | None = None,
+                    limits_hit: list[str] | None = None
                     ) -> tuple[StagePlan | None, PlanMetrics | None, str | None]:
     """The cheapest plan that meets budget and deadline among the greedy variants, the
     given schedules lifted into stage form, and the greedy variants guided by each lifted
@@ -252,15 +255,19 @@ def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline:
         variants.append((False, True))
     if formulation.remat:
         variants.append((True, False))
-    for suffix, guide in guides:
-        for remat, paging in variants:
-            for by_time in (False, True):
-                for cascade in ((False, True) if remat else (False,)):
-                    name = (f"greedy-{_method(remat, paging)}{'-time' if by_time else ''}"
-                            f"{'-cascade' if cascade else ''}{suffix}")
-                    candidates.append((name, greedy_plan(
-                        graph, costs, budget, remat=remat, paging=paging, by_time=by_time,
-                        cascade=cascade, keep_guide=guide)))
+    runs = [(suffix, guide, remat, paging, by_time, cascade)
+            for suffix, guide in guides for remat, paging in variants
+            for by_time in (False, True) for cascade in ((False, True) if remat else (False,))]
+    for number, (suffix, guide, remat, paging, by_time, cascade) in enumerate(runs):
+        if number > 0 and stop_at is not None and time.perf_counter() > stop_at:
+            if limits_hit is not None:
+                limits_hit.append("time")  # the first greedy plan always runs
+            break
+        name = (f"greedy-{_method(remat, paging)}{'-time' if by_time else ''}"
+                f"{'-cascade' if cascade else ''}{suffix}")
+        candidates.append((name, greedy_plan(
+            graph, costs, budget, remat=remat, paging=paging, by_time=by_time,
+            cascade=cascade, keep_guide=guide)))
     best: tuple[StagePlan | None, PlanMetrics | None, str | None] = (None, None, None)
     for name, plan in candidates:
         if plan is None:
@@ -432,7 +439,9 @@ def _start(search: _Search) -> SolveResult | None:
     budget = request.activation_budget_bytes
     search.plan, search.metrics, search.heuristic = _best_heuristic(
         graph, costs, budget, search.deadline_s, formulation, search.overlap,
-        board.storage.capacity_bytes, search.warm_starts)
+        board.storage.capacity_bytes, search.warm_starts,
+        stop_at=search.started + _HEURISTIC_SHARE * search.time_limit_s,
+        limits_hit=search.limits_hit)
     relaxed = relaxation_bound_j(
         graph, costs, budget, search.deadline_s, remat=formulation.remat,
         paging=formulation.paging, overlap=search.overlap,
