@@ -7,13 +7,12 @@ what it made of it. The engine is installed once into ``.trace_engine/`` (git-ig
 pinned version below and reused by later runs; the tests skip only where ``node`` or ``npm``
 is missing.
 
-What the engine does not take (each an ``xfail(strict=True)`` below, so that a fix shows up
-as an unexpected pass and the marker is removed with it):
+Found by this test and fixed in the trace writer: a slice whose ``ts + dur`` ended a
+rounding error after the next slice of its thread started was left out of the flame chart
+(``dur`` is now rounded down so that it never overlaps); instant events are phase ``"I"``
+(the engine dropped ``"i"``). What the engine still does not take (an
+``xfail(strict=True)`` below, so that a fix shows up as an unexpected pass):
 
-* a slice whose ``ts + dur`` ends a rounding error after the next slice of its thread starts
-  is left out of the thread's tree, which the flame chart is drawn from (the trace writes
-  ``dur = (end_s - start_s) * 1e6``, and ``ts + dur`` need not equal the next ``ts``);
-* instant events are phase ``"I"`` to the engine; the trace's ``"i"`` ones are dropped;
 * ``ts == 0`` means "no timestamp" to the engine, so the trace window starts at the first
   later event and cuts off the first slice of every thread.
 
@@ -161,10 +160,6 @@ def test_every_complete_event_is_an_entry_of_its_thread(traced):
     assert facts["event_phases"]["X"] == len(_events(trace, "X"))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "poetsim.sim.trace writes dur = (end_s - start_s) * 1e6: ts + dur can end a rounding "
-    "error (~1e-13 us) after the next slice of the thread starts, and the engine leaves "
-    "such a slice out of the thread's tree (the flame chart)"))
 def test_every_complete_event_is_drawn(traced):
     _, _, facts = traced
     left_out = {}
@@ -191,13 +186,10 @@ def test_every_counter_sample_arrives(traced):
     assert series["ram_bytes"] == ("budget", "live")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "instant events are phase 'I' to the engine (Types.Events.isInstant); the trace writes "
-    "'i' (which Perfetto and chrome://tracing accept), so the engine drops them"))
 def test_instant_events_arrive_on_their_thread(traced):
     trace, _, facts = traced
     threads = _engine_threads(facts)
-    instants = _events(trace, "i")
+    instants = _events(trace, "I")
     assert [e["name"] for e in instants] == ["deadline_missed"]
     for e in instants:
         entries = threads[(e["pid"], e["tid"])]["entries"]

@@ -21,6 +21,7 @@ thread.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,17 @@ def _order(name: str) -> tuple[int, str]:
     base = name.split(" ")[0]
     rank = {"cpu": 0, "storage": 2}.get(base, 1)
     return (rank, name)
+
+
+def _span_us(start_s: float, end_s: float) -> tuple[float, float]:
+    """A slice's ``ts`` and ``dur`` in microseconds with ``ts + dur`` never after the end:
+    a slice that ends past the start of the next one on its thread (a rounding error of
+    the subtraction) is dropped by trace viewers as badly nested."""
+    ts, end = start_s * _US, end_s * _US
+    dur = max(0.0, end - ts)
+    while ts + dur > end and dur > 0.0:
+        dur = math.nextafter(dur, 0.0)
+    return ts, dur
 
 
 def chrome_trace(report: SimReport, *, verdict: str | None = None) -> dict[str, Any]:
@@ -67,13 +79,13 @@ def chrome_trace(report: SimReport, *, verdict: str | None = None) -> dict[str, 
                        "args": {"sort_index": t}})
     for s in timeline.slices:
         kind = s.name.split(" ")[0]
+        ts, dur = _span_us(s.start_s, s.end_s)
         events.append({"ph": "X", "pid": pid, "tid": tid[s.component], "name": s.name,
-                       "cat": kind, "ts": s.start_s * _US, "dur": (s.end_s - s.start_s) * _US,
-                       "args": dict(s.args)})
+                       "cat": kind, "ts": ts, "dur": dur, "args": dict(s.args)})
     for st in timeline.states:
+        ts, dur = _span_us(st.start_s, st.end_s)
         events.append({"ph": "X", "pid": pid, "tid": tid[f"{st.component} state"],
-                       "name": st.state, "cat": "power_state", "ts": st.start_s * _US,
-                       "dur": (st.end_s - st.start_s) * _US,
+                       "name": st.state, "cat": "power_state", "ts": ts, "dur": dur,
                        "args": {"power_mW": st.power_w * 1e3}})
     # Power counter: at every state change, the power of every component.
     changes = sorted((st.start_s, st.component, st.power_w) for st in timeline.states)
@@ -93,7 +105,7 @@ def chrome_trace(report: SimReport, *, verdict: str | None = None) -> dict[str, 
     for v in report.violations:
         if v.time_s is not None or v.rule == "deadline_missed":
             ts = v.time_s if v.time_s is not None else (report.deadline_s or 0.0)
-            events.append({"ph": "i", "pid": pid, "tid": tid.get("cpu", 1), "s": "g",
+            events.append({"ph": "I", "pid": pid, "tid": tid.get("cpu", 1), "s": "g",
                            "name": v.rule, "ts": ts * _US, "args": {"message": v.message}})
     return {
         "traceEvents": events,
