@@ -8,14 +8,18 @@ once with unlimited RAM on the same board (:func:`poetsim.runs.reference_energy_
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
+from poetsim.errors import InputError
+from poetsim.fileio import atomic_write_text, new_folder
 from poetsim.methods import METHODS, SolverSettings
 from poetsim.request import Request
 from poetsim.runs import Outcome, RunCache, reference_energy_j, run_and_judge, with_overheads
 
-__all__ = ["compare", "format_table"]
+__all__ = ["compare", "format_table", "write_outcomes"]
 
 
 def compare(request: Request, *, settings: SolverSettings = SolverSettings(),
@@ -27,6 +31,29 @@ def compare(request: Request, *, settings: SolverSettings = SolverSettings(),
                                                             if m != "poet")]
     outcomes = [run_and_judge(request, name, settings, cache=cache) for name in names]
     return with_overheads(outcomes, reference_energy_j(request))
+
+
+def write_outcomes(outcomes: Iterable[Outcome], request: Request, out_dir: str | Path
+                   ) -> list[Path]:
+    """Write every outcome's schedule (``<method>.json``, with the request and the method in
+    its metadata, ready for ``poetsim simulate`` or a golden) and ``comparison.json`` (the
+    outcomes' figures) into ``out_dir``, which must not exist or be empty. The folder is
+    filled under a temporary name beside it and renamed when complete: all or nothing."""
+    from poetsim.schedule import write_schedule
+
+    names = []
+    with new_folder(out_dir, InputError) as tmp:
+        rows = []
+        for outcome in outcomes:
+            rows.append(outcome.as_dict())
+            if outcome.schedule is not None:
+                write_schedule(outcome.schedule, request.graph, tmp / f"{outcome.method}.json")
+                names.append(f"{outcome.method}.json")
+        atomic_write_text(tmp / "comparison.json",
+                          json.dumps({"request": request.metadata(), "outcomes": rows},
+                                     indent=2, default=str))
+        names.append("comparison.json")
+    return [Path(out_dir) / name for name in names]
 
 
 def format_table(outcomes: Iterable[Outcome]) -> str:

@@ -28,9 +28,6 @@ failed or interrupted demo leaves no partial output folder.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -40,7 +37,7 @@ import attrs
 
 from poetsim.compare import format_table
 from poetsim.errors import InputError
-from poetsim.fileio import atomic_write_text
+from poetsim.fileio import atomic_write_text, check_new_folder, new_folder
 from poetsim.methods import SolverSettings
 from poetsim.request import Request
 from poetsim.runs import Outcome, reference_energy_j, run_and_judge, with_overheads
@@ -88,12 +85,6 @@ def default_out_dir(base: str | Path = ".") -> Path:
     return path
 
 
-def _check_target(out_dir: Path) -> None:
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise InputError(f"--out {str(out_dir)!r}: exists and is not an empty folder; "
-                         "choose a new path")
-
-
 def run_demo(request: Request, settings: SolverSettings = DEMO_SETTINGS, *,
              baselines: Sequence[str] = DEMO_BASELINES, out_dir: str | Path | None = None,
              echo: Callable[[str], None] | None = None) -> DemoResult:
@@ -106,7 +97,7 @@ def run_demo(request: Request, settings: SolverSettings = DEMO_SETTINGS, *,
     say = echo or (lambda _line: None)
     graph, board = request.graph, request.board
     final = Path(out_dir) if out_dir is not None else default_out_dir()
-    _check_target(final)
+    check_new_folder(final, InputError)
 
     say(f"solving POET: {graph.name} on {board.name}, RAM {request.ram} "
         f"({request.describe_budget()}), deadline {request.deadline}, time limit "
@@ -128,24 +119,12 @@ def run_demo(request: Request, settings: SolverSettings = DEMO_SETTINGS, *,
     reference = reference_energy_j(request)
     outcomes = with_overheads(outcomes, reference)
 
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
-    try:
+    with new_folder(final, InputError) as tmp:
         files = _write_outputs(tmp, request, outcomes, reference, say=say)
         summary = _summary(request, settings, outcomes, reference, files,
                            wall_s=time.perf_counter() - started)
         atomic_write_text(tmp / "summary.json", json.dumps(summary, indent=2, default=str))
         atomic_write_text(tmp / "summary.md", _markdown(summary, outcomes))
-        if final.is_dir():
-            final.rmdir()  # checked empty above
-        # mkdtemp makes the folder private; give it the mode a plain mkdir would
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)
-        os.rename(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return DemoResult(out_dir=final, request=request, outcomes=tuple(outcomes),
                       reference_energy_j=reference, files=tuple(summary["files"]),
                       wall_s=time.perf_counter() - started, summary=summary)

@@ -4,13 +4,17 @@ one-line errors."""
 from __future__ import annotations
 
 import codecs
+import contextlib
 import os
+import shutil
 import tempfile
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "read_text", "read_toml"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "check_new_folder", "new_folder",
+           "read_text", "read_toml"]
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -76,3 +80,34 @@ def read_toml(path: str | Path, error: type[Exception], what: str) -> dict[str, 
         raise error(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
     except ValueError as err:  # a number of thousands of digits
         raise error(f"{path}: not valid TOML: {err}") from None
+
+
+def check_new_folder(folder: str | Path, error: type[Exception]) -> Path:
+    """``folder`` as a Path if it does not exist or is empty; else ``error`` in one line."""
+    path = Path(folder)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise error(f"--out {str(path)!r}: exists and is not an empty folder; choose a new "
+                    "path")
+    return path
+
+
+@contextlib.contextmanager
+def new_folder(folder: str | Path, error: type[Exception]) -> Iterator[Path]:
+    """Fill a new folder all or nothing: yields a temporary folder beside ``folder``, renamed
+    to it when the block completes and removed when it fails (``folder`` must not exist or
+    be empty: :func:`check_new_folder`)."""
+    final = check_new_folder(folder, error)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        yield tmp
+        if final.is_dir():
+            final.rmdir()  # checked empty above
+        # mkdtemp makes the folder private; give it the mode a plain mkdir would
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

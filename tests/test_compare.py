@@ -81,3 +81,18 @@ def attrs_free(outcome):
     doc = outcome.as_dict()
     doc.pop("cached")
     return doc
+
+
+def test_compare_out_writes_every_schedule_all_or_nothing(mlp, tmp_path, capsys):
+    from poetsim.cli.main import main
+
+    out = tmp_path / "cmp"
+    assert main(["compare", "--model", "mlp", "--board", "rpi4", "--ram", "70%",
+                 "--time-limit", "1", "--out", str(out)]) == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert "poet.json" in names and "dtr.json" in names and "comparison.json" in names
+    assert main(["simulate", str(out / "dtr.json"), "--board", "rpi4"]) == 0
+    capsys.readouterr()
+    assert main(["compare", "--model", "mlp", "--board", "rpi4", "--time-limit", "1",
+                 "--out", str(out)]) == 2
+    assert "exists and is not an empty folder" in capsys.readouterr().err

@@ -22,7 +22,7 @@ from poetsim import __version__
 from poetsim.boards import DEFAULT_BOARD, board_to_dict, builtin_board_names, get_board, load_board
 from poetsim.boards.spec import Board
 from poetsim.cli import sweep_commands, torch_commands
-from poetsim.compare import compare, format_table
+from poetsim.compare import compare, format_table, write_outcomes
 from poetsim.costs import op_costs
 from poetsim.demo import DEMO_BOARD
 from poetsim.errors import InputError, InternalError, PoetsimError
@@ -486,12 +486,56 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     graph = _graph_from_args(args)
     board = get_board(args.board)
-    outcomes = compare(_request_from_args(args, graph, board), settings=_solver_settings(args))
+    request = _request_from_args(args, graph, board)
+    outcomes = compare(request, settings=_solver_settings(args))
+    written = [str(p) for p in write_outcomes(outcomes, request, args.out)] if args.out else []
     if args.json:
         _emit_json([o.as_dict() for o in outcomes])
     else:
         print(format_table(outcomes))
+        if written:
+            print(f"wrote {len(written)} files into {args.out}")
     return 0 if any(o.feasible for o in outcomes) else 1
+
+
+# ----------------------------------------------------------------------------- regress
+
+def _tolerance(text: str) -> float:
+    value = text.strip()
+    try:
+        number = float(value[:-1]) / 100 if value.endswith("%") else float(value)
+    except ValueError:
+        raise InputError(f"--tolerance {text!r}: expected a share such as 0.1% or 0.001"
+                         ) from None
+    if not (0 <= number < 1):
+        raise InputError(f"--tolerance {text!r}: must be in [0, 100%)")
+    return number
+
+
+def _cmd_regress(args: argparse.Namespace) -> int:
+    from poetsim.regress import check_goldens, make_goldens, update_goldens
+
+    say = (lambda _line: None) if args.json else print
+    if args.make:
+        make_goldens(args.dir, say=say)
+    checks = check_goldens(args.dir, tolerance=_tolerance(args.tolerance),
+                           resolve=args.resolve)
+    updated = update_goldens(checks) if args.update else []
+    regressed = [c.name for c in checks if c.status in ("regressed", "error")]
+    if args.json:
+        _emit_json({"cases": [c.as_dict() for c in checks], "updated": updated,
+                    "regressed": regressed})
+    else:
+        for check in checks:
+            print(check.line())
+        for line in updated:
+            print(line)
+        counts = {s: sum(c.status == s for c in checks)
+                  for s in ("ok", "improved", "regressed", "error")}
+        print(f"{len(checks)} goldens: {counts['ok']} ok, {counts['improved']} improved, "
+              f"{counts['regressed']} regressed, {counts['error']} errors"
+              + (f"; regressed: {', '.join(regressed)}" if regressed else ""))
+    return 1 if regressed and not args.update else 0
 
 
 # ----------------------------------------------------------------------------- parser
@@ -569,6 +613,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_request_options(p, ram="70%", deadline=None)
     p.add_argument("--time-limit", type=float, default=30.0, metavar="S",
                    help="time limit of each MILP solve (default 30 s)")
+    p.add_argument("--effort", type=int, metavar="NODES",
+                   help="deterministic work limit of each MILP solve (SCIP nodes)")
+    p.add_argument("--out", metavar="DIR",
+                   help="write every method's schedule and comparison.json into DIR (new)")
     _add_model_options(p)
     p.set_defaults(func=_cmd_compare)
 
@@ -610,6 +658,20 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--out", metavar="DIR", help="output folder (must not exist; "
                            "default ./poetsim-demo-YYYYmmdd-HHMMSS)")
             p.set_defaults(func=_cmd_demo, board=DEMO_BOARD)
+    p = with_json(sub.add_parser(
+        "regress", help="check the golden schedules: re-simulate them (and re-solve the MILP "
+                        "cases with --resolve) and report what moved"))
+    p.add_argument("dir", nargs="?", default="schedules", metavar="DIR",
+                   help="folder of golden schedules (default schedules/)")
+    p.add_argument("--resolve", action="store_true",
+                   help="also solve every MILP case again under its deterministic effort")
+    p.add_argument("--update", action="store_true",
+                   help="rewrite the expected figures (and re-solved schedules) on purpose")
+    p.add_argument("--make", action="store_true",
+                   help="first make the goldens that DIR/cases.toml lists and DIR lacks")
+    p.add_argument("--tolerance", default="0.1%", metavar="SHARE",
+                   help="relative change before a figure counts as moved (default 0.1%%)")
+    p.set_defaults(func=_cmd_regress)
     sweep_commands.register(sub, with_json)
     return parser
 

@@ -22,9 +22,10 @@ import attrs
 
 from poetsim.errors import InputError
 
-__all__ = ["ScheduleMetadata", "disagreements", "parse_metadata"]
+__all__ = ["EXPECTED_FIELDS", "ScheduleMetadata", "disagreements", "parse_metadata"]
 
-_TEXT = ("method", "status", "board", "accounting", "ram", "deadline", "optimizer")
+_TEXT = ("method", "status", "board", "accounting", "ram", "deadline", "optimizer", "case",
+         "model")
 _BYTES = ("budget_bytes", "budget_activation_bytes", "resident_bytes",
           "predicted_peak_ram_bytes")
 _SECONDS_OR_JOULES = ("deadline_s", "solver_deadline_s", "predicted_energy_j",
@@ -32,6 +33,9 @@ _SECONDS_OR_JOULES = ("deadline_s", "solver_deadline_s", "predicted_energy_j",
 _FRACTIONS = ("gap",)
 #: The largest figure a metadata field may hold (bytes, seconds, joules).
 _MAX = 2.0**62
+#: A golden schedule's expected figures (:mod:`poetsim.regress`), and their kinds.
+EXPECTED_FIELDS = {"energy_j": "number", "peak_total_bytes": "bytes", "makespan_s": "number",
+                   "verdict": "verdict", "objective_j": "number", "bound_j": "number"}
 
 
 @attrs.frozen
@@ -55,6 +59,11 @@ class ScheduleMetadata:
     predicted_time_s: float | None = None
     bound_j: float | None = None
     gap: float | None = None
+    case: str | None = None
+    model: str | None = None
+    model_options: Mapping[str, int] | None = None
+    solver: Mapping[str, Any] | None = None
+    expected: Mapping[str, Any] | None = None
     extra: Mapping[str, Any] = attrs.field(factory=dict)
 
 
@@ -89,6 +98,19 @@ def parse_metadata(raw: Mapping[str, Any], *, source: str | None = None) -> Sche
                 if _number(name, value) > 1:
                     raise InputError(f"metadata.{name} = {value!r}: must be in [0, 1]")
                 fields[name] = float(value)
+            elif name == "model_options":
+                if not isinstance(value, dict) or not all(
+                        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                        for k, v in value.items()):
+                    raise InputError(f"metadata.model_options = {value!r}: must map option "
+                                     "names to whole numbers")
+                fields[name] = dict(value)
+            elif name == "solver":
+                if not isinstance(value, dict):
+                    raise InputError(f"metadata.solver = {value!r}: must be a table")
+                fields[name] = dict(value)
+            elif name == "expected":
+                fields[name] = _expected(value)
             else:
                 extra[name] = value
     except InputError as err:
@@ -96,6 +118,32 @@ def parse_metadata(raw: Mapping[str, Any], *, source: str | None = None) -> Sche
             raise
         raise InputError(f"{source}: {err}") from None
     return ScheduleMetadata(**fields, extra=extra)
+
+
+def _expected(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InputError(f"metadata.expected = {value!r}: must be a table of "
+                         f"{', '.join(EXPECTED_FIELDS)}")
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        kind = EXPECTED_FIELDS.get(key)
+        where = f"expected.{key}"
+        if kind is None:
+            raise InputError(f"metadata.{where}: unknown field; allowed: "
+                             f"{', '.join(EXPECTED_FIELDS)}")
+        if item is None:
+            out[key] = None
+        elif kind == "verdict":
+            if item not in ("PASS", "FAIL"):
+                raise InputError(f"metadata.{where} = {item!r}: must be 'PASS' or 'FAIL'")
+            out[key] = item
+        elif kind == "bytes":
+            if _number(where, item) != int(item):
+                raise InputError(f"metadata.{where} = {item!r}: must be a whole number of bytes")
+            out[key] = int(item)
+        else:
+            out[key] = float(_number(where, item))
+    return out
 
 
 def disagreements(meta: ScheduleMetadata, recomputed: Mapping[str, Any]) -> list[str]:

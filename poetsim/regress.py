@@ -1,0 +1,327 @@
+"""Golden schedules and regression checks: what moved, by how much, and is it a regression.
+
+A *golden* is an ordinary schedule file (``schedules/<case>.json``) whose metadata says how
+to remake it (``case``, ``model`` and ``model_options``, the request's ``board``, ``ram``,
+``deadline`` and ``accounting``, the ``method`` and, for the MILP methods, the ``solver``
+settings with a deterministic ``effort``) and what it gave (``expected``: ``energy_j``,
+``peak_total_bytes``, ``makespan_s``, ``verdict``, and for MILP cases ``objective_j`` and
+``bound_j``). The cases are listed in ``schedules/cases.toml``.
+
+:func:`check_goldens` re-simulates every golden and compares it with its expected figures
+(the simulator is deterministic, so anything beyond the tolerance moved); with
+``resolve=True`` it also solves each MILP case again under its deterministic effort and
+compares the objective. A figure that got worse is a *regression*, one that got better an
+*improvement*. :func:`update_goldens` rewrites the expected figures (and, after a
+re-solve, the schedules) on purpose; :func:`make_goldens` creates the goldens that
+``cases.toml`` lists and the folder lacks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from poetsim.boards import get_board
+from poetsim.errors import InputError, PoetsimError
+from poetsim.fileio import read_toml
+from poetsim.methods import METHODS, SOLVER_METHODS, SolverSettings
+from poetsim.request import Accounting, Request, resolve_request
+from poetsim.runs import Outcome, judge_outcome, run_method
+from poetsim.schedule import Schedule, read_schedule, write_schedule
+from poetsim.schedule.metadata import parse_metadata
+from poetsim.verdict import Verdict, check_on_board
+
+__all__ = ["CASES_FILE", "DEFAULT_TOLERANCE", "Case", "CaseCheck", "Change", "check_goldens",
+           "load_cases", "make_goldens", "update_goldens"]
+
+#: The list of cases in a goldens folder.
+CASES_FILE = "cases.toml"
+#: Relative tolerance of a figure before it counts as moved (0.1%).
+DEFAULT_TOLERANCE = 1e-3
+#: For every expected figure: +1 when more is worse (energy, time, RAM).
+_WORSE_WHEN_HIGHER = {"energy_j": 1, "peak_total_bytes": 1, "makespan_s": 1, "objective_j": 1,
+                      "bound_j": -1}
+_CASE_KEYS = ("model", "options", "board", "ram", "deadline", "accounting", "method", "effort",
+              "time_limit_s", "gap_limit", "seed")
+
+
+@attrs.frozen
+class Case:
+    """One golden's recipe, as ``cases.toml`` gives it."""
+
+    name: str
+    model: str
+    board: str
+    ram: str
+    method: str
+    accounting: Accounting = Accounting.PHYSICAL
+    deadline: str | None = None
+    model_options: tuple[tuple[str, int], ...] = ()
+    solver: SolverSettings = SolverSettings()
+
+    @property
+    def milp(self) -> bool:
+        return self.method in SOLVER_METHODS
+
+
+@attrs.frozen
+class Change:
+    """One expected figure against what the check found."""
+
+    field: str
+    expected: Any
+    found: Any
+
+    @property
+    def relative(self) -> float | None:
+        if not isinstance(self.expected, (int, float)) or not isinstance(self.found, (int, float)):
+            return None
+        if self.expected == 0:
+            return 0.0 if self.found == 0 else math.inf
+        return (self.found - self.expected) / abs(self.expected)
+
+    @property
+    def worse(self) -> bool:
+        if self.field == "verdict":
+            return self.expected == "PASS" and self.found != "PASS"
+        rel = self.relative
+        return rel is not None and rel * _WORSE_WHEN_HIGHER.get(self.field, 1) > 0
+
+    def describe(self) -> str:
+        rel = self.relative
+        delta = f" ({rel:+.2%})" if rel is not None and math.isfinite(rel) else ""
+        return f"{self.field} {self.expected!r} -> {self.found!r}{delta}"
+
+
+@attrs.frozen
+class CaseCheck:
+    """What checking one golden found. ``status``: ``ok``, ``improved``, ``regressed`` or
+    ``error`` (the golden could not be checked: ``error`` says why)."""
+
+    name: str
+    path: Path
+    status: str
+    found: dict[str, Any]
+    changes: tuple[Change, ...] = ()
+    error: str = ""
+    resolved: Schedule | None = attrs.field(default=None, repr=False, eq=False)
+
+    def line(self) -> str:
+        if self.status == "error":
+            return f"ERROR     {self.name}: {self.error}"
+        head = {"ok": "ok", "improved": "IMPROVED", "regressed": "REGRESSED"}[self.status]
+        found = self.found
+        text = (f"{head:<9} {self.name}: {found['verdict']}, energy {found['energy_j']:.6g} J, "
+                f"makespan {found['makespan_s']:.6g} s, peak {found['peak_total_bytes']} B")
+        if found.get("objective_j") is not None:
+            text += (f", objective {found['objective_j']:.6g} J, bound "
+                     f"{found.get('bound_j') or 0:.6g} J, gap {found.get('gap') or 0:.2%}")
+        if self.changes:
+            text += "; " + "; ".join(c.describe() for c in self.changes)
+        return text
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"case": self.name, "file": str(self.path), "status": self.status,
+                "found": self.found, "error": self.error or None,
+                "changes": [{"field": c.field, "expected": c.expected, "found": c.found,
+                             "relative": c.relative, "worse": c.worse} for c in self.changes]}
+
+
+# ----------------------------------------------------------------------------- cases
+
+def load_cases(folder: str | Path) -> list[Case]:
+    """The cases of ``folder/cases.toml`` (one ``[[case]]`` table each)."""
+    path = Path(folder) / CASES_FILE
+    data = read_toml(path, InputError, "cases file")
+    raw = data.get("case")
+    if not isinstance(raw, list) or not raw:
+        raise InputError(f"{path}: expected [[case]] tables")
+    cases, names = [], set()
+    for position, item in enumerate(raw):
+        where = f"{path}: case[{position}]"
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise InputError(f"{where}: must be a table with a name")
+        name = item["name"]
+        unknown = sorted(set(item) - {"name", *_CASE_KEYS})
+        if unknown:
+            raise InputError(f"{where} ({name}): unknown key {unknown[0]!r}; allowed: "
+                             f"{', '.join(_CASE_KEYS)}")
+        if name in names or not name.replace("_", "").replace("-", "").isalnum():
+            raise InputError(f"{where}: name = {name!r}: must be unique, letters, digits, "
+                             "'-' and '_'")
+        names.add(name)
+        if item.get("method") not in METHODS:
+            raise InputError(f"{where} ({name}): method = {item.get('method')!r}: must be one "
+                             f"of {', '.join(METHODS)}")
+        try:
+            solver = SolverSettings(**{k: item[k] for k in ("effort", "time_limit_s",
+                                                            "gap_limit", "seed") if k in item})
+            case = Case(name=name, model=str(item["model"]), board=str(item["board"]),
+                        ram=str(item["ram"]), method=item["method"],
+                        accounting=Accounting.parse(item.get("accounting", "physical")),
+                        deadline=None if item.get("deadline") is None else str(item["deadline"]),
+                        model_options=tuple(sorted(dict(item.get("options", {})).items())),
+                        solver=solver)
+        except (KeyError, TypeError) as err:
+            raise InputError(f"{where} ({name}): missing or bad key {err}") from None
+        except InputError as err:
+            raise InputError(f"{where} ({name}): {err}") from None
+        if case.milp and case.solver.effort is None:
+            raise InputError(f"{where} ({name}): a MILP case needs an effort (deterministic "
+                             "work), so that a re-solve gives the same schedule anywhere")
+        cases.append(case)
+    return cases
+
+
+def _request(model: str, options: dict[str, int], board: str, ram: str, deadline: str | None,
+             accounting: str) -> Request:
+    from poetsim.zoo import build_model
+
+    graph = build_model(model, **options)
+    return resolve_request(graph, get_board(board), ram=ram, deadline=deadline,
+                           accounting=accounting)
+
+
+def _case_request(case: Case) -> Request:
+    return _request(case.model, dict(case.model_options), case.board, case.ram, case.deadline,
+                    case.accounting.value)
+
+
+def _figures(verdict: Verdict, energy_j: float, outcome: Outcome | None) -> dict[str, Any]:
+    figures = {"energy_j": energy_j, "peak_total_bytes": verdict.peak_total_bytes,
+               "makespan_s": verdict.makespan_s, "verdict": verdict.label}
+    if outcome is not None and outcome.gap is not None:
+        figures.update(objective_j=outcome.predicted_energy_j, bound_j=outcome.bound_j,
+                       gap=outcome.gap)
+    return figures
+
+
+def _golden_metadata(case: Case, outcome: Outcome) -> dict[str, Any]:
+    assert outcome.verdict is not None and outcome.energy_j is not None
+    expected = _figures(outcome.verdict, outcome.energy_j, outcome)
+    expected.pop("gap", None)
+    return {"case": case.name, "model": case.model, "model_options": dict(case.model_options),
+            "solver": case.solver.for_method(case.method) or None, "expected": expected}
+
+
+def make_goldens(folder: str | Path, *, only_missing: bool = True,
+                 say: Callable[[str], None] = lambda _line: None) -> list[Path]:
+    """Solve, simulate and write the golden of every case of ``cases.toml`` (only those
+    without a file unless ``only_missing=False``); the paths written."""
+    folder = Path(folder)
+    written = []
+    for case in load_cases(folder):
+        path = folder / f"{case.name}.json"
+        if only_missing and path.exists():
+            continue
+        request = _case_request(case)
+        outcome = judge_outcome(request, run_method(request, case.method, case.solver))
+        if outcome.schedule is None:
+            raise InputError(f"{folder / CASES_FILE}: case {case.name!r}: {case.method} has no "
+                             f"schedule ({outcome.reason}); a golden needs one")
+        schedule = outcome.schedule.with_metadata(**_golden_metadata(case, outcome))
+        write_schedule(schedule, request.graph, path)
+        say(f"wrote {path}: {outcome.verdict.label if outcome.verdict else '-'}, "
+            f"{outcome.energy_j:.6g} J")
+        written.append(path)
+    return written
+
+
+# ----------------------------------------------------------------------------- checks
+
+def _compare(expected: dict[str, Any], found: dict[str, Any], fields: Iterable[str],
+             tolerance: float) -> list[Change]:
+    changes = []
+    for name in fields:
+        if name not in expected or expected[name] is None:
+            continue
+        old, new = expected[name], found.get(name)
+        if name == "verdict":
+            moved = old != new
+        else:
+            moved = new is None or not math.isclose(new, old, rel_tol=tolerance,
+                                                    abs_tol=1e-12)
+        if moved:
+            changes.append(Change(name, old, new))
+    return changes
+
+
+def _check_one(path: Path, tolerance: float, resolve: bool) -> CaseCheck:
+    name = path.stem
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        meta = parse_metadata(raw.get("metadata", {}) if isinstance(raw, dict) else {},
+                              source=str(path))
+        name = meta.case or name
+        missing = [f for f in ("model", "board", "ram", "accounting", "method", "expected")
+                   if getattr(meta, f) is None]
+        if missing:
+            raise InputError(f"{path}: metadata.{missing[0]} is missing: not a golden")
+        request = _request(meta.model, dict(meta.model_options or {}), meta.board, meta.ram,
+                           meta.deadline, meta.accounting)
+        schedule = read_schedule(path, request.graph)
+        report, verdict = check_on_board(request, schedule)
+        found = _figures(verdict, report.energy_j, None)
+        expected = dict(meta.expected)
+        fields = ["energy_j", "peak_total_bytes", "makespan_s", "verdict"]
+        resolved = None
+        if resolve and meta.method in SOLVER_METHODS:
+            # the re-solved schedule, simulated, stands against the golden's figures
+            outcome = judge_outcome(request, run_method(request, meta.method,
+                                                        SolverSettings(**(meta.solver or {}))))
+            if outcome.verdict is None or outcome.energy_j is None:
+                raise InputError(f"{path}: the re-solve found no schedule: {outcome.reason}")
+            resolved = outcome.schedule
+            found = _figures(outcome.verdict, outcome.energy_j, outcome)
+            fields += ["objective_j", "bound_j"]
+    except (PoetsimError, OSError, ValueError) as err:
+        return CaseCheck(name, path, "error", {}, error=str(err).splitlines()[0])
+    changes = tuple(_compare(expected, found, fields, tolerance))
+    status = ("regressed" if any(c.worse for c in changes)
+              else "improved" if changes else "ok")
+    return CaseCheck(name, path, status, found, changes, resolved=resolved)
+
+
+def _goldens(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        raise InputError(f"{folder}: not a folder of golden schedules")
+    paths = sorted(folder.glob("*.json"))
+    if not paths:
+        raise InputError(f"{folder}: no golden schedules (*.json); make them with "
+                         "poetsim regress --make")
+    return paths
+
+
+def check_goldens(folder: str | Path, *, tolerance: float = DEFAULT_TOLERANCE,
+                  resolve: bool = False) -> list[CaseCheck]:
+    """Check every golden of ``folder`` (see the module docstring), in file-name order."""
+    if not (0 <= tolerance < 1):
+        raise InputError(f"tolerance = {tolerance!r}: must be in [0, 1)")
+    return [_check_one(path, tolerance, resolve) for path in _goldens(Path(folder))]
+
+
+def update_goldens(checks: Iterable[CaseCheck]) -> list[str]:
+    """Rewrite the expected figures (and re-solved schedules) of the checks that moved;
+    one line per golden rewritten."""
+    lines = []
+    for check in checks:
+        if check.status in ("ok", "error"):
+            continue
+        meta = parse_metadata(json.loads(check.path.read_text(encoding="utf-8"))["metadata"],
+                              source=str(check.path))
+        request = _request(meta.model, dict(meta.model_options or {}), meta.board, meta.ram,
+                           meta.deadline, meta.accounting)
+        expected = {**meta.expected, **{k: v for k, v in check.found.items() if k != "gap"}}
+        golden = {"case": meta.case, "model": meta.model,
+                  "model_options": dict(meta.model_options or {}), "solver": meta.solver,
+                  "expected": expected}
+        schedule = (check.resolved if check.resolved is not None
+                    else read_schedule(check.path, request.graph))
+        write_schedule(schedule.with_metadata(**golden), request.graph, check.path)
+        lines.append(f"updated {check.path}: " + "; ".join(c.describe() for c in check.changes))
+    return lines

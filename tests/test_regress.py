@@ -1,0 +1,120 @@
+"""poetsim.regress and ``poetsim regress``: golden schedules, what moved, and is it a regression."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from poetsim.cli.main import main
+from poetsim.errors import InputError
+from poetsim.regress import check_goldens, load_cases, make_goldens, update_goldens
+
+LANDED = Path(__file__).resolve().parents[1] / "schedules"
+
+CASES = """
+[[case]]
+name = "dtr-mlp-nrf52840-60-paper"
+model = "mlp"
+options = { layers = 3 }
+board = "nrf52840"
+ram = "60%"
+accounting = "paper"
+method = "dtr"
+
+[[case]]
+name = "poet-mlp-nrf52840-90-paper"
+model = "mlp"
+options = { layers = 4, width = 64 }
+board = "nrf52840"
+accounting = "paper"
+ram = "90%"
+deadline = "1.05x"
+method = "poet"
+effort = 20
+time_limit_s = 60
+"""
+
+
+@pytest.fixture
+def goldens(tmp_path):
+    (tmp_path / "cases.toml").write_text(CASES)
+    written = make_goldens(tmp_path)
+    assert [p.name for p in written] == ["dtr-mlp-nrf52840-60-paper.json",
+                                         "poet-mlp-nrf52840-90-paper.json"]
+    return tmp_path
+
+
+def _edit_expected(path: Path, field: str, factor: float) -> None:
+    doc = json.loads(path.read_text())
+    doc["metadata"]["expected"][field] *= factor
+    path.write_text(json.dumps(doc))
+
+
+def test_fresh_goldens_check_ok_and_carry_how_to_remake_them(goldens):
+    checks = check_goldens(goldens)
+    assert [c.status for c in checks] == ["ok", "ok"]
+    meta = json.loads((goldens / "poet-mlp-nrf52840-90-paper.json").read_text())["metadata"]
+    assert meta["case"] == "poet-mlp-nrf52840-90-paper" and meta["model_options"] == {"layers": 4,
+                                                                            "width": 64}
+    assert meta["solver"]["effort"] == 20 and meta["expected"]["verdict"] in ("PASS", "FAIL")
+    assert {"energy_j", "peak_total_bytes", "makespan_s", "objective_j",
+            "bound_j"} <= set(meta["expected"])
+    assert make_goldens(goldens) == []  # nothing missing
+
+
+def test_a_lowered_expected_energy_is_a_regression_named_by_case(goldens, capsys):
+    _edit_expected(goldens / "dtr-mlp-nrf52840-60-paper.json", "energy_j", 0.95)
+    assert main(["regress", str(goldens)]) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSED dtr-mlp-nrf52840-60-paper" in out and "energy_j" in out
+    assert out.splitlines()[-1].endswith("regressed: dtr-mlp-nrf52840-60-paper")
+    # a raised expectation is an improvement: nothing regressed
+    _edit_expected(goldens / "dtr-mlp-nrf52840-60-paper.json", "energy_j", 1.1 / 0.95)
+    assert main(["regress", str(goldens), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [c["status"] for c in doc["cases"]] == ["improved", "ok"]
+
+
+def test_update_rewrites_the_expected_figures_on_purpose(goldens, capsys):
+    _edit_expected(goldens / "dtr-mlp-nrf52840-60-paper.json", "makespan_s", 0.5)
+    assert main(["regress", str(goldens), "--update"]) == 0
+    assert "updated" in capsys.readouterr().out
+    assert [c.status for c in check_goldens(goldens)] == ["ok", "ok"]
+
+
+def test_resolve_solves_the_milp_cases_again_deterministically(goldens):
+    checks = check_goldens(goldens, resolve=True)
+    assert [c.status for c in checks] == ["ok", "ok"]
+    assert checks[1].found["objective_j"] is not None and checks[1].resolved is not None
+    _edit_expected(goldens / "poet-mlp-nrf52840-90-paper.json", "objective_j", 0.9)
+    checks = check_goldens(goldens, resolve=True)
+    assert checks[1].status == "regressed"
+    assert [c.field for c in checks[1].changes] == ["objective_j"]
+    assert update_goldens(checks)[0].startswith("updated ")
+
+
+def test_a_broken_golden_is_an_error_not_a_crash(goldens, capsys):
+    (goldens / "poet-mlp-nrf52840-90-paper.json").write_text("{not json")
+    assert main(["regress", str(goldens)]) == 1
+    assert "ERROR     poet-mlp-nrf52840-90-paper" in capsys.readouterr().out
+
+
+def test_bad_cases_files_are_one_line_errors(tmp_path):
+    (tmp_path / "cases.toml").write_text(CASES.replace('effort = 20\n', ''))
+    with pytest.raises(InputError, match="a MILP case needs an effort"):
+        load_cases(tmp_path)
+    (tmp_path / "cases.toml").write_text(CASES.replace('method = "dtr"', 'method = "x"'))
+    with pytest.raises(InputError, match="method = 'x'"):
+        load_cases(tmp_path)
+    assert main(["regress", str(tmp_path / "none")]) == 2
+
+
+def test_the_landed_goldens_pass():
+    """CI's regression check: every golden in schedules/ re-simulates to its figures."""
+    cases = {c.name for c in load_cases(LANDED)}
+    checks = check_goldens(LANDED)
+    assert {c.name for c in checks} == cases and len(cases) >= 20
+    bad = [c.line() for c in checks if c.status in ("regressed", "error")]
+    assert not bad, "\n".join(bad)
