@@ -125,6 +125,9 @@ class Produced:
     predicted_peak_ram_bytes: int | None = None
     gap: float | None = None
     bound_j: float | None = None
+    #: ``("time",)`` when the time limit, a safety cap under deterministic effort, cut
+    #: part of a MILP search short (the result may then depend on the machine's speed).
+    limits_hit: tuple[str, ...] = ()
 
 
 def seeded_solve(request: Request, settings: SolverSettings = SolverSettings(), *,
@@ -182,7 +185,7 @@ def _from_solve(result: SolveResult) -> Produced:
         schedule=result.schedule, predicted_energy_j=m.energy_j if m else None,
         predicted_time_s=m.time_s if m else None,
         predicted_peak_ram_bytes=m.peak_ram_bytes if m else None, gap=result.gap,
-        bound_j=result.bound_j)
+        bound_j=result.bound_j, limits_hit=result.limits_hit)
 
 
 def _from_baseline(result: BaselineResult) -> Produced:

@@ -224,6 +224,12 @@ def make_goldens(folder: str | Path, *, only_missing: bool = True,
         if outcome.schedule is None:
             raise InputError(f"{folder / CASES_FILE}: case {case.name!r}: {case.method} has no "
                              f"schedule ({outcome.reason}); a golden needs one")
+        if "time" in outcome.limits_hit:
+            raise InputError(f"{folder / CASES_FILE}: case {case.name!r}: the "
+                             f"{case.solver.time_limit_s:g} s time limit cut the search short "
+                             f"before its effort of {case.solver.effort} nodes, so a re-solve "
+                             "would depend on the machine; lower the effort or raise "
+                             "time_limit_s")
         schedule = outcome.schedule.with_metadata(**_golden_metadata(case, outcome))
         write_schedule(schedule, request.graph, path)
         say(f"wrote {path}: {outcome.verdict.label if outcome.verdict else '-'}, "

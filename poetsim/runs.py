@@ -64,7 +64,7 @@ SOLVER_VERSION = 3
 _RUN_FIELDS = ("method", "status", "reason", "accounting", "budget_bytes",
                "budget_activation_bytes", "resident_bytes", "deadline_s",
                "predicted_energy_j", "predicted_time_s", "predicted_peak_ram_bytes", "gap",
-               "bound_j", "run_time_s", "solver_deadline_s", "tightenings")
+               "bound_j", "run_time_s", "solver_deadline_s", "tightenings", "limits_hit")
 
 
 @attrs.frozen
@@ -99,6 +99,7 @@ class Outcome:
     run_time_s: float = 0.0
     solver_deadline_s: float | None = None
     tightenings: int = 0
+    limits_hit: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     cached: bool = False
     report: SimReport | None = attrs.field(default=None, repr=False, eq=False)
     verdict: Verdict | None = None
@@ -247,7 +248,8 @@ def run_method(request: Request, method: str, settings: SolverSettings = SolverS
             predicted_time_s=made.predicted_time_s,
             predicted_peak_ram_bytes=made.predicted_peak_ram_bytes, gap=made.gap,
             bound_j=made.bound_j, run_time_s=time.perf_counter() - started,
-            solver_deadline_s=solver_deadline_s, tightenings=tightenings)
+            solver_deadline_s=solver_deadline_s, tightenings=tightenings,
+            limits_hit=made.limits_hit)
 
     outcome = attempt(request.deadline_s, 0)
     if solver_settings and request.deadline_s is not None:
