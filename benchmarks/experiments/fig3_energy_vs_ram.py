@@ -72,6 +72,12 @@ def _title(model: str, options: str) -> str:
     return f"{model} ({options})" if options else model
 
 
+def _unfit(cell: list[dict[str, Any]]) -> bool:
+    """Whether the cell's schedules cannot physically run: the whole training state is
+    over the board's RAM (``fits_board_ram`` false; rows from a CSV hold strings)."""
+    return any(r.get("fits_board_ram") in (False, "False") for r in cell)
+
+
 def plot(rows: list[dict[str, Any]], path: Path, profile: str) -> Path | None:
     from poetsim.runs import METHODS
 
@@ -113,6 +119,10 @@ def plot(rows: list[dict[str, Any]], path: Path, profile: str) -> Path | None:
             if missing:
                 ax.text(0.02, 0.03, "POET infeasible at " + ", ".join(missing) + "%",
                         transform=ax.transAxes, va="bottom", fontsize=7, color="tab:red")
+            if _unfit(cell):
+                ax.text(0.5, 0.5, "physically impossible:\nparameters and gradients\n"
+                        "exceed the board's RAM", transform=ax.transAxes, ha="center",
+                        va="center", fontsize=8, color="tab:red", alpha=0.8)
             if i == 0:
                 ax.set_title(BOARD_LABEL.get(board, board) + f"\n[{board}]")
             if i == len(models) - 1:
@@ -128,9 +138,10 @@ def plot(rows: list[dict[str, Any]], path: Path, profile: str) -> Path | None:
     fig.legend([handles[k] for k in order], order, loc="lower center", ncol=len(order),
                frameon=False)
     kind = "POET paper-profile boards" if profile == "paper" else "physically consistent boards"
-    fig.suptitle(f"Fig. 3: simulated energy vs RAM budget, {kind}\n(deadline {DEADLINE} the "
-                 "plain compute time; hollow marker = misses the deadline; absent = infeasible "
-                 "or not applicable)", fontsize=10)
+    fig.suptitle(f"Fig. 3: simulated energy vs RAM budget, {kind}, the paper's accounting "
+                 f"(activations only)\n(deadline {DEADLINE} the plain compute time; hollow "
+                 "marker = misses the deadline; absent = infeasible or not applicable; red "
+                 "note = the whole state does not fit the board)", fontsize=10)
     fig.tight_layout(rect=(0, 0.04, 1, 0.95))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
@@ -153,7 +164,11 @@ def table(rows: list[dict[str, Any]]) -> str:
               "same board. `n/a` = chain-only method on a non-chain model; `infeasible` = no "
               "schedule at that budget; `(late)` = the schedule misses the deadline "
               "(baselines other than POET, Checkmate and paging-only ignore it); `[gap x%]` = "
-              "MILP stopped at its time limit with that gap to its lower bound."),
+              "MILP stopped at its time limit with that gap to its lower bound. Budgets are "
+              "the paper's (activations only); **fits board** says whether the whole "
+              "training state (parameters and gradients included) fits the board's RAM: "
+              "where it is `no`, no method's schedule can physically run there "
+              "(`benchmarks/results/physical_fit.md`)."),
              "",
              "## Summary: POET vs the best feasible baseline at each point",
              ""]
@@ -173,13 +188,14 @@ def table(rows: list[dict[str, Any]]) -> str:
                     return "-"
                 return fmt(1 - poet["energy_j"] / other["energy_j"], "pct_signed")
 
-            body.append([_title(model, options), board, ram, status_cell(poet),
+            body.append([_title(model, options), board,
+                         "no" if _unfit(cell) else "yes", ram, status_cell(poet),
                          "-" if best is None else
                          f"{METHOD_LABEL[best['method']]} {status_cell(best)}",
                          saving(best), saving(dtr),
                          fmt(poet["predicted_energy_j"], "j"), fmt(poet["energy_j"], "j")])
     parts.append(markdown_table(
-        ["model", "board", "RAM", "POET overhead", "best baseline (overhead)",
+        ["model", "board", "fits board", "RAM", "POET overhead", "best baseline (overhead)",
          "POET saving vs best", "POET saving vs DTR", "POET predicted J", "POET simulated J"],
         body))
     parts += ["", "## Every method", ""]
@@ -187,7 +203,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         cell_rows = [r for r in rows if (r["model"], r["model_options"], r["board"])
                      == (model, options, board)]
         budgets = list(dict.fromkeys(r["ram"] for r in cell_rows))
-        parts += [f"### {_title(model, options)} on {board}", ""]
+        unfit = " (physically impossible: the whole state exceeds the board's RAM)"
+        parts += [f"### {_title(model, options)} on {board}"
+                  + (unfit if _unfit(cell_rows) else ""), ""]
         body = []
         for method in METHODS:
             body.append([METHOD_LABEL[method]] + [
