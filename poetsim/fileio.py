@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from poetsim.errors import InputError
+
 __all__ = ["atomic_write_bytes", "atomic_write_text", "check_new_folder", "new_folder",
            "read_text", "read_toml"]
 
@@ -21,11 +23,18 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see either the old file or the new one.
 
     The bytes go to a temporary file in the same folder, which is then renamed over the
-    target; an interruption leaves no half-written file behind.
+    target; an interruption leaves no half-written file behind. A path that cannot be
+    written (a folder, a missing or read-only folder) is a one-line
+    :class:`~poetsim.errors.InputError` naming it.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if path.is_dir():
+        raise InputError(f"{path}: cannot write a file there: it is a folder")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise InputError(f"{path}: cannot write: {err.strerror or err}") from None
     try:
         # mkstemp creates the file private (0600); give it the usual umask-based mode.
         umask = os.umask(0)

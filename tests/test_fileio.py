@@ -137,3 +137,14 @@ def test_number_of_thousands_of_digits_is_one_line(tmp_path):
     path.write_text("a = " + "9" * 5000 + "\n")
     assert _one_line_error(path, reader=read_toml).startswith(
         f"{path}: not valid TOML: Exceeds the limit")
+
+
+def test_an_unwritable_output_is_a_one_line_input_error(tmp_path):
+    from poetsim.errors import InputError
+    from poetsim.fileio import atomic_write_text
+
+    with pytest.raises(InputError, match="cannot write a file there: it is a folder"):
+        atomic_write_text(tmp_path, "x")
+    with pytest.raises(InputError, match="cannot write"):
+        atomic_write_text("/proc/poetsim-nope.json", "x")
+    assert list(tmp_path.iterdir()) == []
