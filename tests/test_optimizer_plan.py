@@ -421,3 +421,25 @@ def test_schedules_without_stage_form_are_refused(residual):
     # x and fc1 computed out of index order: no frontier-advancing stage form.
     steps = [Step(Action.COMPUTE, 0), Step(Action.COMPUTE, 2)]
     assert plan_from_schedule(residual, Schedule.for_graph(residual, steps)) is None
+
+
+def test_an_unread_page_out_is_dropped_and_its_energy_saved():
+    from poetsim.boards import get_board
+    from poetsim.optimizer.plan import drop_unread_page_outs
+
+    graph = build_model("mlp", layers=3)
+    costs = op_costs(graph, get_board("nrf52840"))
+    plan = plain_plan(graph)
+    assert drop_unread_page_outs(plan) is plan  # nothing to drop
+    matrices = {name: getattr(plan, name).copy() for name in
+                ("compute", "keep", "stored", "page_in", "page_out")}
+    i = 1  # the first linear layer's output, kept to its backward op: page it out needlessly
+    matrices["page_out"][i, i] = True
+    matrices["stored"][i + 1:, i] = True
+    wasteful = StagePlan(**matrices)
+    assert plan_violations(graph, wasteful) == []
+    pruned = drop_unread_page_outs(wasteful)
+    assert pruned == plan and plan_violations(graph, pruned) == []
+    saved = (evaluate_plan(graph, costs, wasteful, overlap=True).energy_j
+             - evaluate_plan(graph, costs, pruned, overlap=True).energy_j)
+    assert saved == pytest.approx(float(costs.pageout_energy_j[i]))

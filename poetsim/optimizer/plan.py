@@ -30,8 +30,8 @@ from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
 from poetsim.schedule import Action, Schedule, Step
 
-__all__ = ["PlanMetrics", "StagePlan", "evaluate_plan", "lower_plan", "plan_from_schedule",
-           "plan_violations"]
+__all__ = ["PlanMetrics", "StagePlan", "drop_unread_page_outs", "evaluate_plan", "lower_plan",
+           "plan_from_schedule", "plan_violations"]
 
 _MATRICES = ("compute", "keep", "stored", "page_in", "page_out")
 
@@ -60,6 +60,21 @@ class StagePlan:
     def empty(cls, n: int) -> dict[str, np.ndarray]:
         """Writable zero matrices to fill in before building a plan."""
         return {name: np.zeros((n, n), dtype=bool) for name in _MATRICES}
+
+
+def drop_unread_page_outs(plan: StagePlan) -> StagePlan:
+    """``plan`` without the page-outs whose copy no later stage pages in: they cost energy,
+    time and storage wear and buy nothing (a tensor is paged out at most once, and a page-in
+    at stage ``t`` reads a copy written before ``t``). The same plan when there are none."""
+    written = np.argwhere(plan.page_out)
+    unread = [(t, i) for t, i in written if not plan.page_in[t + 1:, i].any()]
+    if not unread:
+        return plan
+    page_out, stored = plan.page_out.copy(), plan.stored.copy()
+    for t, i in unread:
+        page_out[t, i] = False
+        stored[t + 1:, i] = False
+    return attrs.evolve(plan, page_out=page_out, stored=stored)
 
 
 def plan_violations(graph: TrainingGraph, plan: StagePlan) -> list[str]:

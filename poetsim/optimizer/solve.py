@@ -35,6 +35,7 @@ from poetsim.optimizer.milp import Formulation, MilpModel, build_milp
 from poetsim.optimizer.plan import (
     PlanMetrics,
     StagePlan,
+    drop_unread_page_outs,
     evaluate_plan,
     lower_plan,
     plan_from_schedule,
@@ -616,6 +617,10 @@ def _finish(base: dict[str, Any], plan: StagePlan, metrics: PlanMetrics, restric
     request: Request = base["request"]
     graph, board = request.graph, request.board
     budget = request.activation_budget_bytes
+    pruned = drop_unread_page_outs(plan)
+    if pruned is not plan:
+        plan = pruned
+        metrics = evaluate_plan(graph, request.costs, plan, overlap=board.dma.present)
     schedule = lower_plan(graph, plan, metadata={})
     check = check_schedule(graph, schedule, budget_bytes=budget,
                            storage_capacity_bytes=board.storage.capacity_bytes)
