@@ -301,3 +301,27 @@ def test_plain_schedule_is_valid_with_the_plain_peak(graph):
     if peak.bytes > 0:
         v = check_schedule(graph, s, budget_bytes=peak.bytes - 1).violation
         assert (v.rule, v.position) == ("budget_exceeded", result.peak_step)
+
+
+@pytest.mark.parametrize("model", ["mlp", "resnet18_cifar", "transformer_block"])
+def test_the_shared_ram_rule_agrees_with_the_checker(model):
+    """poetsim.schedule.ops.ram_during_steps (read by predictions and the transfer
+    planner) and the independent checker give the same peak on real schedules."""
+    from poetsim.boards import get_board
+    from poetsim.methods import produce
+    from poetsim.request import resolve_request
+    from poetsim.schedule.ops import ram_during_steps
+    from poetsim.zoo import build_model
+
+    graph = build_model(model)
+    sizes = [op.output_bytes for op in graph.ops]
+    workspace = [op.workspace_bytes for op in graph.ops]
+    request = resolve_request(graph, get_board("rpi4"), ram="70%", accounting="paper")
+    for method in ("checkpoint_all", "dtr", "capuchin"):
+        schedule = produce(request, method).schedule
+        if schedule is None:
+            continue
+        check = check_schedule(graph, schedule)
+        ram = ram_during_steps(schedule.steps, sizes, workspace, resident_bytes=7)
+        assert len(ram) == len(schedule.steps)
+        assert max(ram) == check.peak_ram_bytes + 7

@@ -31,6 +31,7 @@ from poetsim.errors import InputError
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
 from poetsim.schedule import Action, Schedule, Step, check_schedule
+from poetsim.schedule.ops import ram_during_steps
 
 __all__ = ["INFEASIBLE", "NOT_APPLICABLE", "OK", "STATUSES", "BaselineResult", "OpListFigures",
            "check_budget", "costs_for", "finish", "infeasible", "not_applicable", "out_of_time",
@@ -127,16 +128,16 @@ def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule 
     simulator). Time: without DMA everything runs in list order on the CPU; with DMA,
     transfers run one at a time on a transfer lane, a page-out starts at its step, a
     page-in starts at its step (or when the lane frees up) and a COMPUTE waits for the
-    page-ins of its inputs. Peak: activation bytes by the contract's rule.
+    page-ins of its inputs. Peak: activation bytes by the contract's rule
+    (:func:`poetsim.schedule.ops.ram_during_steps`).
     """
     steps = list(steps.steps if isinstance(steps, Schedule) else steps)
-    size = costs.output_bytes
-    workspace = costs.workspace_bytes
+    peak = max(ram_during_steps(steps, costs.output_bytes.tolist(),
+                                costs.workspace_bytes.tolist()), default=0)
     e_compute = e_transfer = 0.0
     overlap = board.dma.present
     cpu = lane = 0.0
     ready: dict[int, float] = {}
-    live = peak = 0
     for step in steps:
         k = step.op
         if step.action is Action.COMPUTE:
@@ -144,8 +145,6 @@ def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule 
             start = max([cpu] + [ready.get(u, 0.0) for u in graph.predecessors(k)])
             cpu = start + float(costs.compute_time_s[k])
             ready[k] = cpu
-            peak = max(peak, live + int(size[k]) + int(workspace[k]))
-            live += int(size[k])
         elif step.action is Action.PAGE_OUT:
             e_transfer += float(costs.pageout_energy_j[k])
             if overlap:
@@ -160,10 +159,6 @@ def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule 
             else:
                 cpu += float(costs.pagein_time_s[k])
                 ready[k] = cpu
-            live += int(size[k])
-            peak = max(peak, live)
-        else:
-            live -= int(size[k])
     return OpListFigures(energy_j=e_compute + e_transfer, compute_energy_j=e_compute,
                       transfer_energy_j=e_transfer, time_s=max(cpu, lane), peak_ram_bytes=peak)
 

@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -77,7 +77,7 @@ from poetsim.errors import InputError
 if TYPE_CHECKING:
     from poetsim.graph.graph import TrainingGraph
 
-__all__ = ["Action", "Schedule", "Step"]
+__all__ = ["Action", "Schedule", "Step", "ram_during_steps"]
 
 
 class Action(enum.Enum):
@@ -224,3 +224,28 @@ class Schedule:
     def with_metadata(self, **updates: Any) -> Schedule:
         """A copy with ``updates`` merged into the metadata."""
         return attrs.evolve(self, metadata={**self.metadata, **updates})
+
+
+def ram_during_steps(steps: Iterable[Step], output_bytes: Sequence[int],
+                     workspace_bytes: Sequence[int], resident_bytes: int = 0) -> list[int]:
+    """The contract's RAM rule, step by step: the bytes in RAM while each step runs (a
+    COMPUTE's output and workspace included; after the step for the others), on top of
+    ``resident_bytes``. Structural rules are not checked (that is the checker's job); the
+    largest entry is the schedule's peak. The cost model's predictions and the simulator's
+    transfer planner read RAM through this one function.
+    """
+    live = resident_bytes
+    ram: list[int] = []
+    append = ram.append
+    for step in steps:
+        k, action = step.op, step.action
+        if action is Action.COMPUTE:
+            append(live + output_bytes[k] + workspace_bytes[k])
+            live += output_bytes[k]
+            continue
+        if action is Action.PAGE_IN:
+            live += output_bytes[k]
+        elif action is Action.FREE:
+            live -= output_bytes[k]
+        append(live)
+    return ram

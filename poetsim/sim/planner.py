@@ -40,7 +40,7 @@ import numpy as np
 
 from poetsim.costs import OpCosts
 from poetsim.graph.graph import TrainingGraph
-from poetsim.schedule.ops import Action, Step
+from poetsim.schedule.ops import Action, Step, ram_during_steps
 
 __all__ = ["PlannedTransfer", "ProgramProfile", "plan_transfers", "program_profile"]
 
@@ -65,18 +65,15 @@ class ProgramProfile(NamedTuple):
 def program_profile(graph: TrainingGraph, steps: Sequence[Step], costs: OpCosts, *,
                     resident_bytes: int, cpu_moves_bytes: bool) -> ProgramProfile:
     """List-order RAM and estimated step start times (transfers take CPU time without DMA)."""
-    size = costs.output_bytes.tolist()
-    workspace = costs.workspace_bytes.tolist()
+    ram = ram_during_steps(steps, costs.output_bytes.tolist(), costs.workspace_bytes.tolist(),
+                           resident_bytes)
     compute_s = costs.compute_time_s.tolist()
     in_s = costs.pagein_time_s.tolist()
     out_s = costs.pageout_time_s.tolist()
-    live = resident_bytes
-    peak = resident_bytes
     t = 0.0
     start: list[float] = []
-    ram: list[int] = []
     counts = dict.fromkeys(Action, 0)
-    computed = [False] * len(size)
+    computed = [False] * len(compute_s)
     recomputes = 0
     for step in steps:
         k, action = step.op, step.action
@@ -86,25 +83,11 @@ def program_profile(graph: TrainingGraph, steps: Sequence[Step], costs: OpCosts,
             if computed[k]:
                 recomputes += 1
             computed[k] = True
-            during = live + size[k] + workspace[k]
-            ram.append(during)
-            live += size[k]
             t += compute_s[k]
-            if during > peak:
-                peak = during
-            continue
-        if action is Action.PAGE_IN:
-            live += size[k]
-            if cpu_moves_bytes:
-                t += in_s[k]
-        elif action is Action.FREE:
-            live -= size[k]
         elif cpu_moves_bytes:
-            t += out_s[k]
-        ram.append(live)
-        if live > peak:
-            peak = live
-    return ProgramProfile(start, ram, peak, t, counts, recomputes)
+            t += in_s[k] if action is Action.PAGE_IN else (
+                out_s[k] if action is Action.PAGE_OUT else 0.0)
+    return ProgramProfile(start, ram, max(ram, default=resident_bytes), t, counts, recomputes)
 
 
 @attrs.frozen
