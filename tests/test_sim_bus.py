@@ -98,9 +98,11 @@ def test_an_op_without_concurrent_transfers_costs_one_event():
     assert next(env._eid) == 3
 
 
-def paging_board(contention: str):
-    """Two DMA channels; reads, writes and the bus all at 1 MB/s."""
-    return evolve(make_board(write_throughput_bytes_per_s=1e6), dma={"channels": 2},
+def paging_board(contention: str, queue_depth: int | None = 2):
+    """Two DMA channels, a storage serving ``queue_depth`` commands at once; reads, writes
+    and the bus all at 1 MB/s."""
+    return evolve(make_board(write_throughput_bytes_per_s=1e6, queue_depth=queue_depth),
+                  dma={"channels": 2},
                   bus={"bandwidth_bytes_per_s": 1e6, "contention_model": contention})
 
 
@@ -143,3 +145,12 @@ def test_compute_overlapping_dma_takes_longer_on_a_fair_share_bus(residual):
     assert shared.compute_s - none.compute_s == pytest.approx(data_s * (1 - 1 / 1.1), rel=1e-6)
     # The op's power is drawn for longer: more compute energy.
     assert shared.energy_by_kind_j["compute"] > none.energy_by_kind_j["compute"]
+
+
+def test_dma_channels_do_not_multiply_a_single_queue_storage(residual):
+    """An SD card over SPI serves one command at a time: a second channel waits."""
+    schedule = hand(residual, *WRITE_TWO)
+    report = simulate(residual, paging_board("none", queue_depth=None), schedule)
+    x, fc1 = report.transfers[:2]
+    assert fc1.started_s >= x.ended_s
+    assert x.ended_s - x.service_s == pytest.approx(2e-3 + 0.512e-3)

@@ -286,6 +286,10 @@ class Storage:
     erase_power_w: float | None = _number("W", "non_negative", _DEVICE_POWER, optional=True)
     endurance_cycles: int | None = _number("cycles", "count", (1, 1e12), optional=True,
                                            doc="NOR only: erase cycles per sector")
+    queue_depth: int | None = _number("commands", "count", (1, 1024), optional=True,
+                                      doc="commands the device serves at once (absent: 1, "
+                                          "as an SD card over SPI); more DMA channels than "
+                                          "this do not add storage bandwidth")
 
     def __attrs_post_init__(self) -> None:
         for name in ("bus_width_bits", "block_bytes", "max_command_bytes", "capacity_bytes"):
@@ -327,6 +331,11 @@ class Storage:
         if self.erase_sector_bytes is not None and self.erase_sector_bytes % self.block_bytes:
             raise BoardFieldError("erase_sector_bytes", self.erase_sector_bytes,
                                   f"must be a multiple of block_bytes = {self.block_bytes}")
+
+    @property
+    def concurrent_commands(self) -> int:
+        """How many transfers the device serves at once (``queue_depth``, default 1)."""
+        return self.queue_depth or 1
 
     @property
     def wire_bytes_per_s(self) -> float:

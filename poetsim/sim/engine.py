@@ -128,7 +128,9 @@ class Simulation:
 
         self.dma: DmaEngine | None = None
         if dma:
-            self.dma = DmaEngine(env, board.dma.channels, board.dma.idle_power_w, self.storage,
+            # The storage serves queue_depth commands at once: channels beyond that wait.
+            channels = min(board.dma.channels, board.storage.concurrent_commands)
+            self.dma = DmaEngine(env, channels, board.dma.idle_power_w, self.storage,
                                  self.bus, ledger, self._on_done, record=trace)
             self.mover: Any = self.dma
         else:
