@@ -30,7 +30,7 @@ def _cell(outcomes) -> str:
     passed = sum(o.feasible for o in outcomes)
     if poet.feasible:
         return f"{poet.energy_overhead:+.1%} ({passed})"
-    if poet.status.value == "infeasible" and "alone need" in poet.reason:
+    if "parameters, gradients and optimizer state alone need" in poet.reason:
         return "does not fit"
     return f"{poet.status.value} ({passed})"
 
