@@ -25,11 +25,11 @@ def plain_plan(graph: TrainingGraph) -> StagePlan:
     """Every op once, every tensor kept until its last reader: checkpoint-all."""
     n = len(graph)
     m = StagePlan.empty(n)
-    for t in range(n):
-        m["compute"][t, t] = True
-        for i in range(t):
-            if max(graph.successors(i), default=-1) >= t:
-                m["keep"][t, i] = True
+    np.fill_diagonal(m["compute"], True)
+    last_reader = np.array([max(graph.successors(i), default=-1) for i in range(n)])
+    stage = np.arange(n)[:, None]
+    # keep[t, i]: tensor i was made before stage t and a reader at t or later needs it
+    m["keep"][:] = (np.arange(n)[None, :] < stage) & (last_reader[None, :] >= stage)
     return StagePlan(**m)
 
 

@@ -126,7 +126,7 @@ class MilpModel:
         self.T: dict[int, Any] = {}
 
         self.last_reader = [max(graph.successors(i), default=i) for i in range(n)]
-        self.last_desc = [max(graph.descendants(i), default=i) for i in range(n)]
+        self.last_desc = _last_descendants(graph)
         self.mem = [math.ceil(int(b) / self.unit_bytes) for b in costs.output_bytes]
         self.ws = [math.ceil(int(b) / self.unit_bytes) for b in costs.workspace_bytes]
         self._create_variables()
@@ -473,3 +473,14 @@ def build_milp(graph: TrainingGraph, costs: OpCosts, budget_bytes: int, deadline
     return MilpModel(graph, costs, budget_bytes, deadline_s, formulation, overlap=overlap,
                      storage_capacity_bytes=storage_capacity_bytes,
                      energy_reference_j=energy_reference_j, build_deadline=build_deadline)
+
+
+def _last_descendants(graph: TrainingGraph) -> list[int]:
+    """For every op, its last descendant in graph order (itself without one): one sweep
+    from the end, since every successor comes after its op."""
+    last = list(range(len(graph)))
+    for i in range(len(graph) - 1, -1, -1):
+        for s in graph.successors(i):
+            if last[s] > last[i]:
+                last[i] = last[s]
+    return last

@@ -472,6 +472,9 @@ def _seed_with_remat_only(search: _Search) -> None:
     if not (formulation.remat and formulation.paging
             and search.time_limit_s >= _SEED_MIN_TIME_S):
         return
+    if search.elapsed_s > _SEED_SHARE * search.time_limit_s:
+        search.limits_hit.append("time")  # the heuristics took the seed's share already
+        return
     seeded = solve(search.request, deadline_s=search.deadline_s, remat=True, paging=False,
                    restricted=search.restricted, time_limit_s=search.time_limit_s * _SEED_SHARE,
                    gap_limit=search.gap_limit, seed=search.seed, warm_starts=search.warm_starts,
