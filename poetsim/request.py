@@ -159,7 +159,7 @@ def parse_deadline(deadline: str | float | None, plain_time_s: float) -> float |
     value = float(match.group(1))
     seconds = value * plain_time_s if match.group(2) == "x" else value
     if not (value > 0) or not math.isfinite(seconds):
-        raise InputError(f"deadline = {text!r}: must be positive")
+        raise InputError(f"deadline = {text!r}: must be a positive, finite time")
     if seconds > MAX_DEADLINE_S:
         raise InputError(f"deadline = {text!r}: {seconds:.6g} s is over the plausible "
                          f"maximum of {MAX_DEADLINE_S:.6g} s (a year)")
