@@ -78,7 +78,8 @@ def test_bad_budgets_are_one_line_errors(residual, board, ram, message):
 
 
 @pytest.mark.parametrize("deadline, message", [
-    ("soon", "deadline = 'soon'"), ("0x", "must be a positive, finite time"), ("1e400x", "finite"), ("1e12s", "plausible maximum")])
+    ("soon", "deadline = 'soon'"), ("0x", "must be a positive, finite time"),
+    ("1e400x", "finite"), ("1e12s", "plausible maximum")])
 def test_bad_deadlines_are_one_line_errors(residual, board, deadline, message):
     with pytest.raises(InputError, match=message):
         resolve_request(residual, board, deadline=deadline)
