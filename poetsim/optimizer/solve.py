@@ -54,6 +54,8 @@ _FAST_PRESOLVE_BINARIES = 5000
 _WINDOW_SEARCH_BINARIES = 2000
 _WINDOW_SEARCH_SHARE = 0.5
 _WINDOWS = 8
+#: The least gap a window is solved to (relative to the whole plan's energy).
+_WINDOW_MIN_GAP = 1e-3
 #: Deterministic effort (``effort`` nodes in all): the relaxation bound, each window of
 #: the window search and the remat-only seed get these shares of it; the window search
 #: makes at most this many passes.
@@ -96,8 +98,9 @@ def _window_search(milp: Any, graph: TrainingGraph, costs: OpCosts, plan: StageP
     """
     model = milp.model
     # A window's gap is relative to the whole plan's energy, most of it fixed: a tenth of
-    # the caller's gap limit keeps the windows from stopping as soon as they start.
-    model.setParam("limits/gap", gap_limit / 10)
+    # the caller's gap limit keeps the windows from stopping as soon as they start, and a
+    # floor keeps a caller's gap of 0 from leaving every window unfinished.
+    model.setParam("limits/gap", max(gap_limit / 10, _WINDOW_MIN_GAP))
     n = len(graph)
     step = max(1, n // _WINDOWS)
     starts = list(range(max(0, n - 2 * step), -1, -step))
