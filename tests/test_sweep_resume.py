@@ -25,6 +25,7 @@ name = "resume"
 models = ["mlp"]                 # 41 ops: POET does not close the gap within 1 s
 boards = ["nrf52840"]
 ram = ["60%", "70%", "80%", "90%"]
+accounting = "paper"             # physically the MLP never fits: every point would be instant
 deadlines = ["1.5x", "3x"]
 methods = ["poet"]
 [overrides]
