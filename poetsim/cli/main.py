@@ -14,7 +14,7 @@ import json
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -121,6 +121,21 @@ def _add_request_options(parser: argparse.ArgumentParser, *, ram: str | None,
 def _request_from_args(args: argparse.Namespace, graph: TrainingGraph, board: Board) -> Request:
     return resolve_request(graph, board, ram=args.ram, deadline=args.deadline,
                            accounting=args.accounting or Accounting.PHYSICAL.value)
+
+
+def _write_all_or_nothing(written: list[str],
+                          outputs: Sequence[tuple[str | None, Callable[[str], Any]]]) -> None:
+    """Write each requested output (path, writer), appending its path to ``written``; if
+    one fails, remove those already written and re-raise: a failing command leaves none."""
+    try:
+        for path, write in outputs:
+            if path:
+                write(path)
+                written.append(path)
+    except BaseException:
+        for path in written:
+            Path(path).unlink(missing_ok=True)
+        raise
 
 
 def _solver_settings(args: argparse.Namespace) -> SolverSettings:
@@ -316,19 +331,11 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     result = seeded_solve(request, _solver_settings(args), remat=not args.no_remat,
                           paging=not args.no_paging, restricted=args.restricted,
                           progress=_progress_printer(args.json))
-    written = []
+    written: list[str] = []
     if result.schedule is not None:
-        try:
-            if args.out:
-                write_schedule(result.schedule, graph, args.out)
-                written.append(args.out)
-            if args.binary:
-                write_schedule_binary(result.schedule, args.binary, graph)
-                written.append(args.binary)
-        except BaseException:
-            for path in written:  # all or nothing
-                Path(path).unlink(missing_ok=True)
-            raise
+        _write_all_or_nothing(written, (
+            (args.out, lambda path: write_schedule(result.schedule, graph, path)),
+            (args.binary, lambda path: write_schedule_binary(result.schedule, path, graph))))
     if args.json:
         _emit_json({**result.summary(), "files": written})
     else:
@@ -460,17 +467,10 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     report, verdict = check_on_board(request, schedule, trace=bool(args.trace or args.plot),
                                      notes=notes)
     written: list[str] = []
-    try:
-        if args.trace:
-            write_chrome_trace(report, args.trace, verdict=verdict.label)
-            written.append(args.trace)
-        if args.plot:
-            plot_simulation(graph, schedule, report, args.plot, verdict=verdict.label)
-            written.append(args.plot)
-    except BaseException:
-        for path in written:  # all or nothing
-            Path(path).unlink(missing_ok=True)
-        raise
+    _write_all_or_nothing(written, (
+        (args.trace, lambda path: write_chrome_trace(report, path, verdict=verdict.label)),
+        (args.plot, lambda path: plot_simulation(graph, schedule, report, path,
+                                                  verdict=verdict.label))))
     if args.json:
         _emit_json({**report.as_dict(transfers=args.transfers), **verdict.as_dict(),
                     "request": request.metadata()})
