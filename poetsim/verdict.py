@@ -15,6 +15,12 @@
 
 The resident state comes from the graph through the request, never from a schedule
 file; the simulation must have been run with it (:func:`judge` checks).
+
+Energy does not decide: the optimizer's model still leaves out idle and stall power (issue
+#14), so a PASS does not promise the predicted energy. :func:`check_on_board` recomputes the
+op-list prediction from the schedule (never taking the file's figure) and the verdict
+carries it beside the simulated energy, with a note when they differ by more than
+:data:`ENERGY_NOTE_SHARE`.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any
 
 import attrs
 
+from poetsim.baselines.base import predict
 from poetsim.errors import InternalError
 from poetsim.request import Accounting, Request
 from poetsim.schedule import Schedule
@@ -31,10 +38,13 @@ from poetsim.sim import simulate
 from poetsim.sim.report import SimReport
 from poetsim.units import format_bytes
 
-__all__ = ["FAIL", "PASS", "Verdict", "check_on_board", "judge"]
+__all__ = ["ENERGY_NOTE_SHARE", "FAIL", "PASS", "Verdict", "check_on_board", "judge"]
 
 PASS = "PASS"
 FAIL = "FAIL"
+
+#: Relative difference of simulated and predicted energy above which the verdict notes it.
+ENERGY_NOTE_SHARE = 0.01
 
 #: Simulator observations this module re-judges against the request (the others count
 #: as violations as they are).
@@ -45,7 +55,9 @@ _REJUDGED = frozenset({"ram_overflow", "deadline_missed", "storage_full", "flash
 class Verdict:
     """PASS or FAIL with every figure that decided it, in bytes and seconds.
 
-    ``violations`` are one-line reasons for FAIL (empty on PASS); ``notes`` are one-line
+    ``violations`` are one-line reasons for FAIL (empty on PASS); ``energy_j`` is simulated,
+    ``model_energy_j`` the optimizer's op-list model of the same schedule (recomputed, not
+    read from the file; it does not decide, see the module docstring); ``notes`` are one-line
     facts that did not decide (under ``paper`` accounting, that the whole state does not
     fit the board; a schedule file's metadata that disagrees with what poetsim recomputes).
     """
@@ -66,6 +78,8 @@ class Verdict:
     storage_capacity_bytes: int
     violations: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    energy_j: float | None = None
+    model_energy_j: float | None = None
 
     @property
     def label(self) -> str:
@@ -99,11 +113,14 @@ def _peak_where(report: SimReport) -> str:
     return f"at step {report.peak_step}, {report.peak_action} {report.peak_op!r}"
 
 
-def judge(request: Request, report: SimReport, *, notes: Iterable[str] = ()) -> Verdict:
+def judge(request: Request, report: SimReport, *, notes: Iterable[str] = (),
+          predicted_energy_j: float | None = None) -> Verdict:
     """The verdict on ``report``, a simulation of a schedule made for ``request``.
 
     ``notes`` are carried into the verdict (e.g. disagreements of a schedule file's
     metadata with the request, found by :mod:`poetsim.schedule.metadata`).
+    ``predicted_energy_j``, the op-list model's energy of the schedule, is noted when the
+    simulated energy differs from it by more than :data:`ENERGY_NOTE_SHARE`.
     """
     if report.resident_bytes != request.resident_bytes:
         raise InternalError(
@@ -156,6 +173,11 @@ def judge(request: Request, report: SimReport, *, notes: Iterable[str] = ()) -> 
             f"a flash sector is erased {report.flash_max_erase_count} times in one iteration, "
             f"over its endurance of {report.flash_endurance_cycles} cycles")
     violations += [v.message for v in report.violations if v.rule not in _REJUDGED]
+    if predicted_energy_j and abs(report.energy_j / predicted_energy_j - 1) > ENERGY_NOTE_SHARE:
+        notes.append(f"simulated energy {report.energy_j:.6g} J is "
+                     f"{report.energy_j / predicted_energy_j - 1:+.1%} off the optimizer's "
+                     f"model ({predicted_energy_j:.6g} J; idle and stall power are not in "
+                     "it yet)")
     return Verdict(
         passed=not violations, accounting=request.accounting, peak_total_bytes=peak_total,
         peak_activation_bytes=peak_activation, resident_bytes=request.resident_bytes,
@@ -164,7 +186,8 @@ def judge(request: Request, report: SimReport, *, notes: Iterable[str] = ()) -> 
         makespan_s=report.makespan_s, deadline_s=request.deadline_s,
         deadline_met=deadline_met, peak_storage_bytes=report.peak_storage_bytes,
         storage_capacity_bytes=report.storage_capacity_bytes,
-        violations=tuple(violations), notes=tuple(notes))
+        violations=tuple(violations), notes=tuple(notes), energy_j=report.energy_j,
+        model_energy_j=predicted_energy_j)
 
 
 def check_on_board(request: Request, schedule: Schedule, *, trace: bool = False,
@@ -175,4 +198,5 @@ def check_on_board(request: Request, schedule: Schedule, *, trace: bool = False,
                       budget_bytes=request.ram_limit_bytes,
                       resident_bytes=request.resident_bytes, deadline_s=request.deadline_s,
                       costs=request.costs, trace=trace)
-    return report, judge(request, report, notes=notes)
+    predicted = predict(request.graph, request.board, request.costs, schedule).energy_j
+    return report, judge(request, report, notes=notes, predicted_energy_j=predicted)
