@@ -112,7 +112,8 @@ def _add_request_options(parser: argparse.ArgumentParser, *, ram: str | None,
     parser.add_argument("--deadline", default=deadline, metavar="1.5x|SECONDS",
                         help="time budget: a factor of the plain compute time, or seconds"
                              + (f"; default {deadline}" if deadline else ""))
-    parser.add_argument("--accounting", default=None, choices=[a.value for a in Accounting],
+    parser.add_argument("--accounting", default=Accounting.PHYSICAL.value,
+                        choices=[a.value for a in Accounting],
                         help="physical (default): everything resident must fit the budget "
                              "and the board's RAM; paper: the budget covers activations "
                              "only, as POET's mu_RAM (the physical need is still reported)")
@@ -120,7 +121,7 @@ def _add_request_options(parser: argparse.ArgumentParser, *, ram: str | None,
 
 def _request_from_args(args: argparse.Namespace, graph: TrainingGraph, board: Board) -> Request:
     return resolve_request(graph, board, ram=args.ram, deadline=args.deadline,
-                           accounting=args.accounting or Accounting.PHYSICAL.value)
+                           accounting=args.accounting)
 
 
 def _write_all_or_nothing(written: list[str],
@@ -462,7 +463,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     ram = args.ram or meta.ram or "board"
     deadline = args.deadline if args.deadline is not None else meta.deadline
     request = resolve_request(graph, board, ram=ram, deadline=deadline,
-                              accounting=args.accounting or Accounting.PHYSICAL.value)
+                              accounting=args.accounting)
     notes = disagreements(meta, request.metadata())
     report, verdict = check_on_board(request, schedule, trace=bool(args.trace or args.plot),
                                      notes=notes)
