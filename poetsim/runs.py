@@ -271,9 +271,10 @@ def _meet_simulated_deadline(request: Request, outcome: Outcome, attempt: Any) -
     for tightenings in range(1, MAX_DEADLINE_TIGHTENINGS + 1):
         if outcome.schedule is None:
             return outcome
-        report, _ = check_on_board(request, outcome.schedule)
+        report, verdict = check_on_board(request, outcome.schedule)
         if report.makespan_s <= request.deadline_s:
-            return outcome
+            # judged already: judge_outcome need not simulate it again
+            return attrs.evolve(outcome, report=report, verdict=verdict)
         solver_deadline = outcome.solver_deadline_s * request.deadline_s / report.makespan_s
         retry = attempt(solver_deadline, tightenings)
         if retry.schedule is None:
@@ -285,8 +286,8 @@ def _meet_simulated_deadline(request: Request, outcome: Outcome, attempt: Any) -
 def judge_outcome(request: Request, outcome: Outcome, *, trace: bool = False,
                   notes: Iterable[str] = ()) -> Outcome:
     """``outcome`` with its schedule simulated on the board and judged (unchanged when it
-    has no schedule)."""
-    if outcome.schedule is None:
+    has no schedule, or was judged already and no trace or notes are asked for)."""
+    if outcome.schedule is None or (outcome.verdict is not None and not trace and not notes):
         return outcome
     report, verdict = check_on_board(request, outcome.schedule, trace=trace, notes=notes)
     return attrs.evolve(outcome, report=report, verdict=verdict)
