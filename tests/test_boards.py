@@ -29,7 +29,7 @@ from poetsim.boards import (
     load_board,
 )
 from poetsim.boards.load import SECTIONS
-from poetsim.boards.spec import numeric_fields
+from poetsim.boards.spec import WriteBusy, numeric_fields, subsection_fields
 from poetsim.errors import BoardError, UnknownNameError
 
 # ----------------------------------------------------------------------------- helpers
@@ -113,10 +113,19 @@ def test_builtin_board_loads_and_is_fully_sourced(name):
     assert board.name == path.stem == name
     assert board == load_board(path) == get_board(str(path))
     assert board.title and board.notes
-    for section, cls in SECTIONS.items():
+    known: set[str] = set()
+    tables = [(section, cls, getattr(board, section)) for section, cls in SECTIONS.items()]
+    while tables:
+        section, cls, spec = tables.pop()
+        for sub in subsection_fields(cls):  # sub-tables such as [storage.write_busy]
+            key = f"{section}.{sub.name}"
+            known |= {f"{key}.{f.name}" for f in numeric_fields(sub.metadata["section"])}
+            if getattr(spec, sub.name) is not None:
+                tables.append((key, sub.metadata["section"], getattr(spec, sub.name)))
         for field in numeric_fields(cls):
-            value = getattr(getattr(board, section), field.name)
+            value = getattr(spec, field.name)
             key = f"{section}.{field.name}"
+            known.add(key)
             if value is None:  # optional fields (flops_per_j, erase_*) may be absent
                 assert key not in board.sources
                 continue
@@ -126,7 +135,6 @@ def test_builtin_board_loads_and_is_fully_sourced(name):
             assert source.ref.strip(), f"{name}: {key} has an empty ref"
             assert math.isfinite(value)
     # Nothing recorded beyond the real numeric fields.
-    known = {f"{s}.{f.name}" for s, c in SECTIONS.items() for f in numeric_fields(c)}
     assert set(board.sources) <= known
 
 
@@ -384,6 +392,12 @@ def _delete(section: str | None, key: str) -> Mutation:
     return mutate
 
 
+def _set_busy(key: str, value: Any) -> Mutation:
+    def mutate(doc: dict[str, Any]) -> None:
+        doc["storage"]["write_busy"][key]["value"] = value
+    return mutate
+
+
 def _top(key: str, value: Any) -> Mutation:
     def mutate(doc: dict[str, Any]) -> None:
         doc[key] = value
@@ -478,6 +492,38 @@ BAD_BOARDS = [
     ("name-not-identifier", "nrf52840", _top("name", "nrf 52840"), ["name = 'nrf 52840'"]),
     ("section-not-table", "nrf52840", _top("cpu", 5), ["cpu = 5", "[cpu]"]),
     ("notes-not-string", "nrf52840", _top("notes", 3), ["notes = 3"]),
+    # [storage.write_busy]: the distribution of extra write-busy time
+    ("write-busy-p99-below-median", "nrf52840", _set_busy("p99_s", 1e-5),
+     ["storage.write_busy.p99_s = 1e-05", "at least median_s = 2e-05"]),
+    ("write-busy-probability-over-one", "nrf52840", _set_busy("stall_probability", 1.5),
+     ["storage.write_busy.stall_probability = 1.5", "probability in [0, 1]"]),
+    ("write-busy-negative-probability", "nrf52840", _set_busy("stall_probability", -0.1),
+     ["storage.write_busy.stall_probability = -0.1", "[0, 1]"]),
+    ("write-busy-stall-max-below-min", "nrf52840", _set_busy("stall_max_s", 0.005),
+     ["storage.write_busy.stall_max_s = 0.005", "at least stall_min_s = 0.0109"]),
+    ("write-busy-stall-without-range", "nrf52840",
+     lambda d: (d["storage"]["write_busy"].pop("stall_min_s"),
+                d["storage"]["write_busy"].pop("stall_max_s")),
+     ["storage.write_busy.stall_min_s = None", "stall_probability > 0"]),
+    ("write-busy-half-range", "rpi4",
+     lambda d: (d["storage"]["write_busy"].__setitem__("stall_probability", _sourced(0.0)),
+                d["storage"]["write_busy"].pop("stall_max_s")),
+     ["storage.write_busy.stall_max_s = None", "go together"]),
+    ("write-busy-unit-slip-ms", "nrf52840", _set_busy("median_s", 20.0),
+     ["storage.write_busy.median_s = 20.0", "plausible"]),
+    ("write-busy-zero-median", "nrf52840", _set_busy("median_s", 0.0),
+     ["storage.write_busy.median_s = 0.0", "> 0"]),
+    ("write-busy-unknown-key", "nrf52840",
+     lambda d: d["storage"]["write_busy"].__setitem__("sigma", _sourced(1.0)),
+     ["unknown key 'storage.write_busy.sigma'"]),
+    ("write-busy-missing-key", "nrf52840", lambda d: d["storage"]["write_busy"].pop("p99_s"),
+     ["missing key 'storage.write_busy.p99_s'"]),
+    ("write-busy-without-source", "nrf52840",
+     lambda d: d["storage"]["write_busy"].__setitem__("median_s", 2e-5),
+     ["storage.write_busy.median_s = 2e-05", "source"]),
+    ("write-busy-not-a-table", "nrf52840",
+     lambda d: d["storage"].__setitem__("write_busy", 0.1),
+     ["storage.write_busy = 0.1", "[storage.write_busy]"]),
 ]
 
 
@@ -554,9 +600,40 @@ def test_name_must_equal_file_stem(tmp_path):
 
 def test_numeric_fields_declare_units_and_rules():
     """Every numeric field of every section carries the metadata the loader relies on."""
-    for cls in SECTIONS.values():
+    for cls in (*SECTIONS.values(), WriteBusy):
         for field in numeric_fields(cls):
-            assert field.metadata["rule"] in ("positive", "non_negative", "count", "factor")
+            assert field.metadata["rule"] in ("positive", "non_negative", "count", "factor",
+                                              "probability")
             low, high = field.metadata["plausible"]
             assert low <= high
         assert all(isinstance(f, attrs.Attribute) for f in attrs.fields(cls))
+
+
+# ----------------------------------------------------------------------------- write busy
+
+
+SD_BOARDS_WITH_BUSY = ("mkr1000", "nrf52840", "rp2040", "esp32s3", "stm32h743", "rpi4", "rpi5")
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_BOARDS))
+def test_physical_sd_boards_carry_a_write_busy_distribution_and_others_do_not(name):
+    busy = get_board(name).storage.write_busy
+    if name in SD_BOARDS_WITH_BUSY:
+        assert busy is not None
+        # the tail reaches the SD spec's 250 ms busy limit, cited as a datasheet figure
+        assert busy.stall_max_s == 0.25
+        assert get_board(name).source_of("storage.write_busy.stall_max_s").kind \
+            is SourceKind.DATASHEET
+        assert get_board(name).source_of("storage.write_busy.median_s").kind \
+            is SourceKind.ESTIMATE
+    else:  # NOR flash, eMMC and the paper's boards reproduce nominal timing only
+        assert busy is None
+
+
+def test_write_busy_shape_and_mean():
+    busy = WriteBusy(median_s=1e-3, p99_s=1e-2, stall_probability=0.1, stall_min_s=0.1,
+                     stall_max_s=0.3)
+    assert busy.sigma == pytest.approx(math.log(10) / 2.3263478740408408)
+    assert busy.mean_s == pytest.approx(1e-3 * math.exp(busy.sigma ** 2 / 2) + 0.1 * 0.2)
+    constant = WriteBusy(median_s=0.004, p99_s=0.004, stall_probability=0.0)
+    assert constant.sigma == 0.0 and constant.mean_s == 0.004

@@ -15,10 +15,12 @@ from poetsim.boards.spec import (
     SourceKind,
     Storage,
     StorageKind,
+    WriteBusy,
 )
 
 __all__ = [
     "DEFAULT_BOARD", "Board", "BoardFieldError", "Bus", "ContentionModel", "Cpu", "Dma",
-    "Profile", "Ram", "Source", "SourceKind", "Storage", "StorageKind", "board_from_dict",
-    "board_to_dict", "builtin_board_dir", "builtin_board_names", "get_board", "load_board",
+    "Profile", "Ram", "Source", "SourceKind", "Storage", "StorageKind", "WriteBusy",
+    "board_from_dict", "board_to_dict", "builtin_board_dir", "builtin_board_names", "get_board",
+    "load_board",
 ]

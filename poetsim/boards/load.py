@@ -25,6 +25,7 @@ from poetsim.boards.spec import (
     SourceKind,
     Storage,
     numeric_fields,
+    subsection_fields,
 )
 from poetsim.errors import BoardError
 from poetsim.fileio import read_toml
@@ -102,7 +103,11 @@ def _section(origin: str, name: str, cls: type, raw: Any, sources: dict[str, Sou
                 raise _missing(origin, key, what)
             continue
         value = raw[fname]
-        kwargs[fname] = _sourced(origin, key, value, sources) if fname in numeric else value
+        if fname in numeric:
+            value = _sourced(origin, key, value, sources)
+        elif "section" in field.metadata:  # a sub-table such as [storage.write_busy]
+            value = _section(origin, key, field.metadata["section"], value, sources)
+        kwargs[fname] = value
     try:
         return cls(**kwargs)
     except BoardFieldError as err:
@@ -145,21 +150,28 @@ def board_to_dict(board: Board) -> dict[str, Any]:
     if board.notes:
         out["notes"] = board.notes
     for name, cls in SECTIONS.items():
-        section = getattr(board, name)
-        numeric = {f.name for f in numeric_fields(cls)}
-        table: dict[str, Any] = {}
-        for field in attrs.fields(cls):
-            value = getattr(section, field.name)
-            if value is None:
-                continue
-            if field.name in numeric:
-                src = board.sources.get(f"{name}.{field.name}")
-                table[field.name] = {
-                    "value": value,
-                    "source": src.kind.value if src else SourceKind.ESTIMATE.value,
-                    "ref": src.ref if src else "not recorded",
-                }
-            else:
-                table[field.name] = value.value if hasattr(value, "value") else value
-        out[name] = table
+        out[name] = _table(board, name, cls, getattr(board, name))
     return out
+
+
+def _table(board: Board, name: str, cls: type, section: Any) -> dict[str, Any]:
+    """One section (or sub-table, ``name`` dotted) as a plain document, sources included."""
+    numeric = {f.name for f in numeric_fields(cls)}
+    nested = {f.name: f.metadata["section"] for f in subsection_fields(cls)}
+    table: dict[str, Any] = {}
+    for field in attrs.fields(cls):
+        value = getattr(section, field.name)
+        if value is None:
+            continue
+        if field.name in numeric:
+            src = board.sources.get(f"{name}.{field.name}")
+            table[field.name] = {
+                "value": value,
+                "source": src.kind.value if src else SourceKind.ESTIMATE.value,
+                "ref": src.ref if src else "not recorded",
+            }
+        elif field.name in nested:
+            table[field.name] = _table(board, f"{name}.{field.name}", nested[field.name], value)
+        else:
+            table[field.name] = value.value if hasattr(value, "value") else value
+    return table

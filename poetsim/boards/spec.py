@@ -12,8 +12,8 @@ Validation happens at construction: a field outside its range raises
 
 Each numeric field declares, in its metadata,
 
-* ``rule``: ``"positive"`` (> 0), ``"non_negative"`` (>= 0), ``"count"`` (integer >= 0)
-  or ``"factor"`` (>= 1),
+* ``rule``: ``"positive"`` (> 0), ``"non_negative"`` (>= 0), ``"count"`` (integer >= 0),
+  ``"factor"`` (>= 1) or ``"probability"`` (in [0, 1]),
 * ``plausible``: a ``(low, high)`` range; a value outside it is almost always a unit slip
   (MHz written into ``clock_hz``, mW into ``_w``) and is rejected as such.
 """
@@ -42,7 +42,9 @@ __all__ = [
     "SourceKind",
     "Storage",
     "StorageKind",
+    "WriteBusy",
     "numeric_fields",
+    "subsection_fields",
 ]
 
 
@@ -113,6 +115,8 @@ def _check_number(rule: str, plausible: tuple[float, float], unit: str):
             raise BoardFieldError(name, value, "must be finite")
         if rule == "count" and not isinstance(value, int):
             raise BoardFieldError(name, value, "must be a whole number")
+        if rule == "probability" and not (0 <= value <= 1):
+            raise BoardFieldError(name, value, "must be a probability in [0, 1]")
         if rule == "factor" and value < 1:
             raise BoardFieldError(name, value, "must be >= 1 (a factor, 1 = no effect)")
         if rule == "positive" and value <= 0:
@@ -159,6 +163,12 @@ def _typed(kind: type, what: str):
 def numeric_fields(cls: type) -> list[attrs.Attribute]:
     """The numeric (sourced) fields of a spec class, in declaration order."""
     return [f for f in attrs.fields(cls) if "unit" in f.metadata]
+
+
+def subsection_fields(cls: type) -> list[attrs.Attribute]:
+    """The optional sub-tables of a spec class (``storage.write_busy``), in declaration
+    order; each field's ``metadata["section"]`` is the spec class of the sub-table."""
+    return [f for f in attrs.fields(cls) if "section" in f.metadata]
 
 
 _POWER = (1e-9, 500.0)       # from nanowatts to a large SBC
@@ -253,6 +263,77 @@ class Dma:
         return self.channels > 0
 
 
+#: The standard normal's 99th percentile, z with Phi(z) = 0.99.
+Z_99 = 2.3263478740408408
+
+
+@attrs.frozen
+class WriteBusy:
+    """Variable write-busy time of the storage device: the extra busy time of one write
+    command beyond the nominal ``write_latency_s``.
+
+    After a write command's data the card holds its busy signal while it programs flash;
+    how long varies from command to command and has a heavy tail (SD Physical Layer
+    Simplified Spec 4.6.2: up to 250 ms on SDHC/SDXC; garbage collection inside the card
+    causes the rare long ones). The nominal cost model, the optimizer and the unseeded
+    simulation use ``write_latency_s`` alone; a seeded simulation
+    (:mod:`poetsim.sim.storage`) draws, independently for every write command,
+
+    ``extra = body + stall`` where
+    ``body ~ LogNormal(ln median_s, sigma)``, ``sigma = ln(p99_s / median_s) / z_0.99``
+    (``median_s == p99_s``: the constant ``median_s``), and
+    ``stall ~ Uniform(stall_min_s, stall_max_s)`` with probability ``stall_probability``,
+    else 0.
+
+    While busy the device draws ``power_w`` (absent: ``write_power_w``) and keeps its
+    command slot (queue depth); the mover (DMA channel, or the CPU) keeps polling for the
+    end of busy at the transfer's mover power.
+    """
+
+    median_s: float = _number("s", plausible=(1e-7, 10.0),
+                              doc="median extra busy time of one write command")
+    p99_s: float = _number("s", plausible=(1e-7, 10.0),
+                           doc="99th percentile of the log-normal body (>= median_s)")
+    stall_probability: float = _number("probability", "probability", (0.0, 1.0),
+                                       doc="chance that a write command also stalls")
+    stall_min_s: float | None = _number("s", plausible=(1e-6, 10.0), optional=True,
+                                        doc="shortest stall (required when "
+                                            "stall_probability > 0)")
+    stall_max_s: float | None = _number("s", plausible=(1e-6, 10.0), optional=True,
+                                        doc="longest stall (>= stall_min_s)")
+    power_w: float | None = _number("W", "non_negative", _DEVICE_POWER, optional=True,
+                                    doc="storage power while busy (absent: write_power_w)")
+
+    def __attrs_post_init__(self) -> None:
+        if self.p99_s < self.median_s:
+            raise BoardFieldError("p99_s", self.p99_s,
+                                  f"must be at least median_s = {self.median_s!r}")
+        for name in ("stall_min_s", "stall_max_s"):
+            if self.stall_probability > 0 and getattr(self, name) is None:
+                raise BoardFieldError(name, None, "is required when stall_probability > 0")
+        if (self.stall_min_s is not None and self.stall_max_s is not None
+                and self.stall_max_s < self.stall_min_s):
+            raise BoardFieldError("stall_max_s", self.stall_max_s,
+                                  f"must be at least stall_min_s = {self.stall_min_s!r}")
+        if (self.stall_min_s is None) != (self.stall_max_s is None):
+            missing = "stall_max_s" if self.stall_max_s is None else "stall_min_s"
+            raise BoardFieldError(missing, None, "stall_min_s and stall_max_s go together")
+
+    @property
+    def sigma(self) -> float:
+        """The log-normal body's shape parameter (0: a constant body)."""
+        return math.log(self.p99_s / self.median_s) / Z_99
+
+    @property
+    def mean_s(self) -> float:
+        """Expected extra busy time of one write command."""
+        stall = 0.0
+        if self.stall_probability > 0 and self.stall_min_s is not None \
+                and self.stall_max_s is not None:
+            stall = self.stall_probability * (self.stall_min_s + self.stall_max_s) / 2
+        return self.median_s * math.exp(self.sigma ** 2 / 2) + stall
+
+
 @attrs.frozen
 class Storage:
     """Secondary storage that activations are paged to."""
@@ -290,6 +371,12 @@ class Storage:
                                       doc="commands the device serves at once (absent: 1, "
                                           "as an SD card over SPI); more DMA channels than "
                                           "this do not add storage bandwidth")
+    write_busy: WriteBusy | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(attrs.validators.instance_of(WriteBusy)),
+        metadata={"section": WriteBusy,
+                  "doc": "optional [storage.write_busy] table: the distribution of extra "
+                         "write-busy time per command, drawn only by seeded simulations"})
 
     def __attrs_post_init__(self) -> None:
         for name in ("bus_width_bits", "block_bytes", "max_command_bytes", "capacity_bytes"):

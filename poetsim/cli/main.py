@@ -163,13 +163,21 @@ def _cmd_boards_list(args: argparse.Namespace) -> None:
 def _print_board(board: Board) -> None:
     doc = board_to_dict(board)
     print(f"{board.name}: {board.title}  (profile: {board.profile.value})")
-    for section in ("cpu", "ram", "dma", "storage", "bus"):
-        print(f"[{section}]")
-        for key, value in doc[section].items():
+    def table(name: str, rows: dict[str, Any]) -> None:
+        print(f"[{name}]")
+        nested = {k: v for k, v in rows.items() if isinstance(v, dict) and "value" not in v}
+        for key, value in rows.items():
+            if key in nested:
+                continue
             if isinstance(value, dict):
                 print(f"  {key:<30} {value['value']:<14g} [{value['source']}] {value['ref']}")
             else:
                 print(f"  {key:<30} {value}")
+        for key, value in nested.items():  # sub-tables such as [storage.write_busy]
+            table(f"{name}.{key}", value)
+
+    for section in ("cpu", "ram", "dma", "storage", "bus"):
+        table(section, doc[section])
     storage = board.storage
     print("derived")
     print(_row("ram usable", format_bytes(board.ram.usable_bytes)))
