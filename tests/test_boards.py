@@ -495,18 +495,21 @@ BAD_BOARDS = [
     # [storage.write_busy]: the distribution of extra write-busy time
     ("write-busy-p99-below-median", "nrf52840", _set_busy("p99_s", 1e-5),
      ["storage.write_busy.p99_s = 1e-05", "at least median_s = 2e-05"]),
-    ("write-busy-probability-over-one", "nrf52840", _set_busy("stall_probability", 1.5),
-     ["storage.write_busy.stall_probability = 1.5", "probability in [0, 1]"]),
-    ("write-busy-negative-probability", "nrf52840", _set_busy("stall_probability", -0.1),
-     ["storage.write_busy.stall_probability = -0.1", "[0, 1]"]),
+    ("write-busy-probability-over-one", "nrf52840",
+     _set_busy("block_stall_probability", 1.5),
+     ["storage.write_busy.block_stall_probability = 1.5", "probability in [0, 1]"]),
+    ("write-busy-negative-probability", "nrf52840",
+     _set_busy("block_stall_probability", -0.1),
+     ["storage.write_busy.block_stall_probability = -0.1", "[0, 1]"]),
     ("write-busy-stall-max-below-min", "nrf52840", _set_busy("stall_max_s", 0.005),
      ["storage.write_busy.stall_max_s = 0.005", "at least stall_min_s = 0.0109"]),
     ("write-busy-stall-without-range", "nrf52840",
      lambda d: (d["storage"]["write_busy"].pop("stall_min_s"),
                 d["storage"]["write_busy"].pop("stall_max_s")),
-     ["storage.write_busy.stall_min_s = None", "stall_probability > 0"]),
+     ["storage.write_busy.stall_min_s = None", "block_stall_probability > 0"]),
     ("write-busy-half-range", "rpi4",
-     lambda d: (d["storage"]["write_busy"].__setitem__("stall_probability", _sourced(0.0)),
+     lambda d: (d["storage"]["write_busy"].__setitem__("block_stall_probability",
+                                                       _sourced(0.0)),
                 d["storage"]["write_busy"].pop("stall_max_s")),
      ["storage.write_busy.stall_max_s = None", "go together"]),
     ("write-busy-unit-slip-ms", "nrf52840", _set_busy("median_s", 20.0),
@@ -631,9 +634,12 @@ def test_physical_sd_boards_carry_a_write_busy_distribution_and_others_do_not(na
 
 
 def test_write_busy_shape_and_mean():
-    busy = WriteBusy(median_s=1e-3, p99_s=1e-2, stall_probability=0.1, stall_min_s=0.1,
+    busy = WriteBusy(median_s=1e-3, p99_s=1e-2, block_stall_probability=0.1, stall_min_s=0.1,
                      stall_max_s=0.3)
     assert busy.sigma == pytest.approx(math.log(10) / 2.3263478740408408)
-    assert busy.mean_s == pytest.approx(1e-3 * math.exp(busy.sigma ** 2 / 2) + 0.1 * 0.2)
-    constant = WriteBusy(median_s=0.004, p99_s=0.004, stall_probability=0.0)
-    assert constant.sigma == 0.0 and constant.mean_s == 0.004
+    assert busy.stall_chance(1) == pytest.approx(0.1)
+    assert busy.stall_chance(2) == pytest.approx(1 - 0.9 ** 2)
+    assert busy.mean_s(2) == pytest.approx(1e-3 * math.exp(busy.sigma ** 2 / 2)
+                                           + (1 - 0.9 ** 2) * 0.2)
+    constant = WriteBusy(median_s=0.004, p99_s=0.004, block_stall_probability=0.0)
+    assert constant.sigma == 0.0 and constant.mean_s(128) == 0.004

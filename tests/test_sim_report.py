@@ -15,7 +15,7 @@ COUNTS = {"graph", "board", "steps", "passed", "reasons", "violations", "deadlin
           "peak_step", "peak_op", "peak_action", "ram_overflow", "residency_s", "transitions",
           "wakeups", "bus_utilisation", "bus_bandwidth_utilisation", "flash_erases",
           "flash_max_erase_count", "flash_sectors_used", "computes", "recomputes",
-          "page_ins", "page_outs", "frees", "events", "prediction", "transfers",
+          "page_ins", "page_outs", "frees", "events", "prediction", "transfers", "seed",
           "bytes_read", "bytes_written", "bytes_paged_in", "bytes_paged_out", "bus_bytes"}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import make_board, paper_request
-from test_sim_support import PAGE_R, hand
+from test_sim_support import PAGE_BOTH, PAGE_R, hand
 
 from poetsim.costs import transfer_cost
 from poetsim.sim import simulate
@@ -119,3 +119,155 @@ def test_storage_space_over_capacity_is_a_violation_and_the_run_goes_on(residual
     _, verdict = check_on_board(paper_request(residual, board), schedule)
     assert not verdict.passed and verdict.label == "FAIL"
     assert any("capacity of 40 B" in v for v in verdict.violations)
+
+
+# ----------------------------------------------------------------------------- write busy
+
+
+def _busy_board(busy=None, **kwargs):
+    from poetsim.boards import WriteBusy
+
+    busy = busy or WriteBusy(median_s=0.004, p99_s=0.004, block_stall_probability=0.0)
+    return make_board(write_busy=busy, **kwargs)
+
+
+def _without_seed(report) -> dict:
+    out = report.as_dict()
+    out.pop("seed")
+    return out
+
+
+def test_nominal_run_ignores_the_distribution_and_a_board_without_one_ignores_the_seed(
+        residual):
+    plain, busy = make_board(), _busy_board()
+    schedule = hand(residual, *PAGE_BOTH)
+    nominal = simulate(residual, plain, schedule)
+    assert simulate(residual, busy, schedule) == nominal  # no seed: nominal
+    seeded = simulate(residual, plain, schedule, seed=7)  # no distribution: nominal
+    assert seeded.seed == 7 and seeded.write_busy_s == 0.0
+    assert _without_seed(seeded) == _without_seed(nominal)
+
+
+@pytest.mark.parametrize("busy_power_w", [None, 0.3])
+def test_a_constant_busy_adds_exactly_its_time_and_energy_per_write(residual, busy_power_w):
+    """No DMA: the CPU polls through each busy, so every page-out (one 512 B command
+    here) lengthens the run by the busy time, at storage busy power + CPU mover power."""
+    from poetsim.boards import WriteBusy
+
+    busy = WriteBusy(median_s=0.004, p99_s=0.004, block_stall_probability=0.0,
+                     power_w=busy_power_w)
+    schedule = hand(residual, *PAGE_BOTH)  # two page-outs
+    nominal = simulate(residual, make_board(dma_channels=0), schedule)
+    board = _busy_board(busy, dma_channels=0)
+    report = simulate(residual, board, schedule, seed=3)
+    assert report.write_busy_s == pytest.approx(2 * 0.004, rel=1e-12)
+    assert report.makespan_s - nominal.makespan_s == pytest.approx(2 * 0.004, rel=1e-9)
+    storage_w = busy_power_w if busy_power_w is not None else 0.2  # else write_power_w
+    cpu_w = board.cpu.active_power_w
+    assert report.energy_j - nominal.energy_j == pytest.approx(2 * 0.004 * (storage_w + cpu_w),
+                                                               rel=1e-9)
+    assert report.energy_by_state_j["storage.busy"] == pytest.approx(2 * 0.004 * storage_w)
+    assert report.residency_s["storage"]["busy"] == pytest.approx(2 * 0.004)
+
+
+def test_a_certain_stall_adds_its_length_to_every_command(residual):
+    from poetsim.boards import WriteBusy
+
+    busy = WriteBusy(median_s=1e-4, p99_s=1e-4, block_stall_probability=1.0,
+                     stall_min_s=0.05, stall_max_s=0.05)
+    schedule = hand(residual, *PAGE_BOTH)
+    nominal = simulate(residual, make_board(dma_channels=0), schedule)
+    report = simulate(residual, _busy_board(busy, dma_channels=0), schedule, seed=0)
+    assert report.makespan_s - nominal.makespan_s == pytest.approx(2 * 0.0501, rel=1e-9)
+
+
+def test_busy_holds_the_device_against_the_next_command(residual):
+    """Two DMA channels, queue depth 1: the second write is served only after the first
+    one's busy ends."""
+    from poetsim.boards import WriteBusy
+
+    busy = WriteBusy(median_s=0.01, p99_s=0.01, block_stall_probability=0.0)
+    board = _busy_board(busy, dma_channels=2)
+    report = simulate(residual, board, hand(residual, *PAGE_BOTH), seed=1)
+    first, second = [t for t in report.transfers if t.kind == "page_out"]
+    assert first.ended_s - first.service_s == pytest.approx(3.024e-3 + 0.01)
+    assert second.service_s >= first.ended_s
+
+
+def test_same_seed_same_report_other_seed_other_numbers(residual):
+    from poetsim.boards import WriteBusy
+
+    board = _busy_board(WriteBusy(median_s=1e-3, p99_s=2e-2, block_stall_probability=0.3,
+                                  stall_min_s=0.01, stall_max_s=0.2))
+    schedule = hand(residual, *PAGE_BOTH)
+    runs = [simulate(residual, board, schedule, seed=seed) for seed in (11, 11, 12)]
+    assert runs[0] == runs[1]
+    assert runs[0].as_dict() == runs[1].as_dict()
+    assert runs[0].write_busy_s != runs[2].write_busy_s
+    assert runs[0].energy_j != runs[2].energy_j
+
+
+def test_write_commands_follow_the_transfer_formula():
+    from poetsim.sim.storage import write_commands
+
+    board = make_board()  # 512 B blocks, 4096 B commands
+    assert write_commands(board, 16) == [1]
+    assert write_commands(board, 4096) == [8]
+    assert write_commands(board, 4097 + 4096) == [8, 8, 1]
+    assert write_commands(board, 0) == []
+    assert write_commands(make_board("paper"), 10_000) == [20]  # one command per tensor
+
+
+def test_draws_use_a_fixed_stream_whatever_the_parameters():
+    """Three draws per command in a fixed order: changing a parameter never shifts the
+    numbers a later command sees, and the body follows the log-normal."""
+    import numpy as np
+
+    from poetsim.boards import WriteBusy
+    from poetsim.sim.storage import draw_write_busy
+
+    body = WriteBusy(median_s=1e-3, p99_s=1e-2, block_stall_probability=0.0)
+    stalls = WriteBusy(median_s=1e-3, p99_s=1e-2, block_stall_probability=1.0,
+                       stall_min_s=0.1, stall_max_s=0.2)
+    commands = [[1]] * 20_000
+    a = np.array(draw_write_busy(body, np.random.default_rng(5), commands))
+    b = np.array(draw_write_busy(stalls, np.random.default_rng(5), commands))
+    assert np.all((b - a >= 0.1 - 1e-12) & (b - a <= 0.2 + 1e-12))  # same body draws
+    assert np.median(a) == pytest.approx(1e-3, rel=0.05)
+    assert np.quantile(a, 0.99) == pytest.approx(1e-2, rel=0.15)
+    rng = np.random.default_rng(5)
+    draw_write_busy(body, rng, [[1, 1], [1]])
+    assert rng.bit_generator.state == _advanced(5, 3 * 3)
+
+
+def _advanced(seed: int, draws: int):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    rng.standard_normal(draws // 3)
+    rng.random(draws // 3)
+    rng.random(draws // 3)
+    return rng.bit_generator.state
+
+
+def test_the_stall_chance_grows_with_the_blocks_of_a_command():
+    import numpy as np
+
+    from poetsim.boards import WriteBusy
+    from poetsim.sim.storage import draw_write_busy
+
+    busy = WriteBusy(median_s=1e-7, p99_s=1e-7, block_stall_probability=0.01,
+                     stall_min_s=1.0, stall_max_s=1.0)
+    n = 20_000
+    small = np.array(draw_write_busy(busy, np.random.default_rng(1), [[1]] * n))
+    large = np.array(draw_write_busy(busy, np.random.default_rng(1), [[100]] * n))
+    assert (small > 0.5).mean() == pytest.approx(0.01, abs=0.003)
+    assert (large > 0.5).mean() == pytest.approx(1 - 0.99 ** 100, abs=0.02)
+
+
+def test_bad_seed_is_an_input_error(residual):
+    from poetsim.errors import InputError
+
+    for seed in (-1, 1.5, True, "3"):
+        with pytest.raises(InputError, match="seed"):
+            simulate(residual, make_board(), hand(residual, *PAGE_BOTH), seed=seed)

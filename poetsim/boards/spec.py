@@ -277,13 +277,14 @@ class WriteBusy:
     Simplified Spec 4.6.2: up to 250 ms on SDHC/SDXC; garbage collection inside the card
     causes the rare long ones). The nominal cost model, the optimizer and the unseeded
     simulation use ``write_latency_s`` alone; a seeded simulation
-    (:mod:`poetsim.sim.storage`) draws, independently for every write command,
+    (:mod:`poetsim.sim.storage`) draws, independently for every write command of ``k``
+    blocks (``block_bytes`` each),
 
     ``extra = body + stall`` where
     ``body ~ LogNormal(ln median_s, sigma)``, ``sigma = ln(p99_s / median_s) / z_0.99``
     (``median_s == p99_s``: the constant ``median_s``), and
-    ``stall ~ Uniform(stall_min_s, stall_max_s)`` with probability ``stall_probability``,
-    else 0.
+    ``stall ~ Uniform(stall_min_s, stall_max_s)`` with probability
+    ``1 - (1 - block_stall_probability) ** k`` (:meth:`stall_chance`), else 0.
 
     While busy the device draws ``power_w`` (absent: ``write_power_w``) and keeps its
     command slot (queue depth); the mover (DMA channel, or the CPU) keeps polling for the
@@ -294,11 +295,13 @@ class WriteBusy:
                               doc="median extra busy time of one write command")
     p99_s: float = _number("s", plausible=(1e-7, 10.0),
                            doc="99th percentile of the log-normal body (>= median_s)")
-    stall_probability: float = _number("probability", "probability", (0.0, 1.0),
-                                       doc="chance that a write command also stalls")
+    block_stall_probability: float = _number(
+        "probability", "probability", (0.0, 1.0),
+        doc="chance that writing one block triggers a long stall (a command of k blocks "
+            "stalls with 1 - (1 - p)^k)")
     stall_min_s: float | None = _number("s", plausible=(1e-6, 10.0), optional=True,
                                         doc="shortest stall (required when "
-                                            "stall_probability > 0)")
+                                            "block_stall_probability > 0)")
     stall_max_s: float | None = _number("s", plausible=(1e-6, 10.0), optional=True,
                                         doc="longest stall (>= stall_min_s)")
     power_w: float | None = _number("W", "non_negative", _DEVICE_POWER, optional=True,
@@ -309,8 +312,9 @@ class WriteBusy:
             raise BoardFieldError("p99_s", self.p99_s,
                                   f"must be at least median_s = {self.median_s!r}")
         for name in ("stall_min_s", "stall_max_s"):
-            if self.stall_probability > 0 and getattr(self, name) is None:
-                raise BoardFieldError(name, None, "is required when stall_probability > 0")
+            if self.block_stall_probability > 0 and getattr(self, name) is None:
+                raise BoardFieldError(name, None,
+                                      "is required when block_stall_probability > 0")
         if (self.stall_min_s is not None and self.stall_max_s is not None
                 and self.stall_max_s < self.stall_min_s):
             raise BoardFieldError("stall_max_s", self.stall_max_s,
@@ -324,13 +328,15 @@ class WriteBusy:
         """The log-normal body's shape parameter (0: a constant body)."""
         return math.log(self.p99_s / self.median_s) / Z_99
 
-    @property
-    def mean_s(self) -> float:
-        """Expected extra busy time of one write command."""
+    def stall_chance(self, blocks: int) -> float:
+        """Probability that a write command of ``blocks`` blocks stalls."""
+        return 1.0 - (1.0 - self.block_stall_probability) ** max(int(blocks), 0)
+
+    def mean_s(self, blocks: int) -> float:
+        """Expected extra busy time of one write command of ``blocks`` blocks."""
         stall = 0.0
-        if self.stall_probability > 0 and self.stall_min_s is not None \
-                and self.stall_max_s is not None:
-            stall = self.stall_probability * (self.stall_min_s + self.stall_max_s) / 2
+        if self.stall_min_s is not None and self.stall_max_s is not None:
+            stall = self.stall_chance(blocks) * (self.stall_min_s + self.stall_max_s) / 2
         return self.median_s * math.exp(self.sigma ** 2 / 2) + stall
 
 

@@ -60,7 +60,7 @@ def _whole_bytes(name: str, value: Any) -> int:
 def simulate(graph: TrainingGraph, board: Board, schedule: Schedule, *,
              budget_bytes: int | None = None, resident_bytes: int = 0,
              deadline_s: float | None = None, costs: OpCosts | None = None,
-             trace: bool = False) -> SimReport:
+             trace: bool = False, seed: int | None = None) -> SimReport:
     """Simulate one training iteration of ``schedule`` on ``board``.
 
     Parameters
@@ -83,6 +83,12 @@ def simulate(graph: TrainingGraph, board: Board, schedule: Schedule, *,
         Per-op costs; ``None`` computes :func:`poetsim.costs.op_costs` for ``board``.
     trace:
         Keep the timeline (op slices, power states, RAM samples) in ``report.timeline``.
+    seed:
+        ``None`` (the default): the nominal run, no timing variance. A whole number >= 0:
+        every page-out draws its extra write-busy time from ``board.storage.write_busy``
+        with a :class:`numpy.random.Generator` seeded from it (same seed, same report);
+        on a board without ``write_busy`` the run equals the nominal one. Monte Carlo
+        runs: :mod:`poetsim.sim.montecarlo`.
 
     Raises
     ------
@@ -102,6 +108,8 @@ def simulate(graph: TrainingGraph, board: Board, schedule: Schedule, *,
                 or not math.isfinite(deadline_s) or deadline_s <= 0:
             raise InputError(f"deadline_s = {deadline_s!r}: must be a positive number of seconds")
         deadline_s = float(deadline_s)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise InputError(f"seed = {seed!r}: must be a whole number >= 0")
     if costs is None:
         costs = op_costs(graph, board)
     elif len(costs) != len(graph.ops):
@@ -109,4 +117,5 @@ def simulate(graph: TrainingGraph, board: Board, schedule: Schedule, *,
                          f"{len(graph.ops)}")
     validate_structure(graph, schedule)
     return Simulation(graph, board, schedule, costs, budget_bytes=budget_bytes,
-                      resident_bytes=resident_bytes, deadline_s=deadline_s, trace=trace).run()
+                      resident_bytes=resident_bytes, deadline_s=deadline_s, trace=trace,
+                      seed=seed).run()

@@ -2,8 +2,8 @@
 
 A :class:`TransferJob` is one page-in or page-out. :func:`run_transfer` carries it out:
 wait for the tensor's write if a page-in overtakes it, wake the storage if it sleeps, then
-the erase phase (NOR writes), the command phase and the data phase on the bus (see
-:mod:`poetsim.sim.storage` and :mod:`poetsim.sim.bus`).
+the erase phase (NOR writes), the command phase, the data phase on the bus, and in seeded
+runs a drawn write-busy phase (see :mod:`poetsim.sim.storage` and :mod:`poetsim.sim.bus`).
 
 The *mover* books the mover's share of the transfer's power:
 
@@ -134,6 +134,10 @@ def run_transfer(env: simpy.Environment, job: TransferJob, storage: StorageModel
             yield bus.transfer(timing.device_bytes, timing.data_rate_bytes_per_s)
     elif timing.command_s > 0.0:
         yield env.timeout(timing.command_s)
+    if timing.busy_s > 0.0:
+        # drawn write-busy time (seeded runs): the device stays held, off the bus
+        storage.phase(job, "busy")
+        yield env.timeout(timing.busy_s)
     storage.end(job)
     mover.end(job)
     job.ended_s = env.now

@@ -28,6 +28,10 @@ happens anyway and the RAM model records the overflow when it exceeds the budget
 At the end of the list the CPU waits (idle, possibly asleep) for the transfers still in
 flight; the makespan is when the last one ends.
 
+Timing variance: with a ``seed`` and a board whose storage gives ``write_busy``, every
+page-out's extra write-busy time is drawn once, before the run, in plan order
+(:func:`poetsim.sim.storage.draw_write_busy`); without a seed the run is nominal.
+
 The data input op is a COMPUTE like any other: its OpCosts cost is already the read of the
 batch from storage (:mod:`poetsim.costs`), so it runs on the CPU for that time and energy,
 without occupying the storage device or waking it (a simplification).
@@ -40,9 +44,10 @@ from collections.abc import Generator
 from functools import partial
 from typing import Any
 
+import numpy as np
 import simpy
 
-from poetsim.boards.spec import Board
+from poetsim.boards.spec import Board, WriteBusy
 from poetsim.costs import OpCosts
 from poetsim.graph.graph import TrainingGraph
 from poetsim.schedule.ops import Action, Schedule
@@ -63,7 +68,14 @@ from poetsim.sim.planner import plan_transfers, program_profile
 from poetsim.sim.power import EnergyLedger
 from poetsim.sim.ram import RamModel
 from poetsim.sim.report import Prediction, SimReport, SimViolation, TransferRecord
-from poetsim.sim.storage import StorageModel, TransferTiming, transfer_timing
+from poetsim.sim.storage import (
+    StorageModel,
+    TransferTiming,
+    draw_write_busy,
+    transfer_timing,
+    with_write_busy,
+    write_commands,
+)
 from poetsim.sim.timeline import Slice, StateSlice, Timeline
 
 __all__ = ["Simulation"]
@@ -76,7 +88,7 @@ class Simulation:
 
     def __init__(self, graph: TrainingGraph, board: Board, schedule: Schedule, costs: OpCosts,
                  *, budget_bytes: int, resident_bytes: int, deadline_s: float | None,
-                 trace: bool) -> None:
+                 trace: bool, seed: int | None = None) -> None:
         self.graph = graph
         self.board = board
         self.schedule = schedule
@@ -126,6 +138,11 @@ class Simulation:
             if dma and not write:
                 self.triggers.setdefault(planned.trigger_step, []).append(job)
 
+        self.seed = seed
+        busy = board.storage.write_busy
+        if seed is not None and busy is not None:
+            self._draw_write_busy(busy, seed)
+
         self.dma: DmaEngine | None = None
         if dma:
             # The storage serves queue_depth commands at once: channels beyond that wait.
@@ -169,6 +186,21 @@ class Simulation:
             self.slices.append((where, f"{job.kind} {job.op}", job.service_s, job.ended_s,
                                 {"step": job.step, "bytes": job.timing.nbytes,
                                  "device_bytes": job.timing.device_bytes}))
+
+    def _draw_write_busy(self, busy: WriteBusy, seed: int) -> None:
+        """Lengthen every page-out by its drawn extra write-busy time (plan order)."""
+        writes = [job for job in self.jobs if job.kind == "page_out" and job.timing.time_s > 0]
+        known: dict[int, list[int]] = {}
+        commands = []
+        for job in writes:
+            nbytes = job.timing.nbytes
+            if nbytes not in known:
+                known[nbytes] = write_commands(self.board, nbytes)
+            commands.append(known[nbytes])
+        extras = draw_write_busy(busy, np.random.default_rng(seed), commands)
+        power = busy.power_w if busy.power_w is not None else self.board.storage.write_power_w
+        for job, extra in zip(writes, extras, strict=True):
+            job.timing = with_write_busy(job.timing, extra, power)
 
     def _issue(self, job: TransferJob) -> None:
         """Hand a page-in to the DMA queue."""
@@ -452,7 +484,8 @@ class Simulation:
             computes=counts[Action.COMPUTE], recomputes=self.profile.recomputes,
             page_ins=counts[Action.PAGE_IN], page_outs=counts[Action.PAGE_OUT],
             frees=counts[Action.FREE], transfers=transfers, prediction=prediction,
-            events=events, timeline=timeline, wall_s=wall,
+            events=events, timeline=timeline, wall_s=wall, seed=self.seed,
+            write_busy_s=sum(job.timing.busy_s for job in self.jobs if job.state == DONE),
         )
 
     @staticmethod

@@ -190,6 +190,10 @@ class SimReport:
     events: int
     timeline: Timeline | None = attrs.field(default=None, eq=False, repr=False)
     wall_s: float = attrs.field(default=0.0, eq=False, repr=False)
+    # timing variance: the seed of a seeded run (None: nominal) and the extra write-busy
+    # time it drew for the page-outs (see poetsim.sim.storage)
+    seed: int | None = None
+    write_busy_s: float = 0.0
 
     # ------------------------------------------------------------------ derived
     @property
@@ -274,6 +278,8 @@ class SimReport:
             "page_outs": self.page_outs,
             "frees": self.frees,
             "events": self.events,
+            "seed": self.seed,
+            "write_busy_s": self.write_busy_s,
             "prediction": self.prediction.as_dict() if self.prediction else None,
         }
         if transfers:

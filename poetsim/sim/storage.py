@@ -12,9 +12,24 @@ transfer's power is ``energy_j / time_s`` from OpCosts, split between the storag
 the mover (DMA engine, or CPU on a board without DMA) in the proportion of the analytic
 formula; a transfer stretched by bus contention draws that power for longer.
 
+Write-busy variance
+-------------------
+A board may give ``storage.write_busy`` (:class:`~poetsim.boards.spec.WriteBusy`), the
+distribution of the extra busy time of one write command. The nominal simulation (no seed)
+never draws from it. A seeded one draws every page-out's extra busy time up front, in the
+order of the transfer plan, with one :class:`numpy.random.Generator` seeded from the
+seed (:func:`draw_write_busy`): :func:`write_commands` commands per page-out, one body and
+one stall draw each, so the same seed gives the same numbers on any machine and the draws do
+not depend on event order. The extra time is a ``busy`` phase after the data phase
+(:attr:`TransferTiming.busy_s`): the device is held (it counts against the queue depth),
+off the bus, drawing ``write_busy.power_w`` (default ``write_power_w``), and the mover keeps
+its transfer power while it polls for the end of busy. One timeout per page-out: durations
+are computed, never simulated per byte.
+
 Power states
 ------------
-``read`` / ``write`` / ``erase`` while serving (power from the transfers being served),
+``read`` / ``write`` / ``erase`` / ``busy`` while serving (power from the transfers being
+served),
 ``idle`` at ``idle_power_w``, ``sleep`` at ``sleep_power_w``, and ``wake`` for
 ``wakeup_latency_s`` at ``wakeup_energy_j / wakeup_latency_s`` when a command arrives while
 the device sleeps (the command starts after it). The device falls asleep by itself after
@@ -34,17 +49,19 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import numpy as np
 import simpy
 
-from poetsim.boards.spec import Board, Storage, StorageKind
+from poetsim.boards.spec import Board, Profile, Storage, StorageKind, WriteBusy
 from poetsim.costs import transfer_phases
 from poetsim.sim.flash import FlashWear
 from poetsim.sim.power import EnergyLedger, PowerMachine
 
-__all__ = ["StorageModel", "TransferTiming", "transfer_timing"]
+__all__ = ["StorageModel", "TransferTiming", "draw_write_busy", "transfer_timing",
+           "with_write_busy", "write_commands"]
 
 #: Precedence of storage states when transfers overlap: the highest one is reported.
-_PRECEDENCE = {"read": 1, "write": 2, "erase": 3}
+_PRECEDENCE = {"read": 1, "busy": 2, "write": 3, "erase": 4}
 
 
 class TransferTiming(NamedTuple):
@@ -59,6 +76,10 @@ class TransferTiming(NamedTuple):
     energy_j: float
     storage_power_w: float
     mover_power_w: float
+    #: Extra write-busy time drawn for this transfer (seeded simulations only; in
+    #: ``time_s``), and the storage power while busy.
+    busy_s: float = 0.0
+    busy_power_w: float = 0.0
 
     @property
     def data_rate_bytes_per_s(self) -> float:
@@ -97,6 +118,63 @@ def transfer_timing(board: Board, nbytes: int, *, write: bool, time_s: float,
         erase_s=erase_s, data_s=data_s, time_s=time_s, energy_j=energy_j,
         storage_power_w=storage_power, mover_power_w=power - storage_power,
     )
+
+
+def write_commands(board: Board, nbytes: int) -> list[int]:
+    """The blocks (``block_bytes`` each) of every write command a page-out of ``nbytes``
+    issues; each command draws its own busy time.
+
+    Physical boards: one command per ``max_command_bytes`` of block-rounded bytes, as in
+    :func:`poetsim.costs.transfer_phases`; paper-profile boards: one command per tensor
+    (POET's latency once per tensor).
+    """
+    storage = board.storage
+    if board.profile is Profile.PAPER:
+        return [max(math.ceil(max(int(nbytes), 0) / storage.block_bytes), 1)]
+    device_bytes = transfer_phases(board, nbytes, write=True).device_bytes
+    full, rest = divmod(device_bytes, storage.max_command_bytes)
+    per_command = storage.max_command_bytes // storage.block_bytes
+    return [per_command] * full + ([math.ceil(rest / storage.block_bytes)] if rest else [])
+
+
+def draw_write_busy(busy: WriteBusy, rng: np.random.Generator,
+                    commands: list[list[int]]) -> list[float]:
+    """The extra busy time of each transfer; ``commands[i]`` holds the block count of
+    every write command of transfer ``i`` (:func:`write_commands`).
+
+    Draws exactly ``3 * (number of commands)`` numbers in a fixed order (a standard normal
+    for every command's body, then a uniform deciding every stall, then a uniform for every
+    stall's length), whatever the parameters, so a seed's stream never shifts.
+    """
+    blocks = np.array([b for transfer in commands for b in transfer], dtype=np.int64)
+    total = len(blocks)
+    if total == 0:
+        return [0.0] * len(commands)
+    extra = busy.median_s * np.exp(busy.sigma * rng.standard_normal(total))
+    decide = rng.random(total)
+    length = rng.random(total)
+    if busy.stall_min_s is not None and busy.stall_max_s is not None:
+        chance = -np.expm1(blocks * np.log1p(-busy.block_stall_probability)) \
+            if busy.block_stall_probability < 1 else np.ones(total)
+        span = busy.stall_max_s - busy.stall_min_s
+        extra = extra + np.where(decide < chance, busy.stall_min_s + span * length, 0.0)
+    out, start = [], 0
+    for transfer in commands:
+        n = len(transfer)
+        out.append(float(extra[start:start + n].sum()))
+        start += n
+    return out
+
+
+def with_write_busy(timing: TransferTiming, busy_s: float, busy_power_w: float
+                    ) -> TransferTiming:
+    """``timing`` lengthened by a busy phase of ``busy_s`` at ``busy_power_w`` (storage)
+    plus the mover's power."""
+    if busy_s <= 0.0:
+        return timing
+    return timing._replace(
+        time_s=timing.time_s + busy_s, busy_s=busy_s, busy_power_w=busy_power_w,
+        energy_j=timing.energy_j + busy_s * (busy_power_w + timing.mover_power_w))
 
 
 class StorageModel:
@@ -175,7 +253,9 @@ class StorageModel:
         for job in jobs:
             if _PRECEDENCE[job.storage_state] > _PRECEDENCE[state]:
                 state = job.storage_state
-            powers[job.kind] = powers.get(job.kind, 0.0) + job.timing.storage_power_w
+            power = (job.timing.busy_power_w if job.storage_state == "busy"
+                     else job.timing.storage_power_w)
+            powers[job.kind] = powers.get(job.kind, 0.0) + power
         self.machine.set(self.env.now, state, tuple(powers.items()))
 
     def begin(self, job, state: str) -> None:
@@ -187,7 +267,7 @@ class StorageModel:
         self._refresh()
 
     def phase(self, job, state: str) -> None:
-        """``job`` moves on to ``state``."""
+        """``job`` moves on to ``state`` (``write`` after an erase, ``busy`` after data)."""
         job.storage_state = state
         self._refresh()
 
