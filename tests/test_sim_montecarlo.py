@@ -1,0 +1,106 @@
+"""Monte Carlo of a schedule under the board's write-busy variance (poetsim.sim.montecarlo)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import make_board
+from test_sim_support import PAGE_BOTH, hand
+
+from poetsim.boards import WriteBusy
+from poetsim.errors import InputError
+from poetsim.sim import simulate
+from poetsim.sim.montecarlo import MAX_RUNS, monte_carlo
+
+TAIL = WriteBusy(median_s=1e-3, p99_s=2e-2, block_stall_probability=0.2, stall_min_s=0.01,
+                 stall_max_s=0.25)
+
+
+def _board(busy=TAIL, **kwargs):
+    return make_board(write_busy=busy, **kwargs)
+
+
+def test_same_seed_same_result_other_seed_other_result(residual):
+    schedule = hand(residual, *PAGE_BOTH)
+    a = monte_carlo(residual, _board(), schedule, runs=30, seed=4)
+    b = monte_carlo(residual, _board(), schedule, runs=30, seed=4)
+    c = monte_carlo(residual, _board(), schedule, runs=30, seed=5)
+    assert a == b and a.as_dict(samples=True) | {"wall_s": 0} == \
+        b.as_dict(samples=True) | {"wall_s": 0}
+    assert a.varies and a.makespans_s != c.makespans_s
+    # seeds are consecutive: c's runs are a's shifted by one
+    assert c.makespans_s[:-1] == a.makespans_s[1:]
+
+
+def test_run_i_is_the_single_simulation_with_seed_plus_i(residual):
+    schedule = hand(residual, *PAGE_BOTH)
+    result = monte_carlo(residual, _board(), schedule, runs=5, seed=100, deadline_s=1.0)
+    for i in range(5):
+        alone = simulate(residual, _board(), schedule, seed=100 + i, deadline_s=1.0)
+        assert result.makespans_s[i] == alone.makespan_s
+        assert result.energies_j[i] == alone.energy_j
+    worst = int(np.argmax(result.makespans_s))
+    assert result.worst_seed == 100 + worst
+
+
+def test_percentiles_and_deadline_share_are_those_of_the_runs(residual):
+    schedule = hand(residual, *PAGE_BOTH)
+    nominal = simulate(residual, _board(), schedule)
+    probe = monte_carlo(residual, _board(), schedule, runs=200, seed=0)
+    deadline = float(np.median(probe.makespans_s))
+    result = monte_carlo(residual, _board(), schedule, runs=200, seed=0, deadline_s=deadline)
+    makespans = np.array(result.makespans_s)
+    assert result.makespan_s.p50 == pytest.approx(np.percentile(makespans, 50))
+    assert result.makespan_s.p99 == pytest.approx(np.percentile(makespans, 99))
+    assert result.makespan_s.mean == pytest.approx(makespans.mean())
+    assert result.makespan_s.max == makespans.max()
+    assert result.energy_j.p99 == pytest.approx(np.percentile(result.energies_j, 99))
+    assert result.deadline_met_runs == int((makespans <= deadline).sum())
+    assert result.deadline_met_share == pytest.approx(result.deadline_met_runs / 200)
+    assert 0.4 < result.deadline_met_share < 0.7
+    # busy only adds time: nominal is the floor, and the tail shows at p99
+    assert result.makespan_s.min >= nominal.makespan_s - 1e-12
+    assert result.makespan_s.p99 > result.makespan_s.p50 > nominal.makespan_s
+    assert result.energy_j.p50 > nominal.energy_j
+    assert result.as_dict()["deadline_met_share"] == result.deadline_met_share
+
+
+def test_a_constant_busy_gives_identical_runs_shifted_by_hand(residual):
+    """No DMA, 2 page-outs of one command each, 5 ms extra busy: every run is nominal
+    + 10 ms."""
+    busy = WriteBusy(median_s=0.005, p99_s=0.005, block_stall_probability=0.0)
+    schedule = hand(residual, *PAGE_BOTH)
+    nominal = simulate(residual, make_board(dma_channels=0), schedule)
+    result = monte_carlo(residual, _board(busy, dma_channels=0), schedule, runs=7, seed=3,
+                         deadline_s=nominal.makespan_s + 0.005)
+    assert result.varies
+    assert result.makespan_s.min == pytest.approx(nominal.makespan_s + 0.010, rel=1e-9)
+    assert result.makespan_s.max == pytest.approx(result.makespan_s.min, rel=1e-12)
+    assert result.deadline_met_runs == 0 and result.deadline_met_share == 0.0
+
+
+def test_without_a_distribution_every_run_is_the_nominal_run(residual):
+    schedule = hand(residual, *PAGE_BOTH)
+    nominal = simulate(residual, make_board(), schedule, deadline_s=1.0)
+    result = monte_carlo(residual, make_board(), schedule, runs=1000, seed=9, deadline_s=1.0)
+    assert not result.varies and "no storage.write_busy" in result.identical_reason
+    assert set(result.makespans_s) == {nominal.makespan_s}
+    assert result.energy_j.p99 == result.energy_j.p50 == nominal.energy_j
+    assert result.deadline_met_share == 1.0 and len(result.energies_j) == 1000
+
+
+def test_a_schedule_that_writes_nothing_does_not_vary(residual):
+    from poetsim.schedule import plain_schedule
+
+    result = monte_carlo(residual, _board(), plain_schedule(residual), runs=3)
+    assert not result.varies and "writes nothing" in result.identical_reason
+    assert result.deadline_met_share is None
+
+
+@pytest.mark.parametrize(("runs", "seed", "fragment"), [
+    (0, 0, "runs = 0"), (MAX_RUNS + 1, 0, "runs = 100001"), (1.5, 0, "runs = 1.5"),
+    (True, 0, "runs = True"), (3, -1, "seed = -1"), (3, "1", "seed = '1'"),
+])
+def test_bad_runs_or_seed(residual, runs, seed, fragment):
+    with pytest.raises(InputError, match=fragment.replace("+", r"\+")):
+        monte_carlo(residual, _board(), hand(residual, *PAGE_BOTH), runs=runs, seed=seed)
