@@ -202,8 +202,9 @@ def test_parameterised_op_without_backward_op_is_rejected():
     graph = TrainingGraph.from_ops("chain", ops, inputs)  # structurally fine
     with pytest.raises(GraphError) as err:
         check_gradients(graph)
-    assert one_line(err) == ("op 'a': has 4 B of parameters but no backward op (an op with "
-                             "forward_of = 'a'): its weights would never be trained")
+    assert one_line(err) == ("op 'a': has 4 B of trained parameters but no backward op (an "
+                             "op with forward_of = 'a'): its weights would never be trained "
+                             "(set frozen_param_bytes to param_bytes to freeze them)")
 
 
 def test_backward_op_of_the_data_input_is_rejected():
@@ -239,8 +240,8 @@ def test_fused_backward_of_a_parameter_free_op_is_allowed():
 def test_graph_without_parameters_has_nothing_to_train():
     ops = [fwd("x", kind="input", output_bytes=8), fwd("a", output_bytes=8), loss()]
     graph = TrainingGraph.from_ops("frozen", ops, {"a": ["x"], "loss": ["a"]})
-    with pytest.raises(GraphError, match="graph 'frozen': no op has parameters, so there is "
-                                         "nothing to train"):
+    with pytest.raises(GraphError, match="graph 'frozen': no op has trained parameters, so "
+                                         "there is nothing to train"):
         check_gradients(graph)
 
 

@@ -111,8 +111,8 @@ def add_op(**op):
      "op 'fc1': measured.pageout_energy_j = 1000000000000.0: outside the allowed range "
      "[0, 1e+09] J"),
     # autograd's rules on backward ops
-    (drop_op("fc1/grad"), "op 'fc1': has 144 B of parameters but no backward op (an op with "
-                          "forward_of = 'fc1'): its weights would never be trained"),
+    (drop_op("fc1/grad"), "op 'fc1': has 144 B of trained parameters but no backward op (an "
+                          "op with forward_of = 'fc1'): its weights would never be trained"),
     (add_op(name="x/grad", kind="input", phase="backward", forward_of="x",
             inputs=["r/grad"], flops=1, output_bytes=0),
      "op 'x/grad': backward op of 'x', which needs no gradient (it has no parameters and "

@@ -18,9 +18,17 @@ For a forward op ``v`` with backward op ``v/grad``:
   an addition passes one shared gradient tensor on). Parameter gradients go to the fixed
   resident region, not into the activation graph.
 
-An op needs a gradient if it owns parameters or reads an op that needs one; the data
-input does not, so the first layer's backward computes only its weight gradient and
+An op needs a gradient if it owns trained parameters or reads an op that needs one; the
+data input does not, so the first layer's backward computes only its weight gradient and
 outputs nothing.
+
+What is trained (:mod:`poetsim.graph.training`): by default every parameter. With a
+training mode, a frozen weight costs no weight gradient (the MAC op's backward does only
+the input-gradient half, and does not read its saved input for the weights), a layer
+whose bias alone is trained computes the bias gradient (one add per output element), a
+fraction of trained weights costs that fraction of the weight-gradient MACs, and layers
+before the first trained one have no backward op at all. Frozen bytes are recorded in
+``Op.frozen_param_bytes``.
 
 This replaces POET's published derivation, which chains gradient ops in reverse list order
 and so gets residual graphs wrong.
@@ -35,6 +43,7 @@ import attrs
 from poetsim.errors import GraphError
 from poetsim.graph.graph import TrainingGraph, check_gradients
 from poetsim.graph.ops import Op, Phase
+from poetsim.graph.training import TrainedParams, Training, resolve_training
 
 __all__ = ["KINDS", "MAC_KINDS", "ForwardGraph", "ForwardOp", "KindRule", "grad_name",
            "forward_macs"]
@@ -54,6 +63,12 @@ class BackwardContext:
     input_elements: tuple[int, ...]
     inputs_needing_grad: tuple[bool, ...]
     has_params: bool
+    #: Fraction of the op's weights (parameters other than biases) that is trained.
+    weight_fraction: float = 1.0
+    #: The op's bias is trained while none of its weights is (its bias gradient, one add
+    #: per output element, is then the op's parameter work; beside a weight gradient it is
+    #: left out, as bias additions are in the forward FLOPs).
+    bias_gradient_only: bool = False
 
 
 @attrs.frozen
@@ -74,8 +89,11 @@ class KindRule:
 
 
 def _mac_backward(c: BackwardContext) -> float:
-    # grad wrt the data input costs one forward's MACs, grad wrt the weights another.
-    return c.forward_flops * (int(c.has_params) + int(any(c.inputs_needing_grad)))
+    # grad wrt the data input costs one forward's MACs, grad wrt the (trained) weights
+    # another (that fraction of it).
+    weights = c.weight_fraction if c.has_params else 0
+    flops = c.forward_flops * (weights + int(any(c.inputs_needing_grad)))
+    return flops + (c.output_elements if c.bias_gradient_only else 0)
 
 
 def _matmul_backward(c: BackwardContext) -> float:
@@ -134,6 +152,9 @@ class ForwardOp:
     flops: float
     param_count: int = 0
     workspace_elements: int = 0
+    #: Of ``param_count``, the biases (a convolution's or linear layer's bias, a norm's
+    #: shift): what a bias-only training mode trains.
+    bias_count: int = 0
 
 
 class ForwardGraph:
@@ -149,7 +170,7 @@ class ForwardGraph:
     """
 
     def __init__(self, name: str, *, batch_size: int = 1, dtype_bytes: int = 4,
-                 metadata: dict | None = None) -> None:
+                 metadata: dict | None = None, training: Training | None = None) -> None:
         if batch_size < 1:
             raise GraphError(f"graph {name!r}: batch_size = {batch_size!r}: must be >= 1")
         if dtype_bytes < 1:
@@ -158,6 +179,7 @@ class ForwardGraph:
         self.batch_size = batch_size
         self.dtype_bytes = dtype_bytes
         self.metadata = dict(metadata or {})
+        self.training = training
         self._ops: list[ForwardOp] = []
         self._names: set[str] = set()
         self._loss: str | None = None
@@ -179,15 +201,20 @@ class ForwardGraph:
         return self._add(ForwardOp(name, "input", (), elements_per_sample * self.batch_size, 0.0))
 
     def op(self, name: str, kind: str, inputs: Sequence[str], *, output_elements: int,
-           flops: float, param_count: int = 0, workspace_elements: int = 0) -> str:
-        """Add a forward op. Sizes are per batch (the caller multiplies by batch size)."""
+           flops: float, param_count: int = 0, workspace_elements: int = 0,
+           bias_count: int = 0) -> str:
+        """Add a forward op. Sizes are per batch (the caller multiplies by batch size);
+        ``bias_count`` is the part of ``param_count`` that is biases."""
         if kind not in KINDS or kind in LOSS_KINDS:
             known = ", ".join(sorted(set(KINDS) - LOSS_KINDS))
             raise GraphError(f"op {name!r}: kind = {kind!r}: must be one of {known}")
         if not inputs:
             raise GraphError(f"op {name!r}: a {kind} op needs at least one input")
+        if not 0 <= bias_count <= param_count:
+            raise GraphError(f"op {name!r}: bias_count = {bias_count!r}: must be between 0 "
+                             f"and param_count = {param_count}")
         return self._add(ForwardOp(name, kind, tuple(inputs), output_elements, flops,
-                                   param_count, workspace_elements))
+                                   param_count, workspace_elements, bias_count))
 
     def loss(self, name: str, logits: str, *, kind: str = "cross_entropy",
              flops: float | None = None) -> str:
@@ -216,26 +243,41 @@ class ForwardGraph:
         if self._loss is None:
             raise GraphError(f"graph {self.name!r}: has no loss op")
         return derive_training_graph(self.name, self._ops, self._loss,
-                                     dtype_bytes=self.dtype_bytes,
+                                     dtype_bytes=self.dtype_bytes, training=self.training,
                                      metadata={"batch_size": self.batch_size,
                                                "dtype_bytes": self.dtype_bytes,
                                                **self.metadata})
 
 
 def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
-                          dtype_bytes: int = 4, metadata: dict | None = None) -> TrainingGraph:
-    """Forward ops (in a valid order, ending with ``loss``) to a full training graph."""
+                          dtype_bytes: int = 4, metadata: dict | None = None,
+                          training: Training | None = None) -> TrainingGraph:
+    """Forward ops (in a valid order, ending with ``loss``) to a full training graph.
+
+    ``training`` chooses what is trained (:mod:`poetsim.graph.training`); ``None`` or the
+    full mode trains every parameter.
+    """
     by_name = {op.name: op for op in forward}
     consumers: dict[str, list[str]] = {op.name: [] for op in forward}
     for op in forward:
         for u in dict.fromkeys(op.inputs):
             consumers[u].append(op.name)
 
+    chosen = resolve_training(forward, training)
+
+    def trained_of(op: ForwardOp) -> TrainedParams:
+        if chosen is None:
+            return TrainedParams(op.param_count - op.bias_count, op.bias_count)
+        return chosen.get(op.name, TrainedParams())
+
+    trained = {op.name: trained_of(op) for op in forward}
     needs_grad: dict[str, bool] = {}
     for op in forward:
-        needs_grad[op.name] = op.param_count > 0 or any(needs_grad[u] for u in op.inputs)
+        t = trained[op.name]
+        needs_grad[op.name] = (t.weights + t.biases > 0
+                               or any(needs_grad[u] for u in op.inputs))
     if not needs_grad[loss]:
-        raise GraphError(f"graph {name!r}: no op before the loss has parameters, "
+        raise GraphError(f"graph {name!r}: no op before the loss has trained parameters, "
                          "so there is nothing to train")
 
     def nbytes(elements: int) -> int:
@@ -245,11 +287,13 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
     inputs: dict[str, list[str]] = {}
     for op in forward:
         phase = Phase.LOSS if op.name == loss else Phase.FORWARD
+        t = trained[op.name]
         ops.append(Op(op.name, op.kind, phase, flops=op.flops,
                       output_bytes=(dtype_bytes if phase is Phase.LOSS
                                     else nbytes(op.output_elements)),
                       workspace_bytes=nbytes(op.workspace_elements),
-                      param_bytes=nbytes(op.param_count)))
+                      param_bytes=nbytes(op.param_count),
+                      frozen_param_bytes=nbytes(op.param_count - t.weights - t.biases)))
         inputs[op.name] = list(dict.fromkeys(op.inputs))
 
     for op in reversed(forward):
@@ -258,12 +302,16 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
         rule = KINDS[op.kind]
         unique_inputs = list(dict.fromkeys(op.inputs))
         wants = tuple(needs_grad[u] for u in unique_inputs)
+        t = trained[op.name]
+        weight_count = op.param_count - op.bias_count
         ctx = BackwardContext(
             forward_flops=op.flops,
             output_elements=op.output_elements,
             input_elements=tuple(by_name[u].output_elements for u in unique_inputs),
             inputs_needing_grad=wants,
             has_params=op.param_count > 0,
+            weight_fraction=t.weights / weight_count if weight_count else 0.0,
+            bias_gradient_only=t.biases > 0 and t.weights == 0,
         )
         fan_out = len(consumers[op.name])
         flops = rule.backward_flops(ctx) + max(fan_out - 1, 0) * op.output_elements
@@ -275,7 +323,7 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
         deps: list[str] = [grad_name(c) for c in consumers[op.name]]
         if op.name == loss:
             deps.append(op.name)
-        if rule.saves_inputs and (op.param_count > 0 or not rule.saves_inputs_only_with_params):
+        if rule.saves_inputs and (t.weights > 0 or not rule.saves_inputs_only_with_params):
             deps.extend(unique_inputs)
         if rule.saves_output:
             deps.append(op.name)

@@ -238,8 +238,13 @@ class TrainingGraph:
 
     @property
     def param_bytes(self) -> int:
-        """Bytes of all trainable parameters."""
+        """Bytes of all parameters, frozen ones included."""
         return sum(op.param_bytes for op in self.ops)
+
+    @property
+    def trained_param_bytes(self) -> int:
+        """Bytes of the parameters that are trained (all of them unless some are frozen)."""
+        return sum(op.trained_param_bytes for op in self.ops)
 
     @property
     def flops(self) -> float:
@@ -254,12 +259,14 @@ def needs_gradient(graph: TrainingGraph) -> list[bool]:
     """Per op: does a forward (or loss) op's output need a gradient?
 
     As in reverse-mode autograd (:mod:`poetsim.graph.autograd`): an op needs one if it owns
-    parameters or reads an op that needs one; a data input does not. Backward ops: False.
+    trained parameters or reads an op that needs one; a data input does not, and neither
+    does a frozen layer before the first trained one. Backward ops: False.
     """
     needs = [False] * len(graph)
     for i, op in enumerate(graph.ops):  # topological: inputs first
         if op.phase is not Phase.BACKWARD:
-            needs[i] = op.param_bytes > 0 or any(needs[p] for p in graph.predecessors(i))
+            needs[i] = (op.trained_param_bytes > 0
+                        or any(needs[p] for p in graph.predecessors(i)))
     return needs
 
 
@@ -267,10 +274,12 @@ def check_gradients(graph: TrainingGraph) -> None:
     """Autograd's rules on backward ops, as :mod:`poetsim.graph.autograd` derives them.
 
     * a backward op only for an op that needs a gradient (:func:`needs_gradient`): not
-      for the data input, nor for an op computed from inputs and constants alone;
-    * a backward op for every op with parameters, or its weights would never be trained
-      (a backward op may fuse the gradients of parameter-free ops, so those may lack one);
-    * at least one op with parameters, or there is nothing to train.
+      for the data input, nor for an op computed from inputs, constants and frozen
+      layers alone;
+    * a backward op for every op with trained parameters, or its weights would never be
+      trained (a backward op may fuse the gradients of parameter-free ops, so those may
+      lack one, and so may a frozen op, which only passes a gradient on);
+    * at least one op with trained parameters, or there is nothing to train.
 
     Raises :class:`GraphError` naming the op and the rule.
     """
@@ -288,13 +297,14 @@ def check_gradients(graph: TrainingGraph) -> None:
                 "no parameters and reads no op that does): only ops that need a gradient "
                 "have a backward op")
     for op in ops:
-        if op.param_bytes and op.name not in differentiated:
+        if op.trained_param_bytes and op.name not in differentiated:
             raise GraphError(
-                f"op {op.name!r}: has {op.param_bytes} B of parameters but no backward op "
-                f"(an op with forward_of = {op.name!r}): its weights would never be trained")
-    if not graph.param_bytes:
-        raise GraphError(f"graph {graph.name!r}: no op has parameters, so there is nothing "
-                         "to train")
+                f"op {op.name!r}: has {op.trained_param_bytes} B of trained parameters but no "
+                f"backward op (an op with forward_of = {op.name!r}): its weights would never "
+                "be trained (set frozen_param_bytes to param_bytes to freeze them)")
+    if not graph.trained_param_bytes:
+        raise GraphError(f"graph {graph.name!r}: no op has trained parameters, so there is "
+                         "nothing to train")
 
 
 @attrs.frozen
@@ -318,14 +328,17 @@ def resident_memory(graph: TrainingGraph, *, gradients: bool = True,
                     optimizer: str = "sgd") -> ResidentMemory:
     """Parameters, and optionally their gradients and optimizer state.
 
-    ``optimizer`` is ``sgd`` (no state), ``momentum`` (one copy) or ``adam`` (two copies).
+    Every parameter, frozen or trained, is counted; gradients and optimizer state only
+    for the trained ones (:attr:`TrainingGraph.trained_param_bytes`): a frozen weight has
+    neither. ``optimizer`` is ``sgd`` (no state), ``momentum`` (one copy of the trained
+    parameters) or ``adam`` (two copies).
     """
     if optimizer not in OPTIMIZER_STATE_COPIES:
         raise GraphError(f"optimizer = {optimizer!r}: must be one of "
                          f"{', '.join(OPTIMIZER_STATE_COPIES)}")
-    params = graph.param_bytes
+    trained = graph.trained_param_bytes
     return ResidentMemory(
-        param_bytes=params,
-        gradient_bytes=params if gradients else 0,
-        optimizer_state_bytes=params * OPTIMIZER_STATE_COPIES[optimizer],
+        param_bytes=graph.param_bytes,
+        gradient_bytes=trained if gradients else 0,
+        optimizer_state_bytes=trained * OPTIMIZER_STATE_COPIES[optimizer],
     )

@@ -28,7 +28,9 @@ replace poetsim's analytic ones. The format (version 1)::
 Per op: ``name`` (unique), ``kind``, ``phase`` (``forward``, ``loss`` or ``backward``),
 ``inputs`` (names of the ops whose outputs it reads; the data-dependency edges),
 ``flops``, ``output_bytes``, and optionally ``workspace_bytes``, ``param_bytes`` (forward
-ops), ``forward_of`` (backward ops: the op they differentiate) and ``measured`` with any
+ops), ``frozen_param_bytes`` (forward ops: the part of ``param_bytes`` that is not trained,
+at most ``param_bytes``; default 0, everything trained), ``forward_of`` (backward ops: the
+op they differentiate) and ``measured`` with any
 of ``compute_time_s``, ``compute_energy_j``, ``pagein_time_s``, ``pagein_energy_j``,
 ``pageout_time_s``, ``pageout_energy_j``. ``flops`` may be left out (0) when the op has
 measured compute time and energy. Ops may appear in any order; poetsim sorts them
@@ -38,7 +40,8 @@ Every number must be finite, not negative and within generous plausibility bound
 (:mod:`poetsim.graph.ops`); a value outside them is almost always a unit slip or a corrupt
 file, and is rejected with the file, op, field, value and range:
 
-* ``output_bytes``, ``workspace_bytes``, ``param_bytes``: whole numbers, 0 to 2**44 B
+* ``output_bytes``, ``workspace_bytes``, ``param_bytes``, ``frozen_param_bytes``: whole
+  numbers, 0 to 2**44 B
   (16 TiB; sums of half a million such tensors still fit a 64-bit integer);
 * ``flops``: 0 to 1e18;
 * ``measured.*_time_s``: 0 to 1e6 s; ``measured.*_energy_j``: 0 to 1e9 J.
@@ -46,9 +49,11 @@ file, and is rejected with the file, op, field, value and range:
 The graph must also be a training graph as reverse-mode autograd derives it
 (:func:`poetsim.graph.graph.check_gradients`): exactly one loss; every forward op reaches
 it; every backward op depends on it and differentiates one forward (or loss) op; an op
-with parameters has a backward op (or its weights would never be trained); only an op that
-needs a gradient (it has parameters or reads an op that does) has one, so the data input
-has none; and at least one op has parameters.
+with trained parameters has a backward op (or its weights would never be trained; an op
+whose parameters are all frozen needs none); only an op that needs a gradient (it has
+trained parameters or reads an op that does) has one, so the data input has none, nor
+has a frozen layer before the first trained one; and at least one op has trained
+parameters.
 """
 
 from __future__ import annotations
@@ -70,7 +75,7 @@ FORMAT = "poetsim-graph"
 VERSION = 1
 
 _OP_KEYS = {"name", "kind", "phase", "inputs", "flops", "output_bytes", "workspace_bytes",
-            "param_bytes", "forward_of", "measured"}
+            "param_bytes", "frozen_param_bytes", "forward_of", "measured"}
 _MEASURED_KEYS = {"compute_time_s", "compute_energy_j", "pagein_time_s", "pagein_energy_j",
                   "pageout_time_s", "pageout_energy_j"}
 
@@ -86,6 +91,8 @@ def graph_to_dict(graph: TrainingGraph) -> dict[str, Any]:
             entry["workspace_bytes"] = op.workspace_bytes
         if op.param_bytes:
             entry["param_bytes"] = op.param_bytes
+        if op.frozen_param_bytes:  # absent when everything is trained, as before
+            entry["frozen_param_bytes"] = op.frozen_param_bytes
         if op.forward_of is not None:
             entry["forward_of"] = op.forward_of
         if not op.measured.empty:
@@ -127,7 +134,8 @@ def _op_from_dict(raw: Any, position: int) -> tuple[Op, list[str]]:
         op = Op(name=name, kind=raw["kind"], phase=raw["phase"], flops=raw.get("flops", 0.0),
                 output_bytes=raw["output_bytes"], workspace_bytes=raw.get("workspace_bytes", 0),
                 param_bytes=raw.get("param_bytes", 0), forward_of=raw.get("forward_of"),
-                measured=MeasuredCosts(**measured_raw))
+                measured=MeasuredCosts(**measured_raw),
+                frozen_param_bytes=raw.get("frozen_param_bytes", 0))
     except GraphError as err:
         raise GraphError(f"{err} ({where})") from None
     return op, inputs

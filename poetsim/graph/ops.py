@@ -117,8 +117,13 @@ class Op:
     workspace_bytes:
         Scratch memory needed only while the op runs (im2col buffers and the like).
     param_bytes:
-        Trainable parameters this op owns (forward ops only); they live in the fixed
-        resident region, not in the activation budget.
+        Parameters this op owns (forward ops only); they live in the fixed resident
+        region, not in the activation budget.
+    frozen_param_bytes:
+        The part of ``param_bytes`` that is not trained (a frozen layer, or the weights of
+        a layer whose bias alone is trained): no gradient, no optimizer state, no
+        write-back. 0 (the default) trains every parameter; see
+        :attr:`trained_param_bytes`.
     forward_of:
         For a backward op, the name of the forward (or loss) op it differentiates.
     measured:
@@ -134,6 +139,12 @@ class Op:
     param_bytes: int = 0
     forward_of: str | None = None
     measured: MeasuredCosts = attrs.field(factory=MeasuredCosts)
+    frozen_param_bytes: int = 0
+
+    @property
+    def trained_param_bytes(self) -> int:
+        """Bytes of this op's parameters that are trained (gradient, optimizer state)."""
+        return self.param_bytes - self.frozen_param_bytes
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -141,7 +152,7 @@ class Op:
         if not isinstance(self.kind, str) or not self.kind:
             raise GraphError(f"op {self.name!r}: kind = {self.kind!r}: must be a non-empty string")
         _cost(self.name, "flops", self.flops, False, MAX_FLOPS, "FLOP")
-        for field in ("output_bytes", "workspace_bytes", "param_bytes"):
+        for field in ("output_bytes", "workspace_bytes", "param_bytes", "frozen_param_bytes"):
             value = getattr(self, field)
             _cost(self.name, field, value, False, MAX_BYTES, "B")
             if not float(value).is_integer():
@@ -155,4 +166,8 @@ class Op:
             raise GraphError(f"op {self.name!r}: forward_of is only for backward ops")
         if self.phase is Phase.BACKWARD and self.param_bytes:
             raise GraphError(f"op {self.name!r}: param_bytes belongs to the forward op")
+        if self.frozen_param_bytes > self.param_bytes:
+            raise GraphError(f"op {self.name!r}: frozen_param_bytes = "
+                             f"{_shown(self.frozen_param_bytes)}: must be at most param_bytes "
+                             f"= {_shown(self.param_bytes)}")
         self.measured.check(self.name)

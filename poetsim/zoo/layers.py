@@ -18,8 +18,11 @@ Conventions
   ReLU6 2, BatchNorm 7 (training mode: mean, variance, normalise, scale and shift),
   LayerNorm 8, softmax 5, GELU 8, addition 1, max pooling ``k*k - 1`` per output element
   (comparisons), average pooling 1 per input element.
-* Parameters: BatchNorm and LayerNorm have 2 per channel (scale and shift); BatchNorm's
-  running mean and variance are buffers, not trainable parameters, and are not counted.
+* Parameters: BatchNorm and LayerNorm have 2 per channel (scale and shift; a BatchNorm
+  without scale, as TF-slim's default, has 1); BatchNorm's running mean and variance are
+  buffers, not trainable parameters, and are not counted. Each op records which of its
+  parameters are biases (a convolution's or linear layer's bias, a norm's shift): the
+  ones a bias-only training mode trains (:mod:`poetsim.graph.training`).
 * Workspace: a convolution needs an im2col buffer of two columns, ``2 * Cin/groups * k*k``
   elements, as CMSIS-NN's ``arm_convolve_s8`` processes two output pixels at a time. The
   buffer is reused sample after sample, so it does not scale with the batch size. All
@@ -85,30 +88,40 @@ def flatten(x: Tensor) -> Tensor:
 # ----------------------------------------------------------------------- MAC layers
 
 
-def conv2d(fg: ForwardGraph, name: str, x: Tensor, out_channels: int, kernel: int, *,
-           stride: int = 1, padding: int | None = None, groups: int = 1,
-           bias: bool = False) -> Tensor:
+def _pair(value: int | tuple[int, int]) -> tuple[int, int]:
+    return (value, value) if isinstance(value, int) else (int(value[0]), int(value[1]))
+
+
+def conv2d(fg: ForwardGraph, name: str, x: Tensor, out_channels: int,
+           kernel: int | tuple[int, int], *, stride: int | tuple[int, int] = 1,
+           padding: int | str | None = None, groups: int = 1, bias: bool = False) -> Tensor:
     """2-D convolution on ``(C, H, W)``; ``padding`` defaults to ``kernel // 2``.
 
-    MACs = ``Hout * Wout * Cout * (Cin / groups) * k * k`` per sample. Workspace is an
-    im2col buffer of 2 columns (``2 * Cin/groups * k * k`` elements, CMSIS-NN style),
+    ``kernel`` and ``stride`` are one number or (height, width); ``padding="same"`` is
+    TensorFlow's SAME: the output is ``ceil(input / stride)`` along each axis.
+    MACs = ``Hout * Wout * Cout * (Cin / groups) * kh * kw`` per sample. Workspace is an
+    im2col buffer of 2 columns (``2 * Cin/groups * kh * kw`` elements, CMSIS-NN style),
     independent of the batch size.
     """
     cin, h, w = x.shape
     if cin % groups or out_channels % groups:
         raise InputError(f"{name}: channels {cin}->{out_channels} not divisible by {groups}")
-    pad = kernel // 2 if padding is None else padding
-    ho, wo = conv_out(h, kernel, stride, pad), conv_out(w, kernel, stride, pad)
+    (kh, kw), (sh, sw) = _pair(kernel), _pair(stride)
+    if padding == "same":
+        ho, wo = -(-h // sh), -(-w // sw)
+    else:
+        ph, pw = (kh // 2, kw // 2) if padding is None else _pair(padding)  # type: ignore[arg-type]
+        ho, wo = conv_out(h, kh, sh, ph), conv_out(w, kw, sw, pw)
     if ho < 1 or wo < 1:
-        raise InputError(f"{name}: input {h}x{w} is too small for a {kernel}x{kernel} "
+        raise InputError(f"{name}: input {h}x{w} is too small for a {kh}x{kw} "
                          f"stride-{stride} convolution")
-    per_group = cin // groups * kernel * kernel
+    per_group = cin // groups * kh * kw
     macs = ho * wo * out_channels * per_group
     params = out_channels * per_group + (out_channels if bias else 0)
     out = Tensor(name, (out_channels, ho, wo))
     fg.op(name, "conv2d", [x.name], output_elements=_batch(fg, out.elements),
           flops=2.0 * _batch(fg, macs), param_count=params,
-          workspace_elements=2 * per_group)
+          workspace_elements=2 * per_group, bias_count=out_channels if bias else 0)
     return out
 
 
@@ -128,7 +141,8 @@ def linear(fg: ForwardGraph, name: str, x: Tensor, out_features: int, *,
     out = Tensor(name, shape)
     params = in_features * out_features + (out_features if bias else 0)
     fg.op(name, "linear", [x.name], output_elements=_batch(fg, out.elements),
-          flops=2.0 * _batch(fg, rows * in_features * out_features), param_count=params)
+          flops=2.0 * _batch(fg, rows * in_features * out_features), param_count=params,
+          bias_count=out_features if bias else 0)
     return out
 
 
@@ -145,10 +159,11 @@ def matmul(fg: ForwardGraph, name: str, a: Tensor, b: Tensor, out_shape: tuple[i
 
 
 def _elementwise(fg: ForwardGraph, name: str, kind: str, x: Tensor, flops_per_element: float,
-                 params: int = 0) -> Tensor:
+                 params: int = 0, biases: int = 0) -> Tensor:
     out = Tensor(name, x.shape)
     fg.op(name, kind, [x.name], output_elements=_batch(fg, out.elements),
-          flops=flops_per_element * _batch(fg, out.elements), param_count=params)
+          flops=flops_per_element * _batch(fg, out.elements), param_count=params,
+          bias_count=biases)
     return out
 
 
@@ -172,17 +187,21 @@ def softmax(fg: ForwardGraph, name: str, x: Tensor) -> Tensor:
     return _elementwise(fg, name, "softmax", x, 5)
 
 
-def batchnorm(fg: ForwardGraph, name: str, x: Tensor) -> Tensor:
+def batchnorm(fg: ForwardGraph, name: str, x: Tensor, *, scale: bool = True) -> Tensor:
     """BatchNorm over the channel axis (axis 0) in training mode: ~7 FLOPs per element.
 
-    2 parameters per channel (scale and shift); running statistics are buffers.
+    2 parameters per channel (scale and shift), 1 without ``scale`` (TF-slim's default);
+    the shift is the bias; running statistics are buffers.
     """
-    return _elementwise(fg, name, "batchnorm", x, 7, params=2 * x.shape[0])
+    channels = x.shape[0]
+    return _elementwise(fg, name, "batchnorm", x, 7, params=(2 if scale else 1) * channels,
+                        biases=channels)
 
 
 def layernorm(fg: ForwardGraph, name: str, x: Tensor) -> Tensor:
     """LayerNorm over the last axis: ~8 FLOPs per element, 2 parameters per feature."""
-    return _elementwise(fg, name, "layernorm", x, 8, params=2 * x.shape[-1])
+    return _elementwise(fg, name, "layernorm", x, 8, params=2 * x.shape[-1],
+                        biases=x.shape[-1])
 
 
 def add(fg: ForwardGraph, name: str, a: Tensor, b: Tensor) -> Tensor:
