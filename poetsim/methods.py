@@ -136,7 +136,8 @@ def seeded_solve(request: Request, settings: SolverSettings = SolverSettings(), 
                  progress: Callable[[dict[str, float]], None] | None = None) -> SolveResult:
     """:func:`poetsim.optimizer.solve` with the fast baselines' schedules as warm starts.
 
-    ``deadline_s`` plans against a deadline tighter than the request's. A fast baseline
+    ``deadline_s`` plans against a deadline tighter than the request's (default: the
+    request's planning deadline, its deadline minus any margin). A fast baseline
     that fails is skipped: a warm start is a help, never a requirement. The warm starts
     share :data:`_WARM_START_SHARE` of the time limit and the solve gets what they leave,
     so the time limit holds for the whole; when they run out of their share, the result's
@@ -145,7 +146,7 @@ def seeded_solve(request: Request, settings: SolverSettings = SolverSettings(), 
     started = time.perf_counter()
     stop_at = started + _WARM_START_SHARE * settings.time_limit_s
     cut_short = False
-    deadline_s = request.deadline_s if deadline_s is None else deadline_s
+    deadline_s = request.planning_deadline_s if deadline_s is None else deadline_s
     schedules = []
     # Below the smallest possible working set the solver answers at once; nothing to seed.
     if (request.infeasible_reason is None
@@ -198,10 +199,11 @@ def _from_baseline(result: BaselineResult) -> Produced:
 def produce(request: Request, method: str, settings: SolverSettings = SolverSettings(), *,
             deadline_s: float | None = None) -> Produced:
     """Run ``method`` on ``request`` (planning against ``deadline_s`` when it is tighter
-    than the request's deadline); its schedule carries the request in its metadata."""
+    than the request's deadline; default: the request's planning deadline, its deadline
+    minus any margin); its schedule carries the request in its metadata."""
     if method not in METHODS:
         raise InputError(f"method = {method!r}: must be one of {', '.join(METHODS)}")
-    deadline_s = request.deadline_s if deadline_s is None else deadline_s
+    deadline_s = request.planning_deadline_s if deadline_s is None else deadline_s
     unfit = request.infeasible_reason
     if unfit is not None:
         return Produced(MethodStatus.INFEASIBLE, unfit)

@@ -3,9 +3,10 @@
 A *request* is a training graph on a board with a RAM budget, an optional deadline and an
 accounting. :func:`resolve_request` is the only place where the user's words for a budget
 (``"50%"``, ``"256KiB"``, a byte count, ``"board"``) and a deadline (``"1.5x"``,
-``"2.5s"``, seconds) are parsed; the optimizer, every baseline, the simulator's verdict,
-compare, the demo, sweeps and the experiments take the resolved :class:`Request` and never
-parse again. The graph is priced (:func:`poetsim.costs.op_costs`) here, once.
+``"2.5s"``, seconds) with its margin (``"10%"``, ``"0.5s"``) are parsed; the optimizer,
+every baseline, the simulator's verdict, compare, the demo, sweeps and the experiments
+take the resolved :class:`Request` and never parse again. The graph is priced
+(:func:`poetsim.costs.op_costs`) here, once.
 
 Two accountings (:class:`Accounting`):
 
@@ -37,7 +38,7 @@ from poetsim.graph.memory import plain_peak
 from poetsim.units import format_bytes, parse_bytes
 
 __all__ = ["BOARD_RAM", "MAX_BUDGET_BYTES", "MAX_DEADLINE_S", "Accounting", "Request",
-           "parse_deadline", "resolve_request"]
+           "parse_deadline", "parse_deadline_margin", "resolve_request"]
 
 #: The budget word for "all of the board's usable RAM".
 BOARD_RAM = "board"
@@ -72,6 +73,12 @@ class Request:
     minus the resident state, capped by what the board leaves (never negative).
     ``resident_bytes`` (parameters, gradients, optimizer state) comes from the graph.
     ``deadline_s`` is the user's deadline. ``ram`` / ``deadline`` keep the user's words.
+
+    ``deadline_margin_s`` is slack the methods keep below the deadline (0: none): they
+    plan against :attr:`planning_deadline_s` (``deadline_s - deadline_margin_s``), so that
+    a schedule has room for the board's timing variance (check it with a Monte Carlo,
+    ``poetsim simulate --runs N``); verdicts still judge ``deadline_s``.
+    ``deadline_margin`` keeps the user's words.
     """
 
     graph: TrainingGraph = attrs.field(repr=False, eq=False)
@@ -85,6 +92,16 @@ class Request:
     ram: str
     deadline: str | None
     optimizer: str = "sgd"
+    deadline_margin_s: float = 0.0
+    deadline_margin: str | None = None
+
+    @property
+    def planning_deadline_s(self) -> float | None:
+        """The deadline the methods plan against: the user's minus the margin."""
+        if self.deadline_s is None:
+            return None
+        return self.deadline_s - self.deadline_margin_s if self.deadline_margin_s else \
+            self.deadline_s
 
     @property
     def board_ram_bytes(self) -> int:
@@ -130,11 +147,15 @@ class Request:
         """The request's part of a schedule's metadata: what was asked, and its bytes and
         seconds (recorded for people; a reader recomputes them, see
         :mod:`poetsim.schedule.metadata`)."""
-        return {"board": self.board.name, "accounting": self.accounting.value,
-                "ram": self.ram, "deadline": self.deadline, "optimizer": self.optimizer,
-                "budget_bytes": self.budget_bytes,
-                "budget_activation_bytes": self.activation_budget_bytes,
-                "resident_bytes": self.resident_bytes, "deadline_s": self.deadline_s}
+        out = {"board": self.board.name, "accounting": self.accounting.value,
+               "ram": self.ram, "deadline": self.deadline, "optimizer": self.optimizer,
+               "budget_bytes": self.budget_bytes,
+               "budget_activation_bytes": self.activation_budget_bytes,
+               "resident_bytes": self.resident_bytes, "deadline_s": self.deadline_s}
+        if self.deadline_margin is not None:
+            out.update(deadline_margin=self.deadline_margin,
+                       planning_deadline_s=self.planning_deadline_s)
+        return out
 
     def describe_budget(self) -> str:
         """One line: the budget in words, with the accounting."""
@@ -166,6 +187,36 @@ def parse_deadline(deadline: str | float | None, plain_time_s: float) -> float |
     return seconds
 
 
+def parse_deadline_margin(margin: str | float | None, deadline_s: float | None) -> float:
+    """The margin in seconds: ``"10%"`` (of the deadline), ``"0.5"`` or ``"0.5s"``; None or
+    ``"0"``: 0. It must leave a positive planning deadline, and needs a deadline."""
+    if margin is None:
+        return 0.0
+    text = str(margin).strip()
+    match = re.fullmatch(r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(%|s)?", text)
+    if not match:
+        raise InputError(f"deadline margin = {text!r}: expected a share of the deadline such "
+                         "as 10% or seconds such as 0.5s")
+    value = float(match.group(1))
+    if deadline_s is None:
+        if value == 0:
+            return 0.0
+        raise InputError(f"deadline margin = {text!r}: needs a deadline to keep a margin "
+                         "below (give --deadline)")
+    if match.group(2) == "%":
+        if not (0 <= value < 100):
+            raise InputError(f"deadline margin = {text!r}: a share must be in [0%, 100%)")
+        seconds = deadline_s * value / 100
+    else:
+        seconds = value
+        if not (0 <= seconds < deadline_s):
+            raise InputError(f"deadline margin = {text!r}: must be less than the deadline of "
+                             f"{deadline_s:.6g} s")
+    if not math.isfinite(seconds):
+        raise InputError(f"deadline margin = {text!r}: must be finite")
+    return seconds
+
+
 def _budget_figure(text: str, reference_bytes: int) -> int:
     """The user's budget in bytes: a percentage of ``reference_bytes`` or a size."""
     if text.endswith("%"):
@@ -187,7 +238,8 @@ def _budget_figure(text: str, reference_bytes: int) -> int:
 def resolve_request(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",
                     deadline: str | float | None = None,
                     accounting: str | Accounting = Accounting.PHYSICAL,
-                    optimizer: str = "sgd", costs: OpCosts | None = None) -> Request:
+                    optimizer: str = "sgd", costs: OpCosts | None = None,
+                    deadline_margin: str | float | None = None) -> Request:
     """Resolve the user's budget and deadline on ``graph`` and ``board``, and price the graph.
 
     ``ram``: ``"50%"`` (of the plain schedule's activation peak), ``"256KiB"`` or bytes
@@ -195,6 +247,8 @@ def resolve_request(graph: TrainingGraph, board: Board, *, ram: str | int = "100
     board's usable RAM). ``deadline``: ``"1.5x"`` of the plain compute time, seconds, or
     None. ``optimizer`` (``sgd``, ``momentum``, ``adam``) decides the optimizer state.
     ``costs`` may be given when already computed for this graph and board.
+    ``deadline_margin``: ``"10%"`` of the deadline or seconds (``"0.5s"``) that the methods
+    keep free below the deadline (:attr:`Request.planning_deadline_s`); None: none.
     """
     accounting = Accounting.parse(accounting)
     if costs is None:
@@ -218,9 +272,12 @@ def resolve_request(graph: TrainingGraph, board: Board, *, ram: str | int = "100
     if physical:
         activations = max(0, min(activations, usable - resident))
     deadline_s = parse_deadline(deadline, float(costs.compute_time_s.sum()))
+    margin_s = parse_deadline_margin(deadline_margin, deadline_s)
     return Request(graph=graph, board=board, costs=costs, accounting=accounting,
                    budget_bytes=budget, activation_budget_bytes=activations,
                    resident_bytes=resident, deadline_s=deadline_s, ram=text,
                    deadline=None if deadline is None else str(deadline).strip(),
-                   optimizer=optimizer)
+                   optimizer=optimizer, deadline_margin_s=margin_s,
+                   deadline_margin=None if deadline_margin is None
+                   else str(deadline_margin).strip())
 

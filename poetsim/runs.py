@@ -7,10 +7,12 @@ the board and adds the simulated figures and the :class:`~poetsim.verdict.Verdic
 :func:`run_and_judge` does both. ``poetsim compare``, the demo, sweeps and the paper's
 experiments are loops over :func:`run_and_judge`.
 
-POET's orchestration lives here too: a MILP schedule that misses the user's deadline in
+POET's orchestration lives here too: a MILP schedule that misses the planning deadline in
 simulation (a page-in stalls its consumer, the storage wakes up) is solved again with the
 solver's deadline shrunk by the overrun, at most :data:`MAX_DEADLINE_TIGHTENINGS` times.
-The request, and so every schedule's metadata and verdict, keeps the user's deadline.
+The planning deadline is the user's deadline minus the request's margin (none by default:
+the user's deadline), so a margin asked for is kept in simulation too. The request, and so
+every schedule's metadata and verdict, keeps the user's deadline.
 
 Solving is the expensive part, so a :class:`RunCache` keeps every unjudged
 :class:`Outcome` (schedule included) under a SHA-256 of everything that decides it: the
@@ -178,6 +180,9 @@ def run_key(request: Request, method: str, solver_settings: dict[str, Any]) -> s
         "resident_bytes": request.resident_bytes,
         # repr keeps every bit of the float, so 1.5x of a slightly different board differs
         "deadline_s": None if request.deadline_s is None else repr(float(request.deadline_s)),
+        # only when a margin is asked for, so that the keys of runs without one stay put
+        **({"deadline_margin_s": repr(float(request.deadline_margin_s))}
+           if request.deadline_margin_s else {}),
         "solver": {**solver_settings, "solver_version": SOLVER_VERSION} if solver_settings
         else {},
     }
@@ -251,7 +256,7 @@ def run_method(request: Request, method: str, settings: SolverSettings = SolverS
             solver_deadline_s=solver_deadline_s, tightenings=tightenings,
             limits_hit=made.limits_hit)
 
-    outcome = attempt(request.deadline_s, 0)
+    outcome = attempt(request.planning_deadline_s, 0)
     if solver_settings and request.deadline_s is not None:
         outcome = _meet_simulated_deadline(request, outcome, attempt)
     if cache is not None:
@@ -264,18 +269,19 @@ def _meet_simulated_deadline(request: Request, outcome: Outcome, attempt: Any) -
 
     The MILP counts a stage's transfers as overlapped with its compute; on a real board a
     page-in can stall its consumer, the storage wakes up, the bus is shared. The first
-    schedule that meets the user's deadline in simulation is kept; if none does, the last
-    one (whose verdict then says the deadline was missed).
+    schedule that meets the planning deadline (the user's, minus any margin) in simulation
+    is kept; if none does, the last one (whose verdict says whether it met the user's).
     """
-    assert request.deadline_s is not None
+    target = request.planning_deadline_s
+    assert target is not None
     for tightenings in range(1, MAX_DEADLINE_TIGHTENINGS + 1):
         if outcome.schedule is None:
             return outcome
         report, verdict = check_on_board(request, outcome.schedule)
-        if report.makespan_s <= request.deadline_s:
+        if report.makespan_s <= target:
             # judged already: judge_outcome need not simulate it again
             return attrs.evolve(outcome, report=report, verdict=verdict)
-        solver_deadline = outcome.solver_deadline_s * request.deadline_s / report.makespan_s
+        solver_deadline = outcome.solver_deadline_s * target / report.makespan_s
         retry = attempt(solver_deadline, tightenings)
         if retry.schedule is None:
             return outcome  # tighter than any schedule can run: keep the late one

@@ -8,7 +8,13 @@ from conftest import make_board
 from poetsim.errors import InputError
 from poetsim.graph.graph import resident_memory
 from poetsim.graph.memory import plain_peak
-from poetsim.request import MAX_BUDGET_BYTES, Accounting, parse_deadline, resolve_request
+from poetsim.request import (
+    MAX_BUDGET_BYTES,
+    Accounting,
+    parse_deadline,
+    parse_deadline_margin,
+    resolve_request,
+)
 
 
 @pytest.fixture
@@ -95,3 +101,41 @@ def test_metadata_records_the_request(residual, board):
     assert meta["accounting"] == "physical" and meta["ram"] == "50%"
     assert meta["deadline"] == "2x" and meta["board"] == board.name
     assert meta["budget_bytes"] == meta["budget_activation_bytes"] + meta["resident_bytes"]
+
+
+# ----------------------------------------------------------------------------- deadline margin
+
+
+def test_deadline_margin_as_a_share_or_seconds(residual, board):
+    plain = resolve_request(residual, board, deadline="2x")
+    share = resolve_request(residual, board, deadline="2x", deadline_margin="10%")
+    assert share.deadline_s == plain.deadline_s  # the user's deadline is kept
+    assert share.deadline_margin_s == pytest.approx(0.1 * plain.deadline_s)
+    assert share.planning_deadline_s == pytest.approx(0.9 * plain.deadline_s)
+    assert share.deadline_margin == "10%"
+    seconds = resolve_request(residual, board, deadline=2.0, deadline_margin="0.25s")
+    assert seconds.planning_deadline_s == 1.75
+    assert parse_deadline_margin("0.25", 2.0) == parse_deadline_margin("0.25s", 2.0) == 0.25
+    assert parse_deadline_margin(None, 2.0) == 0.0
+
+
+def test_without_a_margin_the_planning_deadline_is_the_deadline_and_metadata_is_unchanged(
+        residual, board):
+    request = resolve_request(residual, board, deadline="2x")
+    assert request.planning_deadline_s == request.deadline_s
+    assert "deadline_margin" not in request.metadata()
+    assert "planning_deadline_s" not in request.metadata()
+    assert resolve_request(residual, board).planning_deadline_s is None
+    meta = resolve_request(residual, board, deadline="2x", deadline_margin="5%").metadata()
+    assert meta["deadline_margin"] == "5%"
+    assert meta["planning_deadline_s"] == pytest.approx(0.95 * meta["deadline_s"])
+
+
+@pytest.mark.parametrize("deadline, margin, message", [
+    ("2x", "100%", r"share must be in \[0%, 100%\)"), ("2x", "150%", "share must be in"),
+    (1.0, "1s", "less than the deadline of 1 s"), (1.0, "2", "less than the deadline"),
+    ("2x", "lots", "deadline margin = 'lots': expected"), ("2x", "-5%", "expected"),
+    (None, "10%", "needs a deadline")])
+def test_bad_deadline_margins_are_one_line_errors(residual, board, deadline, margin, message):
+    with pytest.raises(InputError, match=message):
+        resolve_request(residual, board, deadline=deadline, deadline_margin=margin)

@@ -146,3 +146,30 @@ def test_a_solver_schedule_late_in_simulation_is_solved_again_with_a_tighter_dea
 def test_without_a_deadline_nothing_is_tightened(mlp, board):
     outcome = run_method(paper_request(mlp, board, "60%"), "poet", FAST)
     assert outcome.tightenings == 0 and outcome.solver_deadline_s is None
+
+
+def test_a_deadline_margin_is_planned_against_and_the_users_deadline_judged():
+    graph, board = build_model("mlp", layers=2), get_board("rpi4")
+    request = resolve_request(graph, board, ram="70%", deadline="2x", deadline_margin="10%")
+    assert request.planning_deadline_s == pytest.approx(0.9 * request.deadline_s)
+    for method in ("poet", "dtr"):
+        outcome = run_and_judge(request, method, FAST)
+        assert outcome.feasible, outcome.why_not
+        # the solver and the heuristics are given the tighter deadline ...
+        assert outcome.solver_deadline_s <= request.planning_deadline_s * (1 + 1e-12)
+        assert outcome.predicted_time_s <= request.planning_deadline_s * (1 + 1e-9)
+        meta = outcome.schedule.metadata
+        assert meta["solver_deadline_s"] == outcome.solver_deadline_s
+        # ... the verdict, the outcome and the schedule keep the user's, and say the margin
+        assert outcome.deadline_s == outcome.verdict.deadline_s == request.deadline_s
+        assert meta["deadline_s"] == request.deadline_s and meta["deadline_margin"] == "10%"
+        assert outcome.makespan_s <= request.planning_deadline_s
+
+
+def test_the_margin_is_part_of_the_run_key_only_when_given(mlp, board):
+    plain = paper_request(mlp, board, 1000, 1.0)
+    key = run_key(plain, "poet", {"time_limit_s": 5})
+    assert run_key(paper_request(mlp, board, 1000, 1.0, deadline_margin="0%"), "poet",
+                   {"time_limit_s": 5}) == key
+    assert run_key(paper_request(mlp, board, 1000, 1.0, deadline_margin="10%"), "poet",
+                   {"time_limit_s": 5}) != key
