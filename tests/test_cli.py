@@ -227,3 +227,99 @@ def test_an_internal_error_exits_3_with_the_traceback_saved(capsys, monkeypatch,
     assert "ZeroDivisionError" in saved.read_text() and str(saved) in err
     with pytest.raises(ZeroDivisionError):
         main(["--debug", "costs", "--model", "mlp"])
+
+
+# ----------------------------------------------------------------------------- timing variance
+
+
+@pytest.fixture
+def sd_schedule(capsys, tmp_path):
+    """A small schedule that pages on the Pi 4 (an SD board with storage.write_busy)."""
+    path = tmp_path / "paging.json"
+    doc = run_json(capsys, "solve", "--model", "mlp", "--set", "layers=2", "--board", "rpi4",
+                   "--ram", "70%", "--deadline", "2x", "--no-remat", "--time-limit", "5",
+                   "--out", str(path))
+    assert doc["page_outs"] >= 1, doc
+    return path
+
+
+def test_simulate_runs_a_monte_carlo_beside_the_nominal_verdict(capsys, sd_schedule):
+    # a deadline the nominal run meets (the solve did not check its schedule in simulation)
+    argv = ("simulate", str(sd_schedule), "--set", "layers=2", "--board", "rpi4",
+            "--deadline", "0.1")
+    nominal = run_json(capsys, *argv)
+    doc = run_json(capsys, *argv, "--runs", "40", "--seed", "7")
+    mc = doc["monte_carlo"]
+    # the verdict and figures are the nominal run's, the Monte Carlo is beside them
+    assert {k: v for k, v in doc.items() if k != "monte_carlo"} | {"events": 0} == \
+        nominal | {"events": 0}
+    assert "nominal run" in mc["verdict_is_of"]
+    assert mc["runs"] == 40 and mc["seed"] == 7 and mc["last_seed"] == 46 and mc["varies"]
+    assert mc["makespan_s"]["p50"] <= mc["makespan_s"]["p99"] <= mc["makespan_s"]["max"]
+    assert mc["makespan_s"]["min"] >= nominal["makespan_s"] * (1 - 1e-12)
+    assert 0.0 <= mc["deadline_met_share"] <= 1.0
+    assert mc["deadline_met_runs"] == round(mc["deadline_met_share"] * 40)
+    again = run_json(capsys, *argv, "--runs", "40", "--seed", "7")["monte_carlo"]
+    assert again | {"wall_s": 0} == mc | {"wall_s": 0}
+    status, out, _ = run(capsys, *argv, "--runs", "40", "--seed", "7")
+    assert status == 0 and "monte carlo: 40 runs (seeds 7..46)" in out
+    assert "the verdict above is the nominal run's" in out
+    assert "makespan p50 / p99 / max" in out and "deadline met" in out
+
+
+def test_simulate_says_when_the_board_gives_no_variance(capsys):
+    path = "schedules/paging_only-mlp-nrf52840_qspi_nor-70-paper.json"
+    status, out, _ = run(capsys, "simulate", path, "--board", "nrf52840_qspi_nor",
+                         "--accounting", "paper", "--runs", "5")
+    assert status == 0 and "monte carlo: 5 runs (seeds 0..4)" in out
+    assert "all identical: board 'nrf52840_qspi_nor' gives no storage.write_busy" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--runs", "0"], "--runs 0: must be a whole number in [1, 100000]"),
+    (["--runs", "100001"], "--runs 100001: must be a whole number in [1, 100000]"),
+    (["--seed", "-1"], "--seed -1: must be a whole number >= 0"),
+    (["--runs", "2", "--seed", "-5"], "--seed -5: must be a whole number >= 0"),
+])
+def test_bad_runs_and_seeds_are_one_line_errors(capsys, argv, message):
+    status, out, err = run(capsys, "simulate", "/nonexistent/s.json", *argv)
+    assert status == 2 and err == f"poetsim: error: {message}\n" and not out
+
+
+def test_runs_that_are_not_numbers_are_usage_errors(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["simulate", "s.json", "--runs", "many"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "--runs" in err
+
+
+def test_solve_plans_against_the_deadline_minus_the_margin(capsys, tmp_path):
+    path = tmp_path / "margin.json"
+    doc = run_json(capsys, "solve", "--model", "mlp", "--set", "layers=2", "--board", "rpi4",
+                   "--ram", "70%", "--deadline", "2x", "--deadline-margin", "10%",
+                   "--time-limit", "5", "--out", str(path))
+    assert doc["deadline_margin"] == "10%"
+    assert doc["planning_deadline_s"] == pytest.approx(0.9 * doc["deadline_s"])
+    assert doc["solver_deadline_s"] == doc["planning_deadline_s"]
+    assert doc["time_s"] <= doc["planning_deadline_s"]
+    meta = json.loads(path.read_text())["metadata"]
+    assert meta["deadline_s"] == doc["deadline_s"] and meta["deadline_margin"] == "10%"
+    status, out, _ = run(capsys, "solve", "--model", "mlp", "--set", "layers=2", "--board",
+                         "rpi4", "--ram", "70%", "--deadline", "2x", "--deadline-margin",
+                         "0.0001s", "--time-limit", "5")
+    assert status == 0 and "planned against" in out and "margin 0.0001s" in out
+    # the simulator judges the user's deadline, whatever the margin
+    sim = run_json(capsys, "simulate", str(path), "--set", "layers=2", "--board", "rpi4")
+    assert sim["deadline_s"] == doc["deadline_s"]
+
+
+@pytest.mark.parametrize("margin, message", [
+    ("10%", "needs a deadline"), ("soon", "deadline margin = 'soon'"),
+    ("100%", "share must be in [0%, 100%)")])
+def test_bad_deadline_margins_are_one_line_errors(capsys, margin, message):
+    argv = ["solve", "--model", "mlp", "--deadline-margin", margin]
+    if margin != "10%":
+        argv += ["--deadline", "2x"]
+    status, out, err = run(capsys, *argv)
+    assert status == 2 and err.startswith("poetsim: error: ") and err.count("\n") == 1
+    assert message in err

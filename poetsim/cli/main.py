@@ -33,6 +33,7 @@ from poetsim.report import plot_simulation
 from poetsim.request import Accounting, Request, resolve_request
 from poetsim.schedule import read_schedule, write_schedule, write_schedule_binary
 from poetsim.schedule.metadata import disagreements, parse_metadata
+from poetsim.sim.montecarlo import MAX_RUNS, MonteCarlo, monte_carlo
 from poetsim.sim.report import SimReport
 from poetsim.sim.trace import write_chrome_trace
 from poetsim.summary import cost_summary, graph_summary
@@ -121,7 +122,8 @@ def _add_request_options(parser: argparse.ArgumentParser, *, ram: str | None,
 
 def _request_from_args(args: argparse.Namespace, graph: TrainingGraph, board: Board) -> Request:
     return resolve_request(graph, board, ram=args.ram, deadline=args.deadline,
-                           accounting=args.accounting)
+                           accounting=args.accounting,
+                           deadline_margin=getattr(args, "deadline_margin", None))
 
 
 def _write_all_or_nothing(written: list[str],
@@ -358,7 +360,10 @@ def _print_solve(graph: TrainingGraph, board: Board, result: SolveResult,
     print(f"{graph.name} on {board.name}: {s['method']}: {result.message}")
     print(_row("budget", result.request.describe_budget()))
     if s["deadline_s"] is not None:
-        print(_row("deadline", format_quantity(s["deadline_s"], "s")))
+        margin = result.request.deadline_margin
+        print(_row("deadline", format_quantity(s["deadline_s"], "s") + (
+            f" (planned against {format_quantity(s['planning_deadline_s'], 's')}: margin "
+            f"{margin}; check with simulate --runs N)" if margin is not None else "")))
     if result.metrics is not None:
         print(_row("energy", f"{format_quantity(s['energy_j'], 'J')} "
                              f"({s['energy_overhead']:+.2%} vs every op once)"))
@@ -455,7 +460,41 @@ def _print_sim(r: SimReport, verdict: Verdict) -> None:
                 print(_row(f"simulated vs predicted {label}", f"{diff:+.2f}%"))
 
 
+def _monte_carlo_args(args: argparse.Namespace) -> tuple[int, int] | None:
+    """(runs, first seed) of a Monte Carlo, or None for the nominal run alone."""
+    if args.runs is None and args.seed is None:
+        return None
+    runs = 1 if args.runs is None else args.runs
+    seed = 0 if args.seed is None else args.seed
+    if not 1 <= runs <= MAX_RUNS:
+        raise InputError(f"--runs {runs}: must be a whole number in [1, {MAX_RUNS}]")
+    if seed < 0:
+        raise InputError(f"--seed {seed}: must be a whole number >= 0")
+    return runs, seed
+
+
+def _print_monte_carlo(mc: MonteCarlo) -> None:
+    seeds = f"seed {mc.seed}" if mc.runs == 1 else f"seeds {mc.seed}..{mc.last_seed}"
+    print(f"monte carlo: {mc.runs} run{'s' if mc.runs != 1 else ''} ({seeds}); the verdict "
+          "above is the nominal run's")
+    if not mc.varies:
+        print(_row("runs", f"all identical: {mc.identical_reason}"))
+    for label, dist, unit in (("makespan", mc.makespan_s, "s"), ("energy", mc.energy_j, "J"),
+                              ("drawn write-busy", mc.write_busy_s, "s")):
+        print(_row(f"{label} p50 / p99 / max",
+                   f"{format_quantity(dist.p50, unit)} / {format_quantity(dist.p99, unit)} / "
+                   f"{format_quantity(dist.max, unit)} (mean {format_quantity(dist.mean, unit)})"))
+    if mc.deadline_met_runs is not None and mc.deadline_s is not None:
+        print(_row("deadline met", f"{mc.deadline_met_runs} of {mc.runs} runs "
+                   f"({mc.deadline_met_share:.1%}) within {format_quantity(mc.deadline_s, 's')}"))
+    if mc.varies and mc.runs > 1:
+        print(_row("slowest run", f"seed {mc.worst_seed} ({format_quantity(mc.makespan_s.max, 's')}"
+                   f"; reproduce with --runs 1 --seed {mc.worst_seed})"))
+    print(_row("wall time", f"{mc.wall_s:.2f} s"))
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
+    variance = _monte_carlo_args(args)
     if args.graph:
         graph = read_graph(args.graph)
     else:
@@ -475,18 +514,31 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     notes = disagreements(meta, request.metadata())
     report, verdict = check_on_board(request, schedule, trace=bool(args.trace or args.plot),
                                      notes=notes)
+    mc = None
+    if variance is not None:
+        mc = monte_carlo(graph, board, schedule, runs=variance[0], seed=variance[1],
+                         budget_bytes=request.ram_limit_bytes,
+                         resident_bytes=request.resident_bytes,
+                         deadline_s=request.deadline_s, costs=request.costs)
     written: list[str] = []
     _write_all_or_nothing(written, (
         (args.trace, lambda path: write_chrome_trace(report, path, verdict=verdict.label)),
         (args.plot, lambda path: plot_simulation(graph, schedule, report, path,
                                                   verdict=verdict.label))))
     if args.json:
-        _emit_json({**report.as_dict(transfers=args.transfers), **verdict.as_dict(),
-                    "request": request.metadata()})
+        doc = {**report.as_dict(transfers=args.transfers), **verdict.as_dict(),
+               "request": request.metadata()}
+        if mc is not None:
+            doc["monte_carlo"] = {
+                **mc.as_dict(), "verdict_is_of": "the nominal run (the figures and verdict "
+                                                 "above); monte_carlo is reported beside it"}
+        _emit_json(doc)
     else:
         _print_sim(report, verdict)
         for path in written:
             print(_row("wrote", path))
+        if mc is not None:
+            _print_monte_carlo(mc)
     return 0 if verdict.passed else 1
 
 
@@ -611,6 +663,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "schedule on any machine under any load, with --time-limit only a "
                         "safety cap that the output reports when it binds")
     p.add_argument("--seed", type=int, default=0, metavar="N")
+    p.add_argument("--deadline-margin", metavar="10%|SECONDS",
+                   help="plan against the deadline minus this margin (a share of the "
+                        "deadline, or seconds), leaving room for the board's timing "
+                        "variance; the verdict still judges --deadline. Check the schedule "
+                        "with simulate --runs N")
     p.add_argument("--out", metavar="FILE", help="write the schedule (JSON)")
     p.add_argument("--binary", metavar="FILE", help="write the compact binary schedule")
     _add_model_options(p)
@@ -642,6 +699,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write RAM, power and schedule-matrix plots (.png, .svg or .pdf)")
     p.add_argument("--transfers", action="store_true",
                    help="with --json, include the transfer plan")
+    p.add_argument("--runs", type=int, metavar="N",
+                   help=f"also a Monte Carlo of N runs (1..{MAX_RUNS}) that draw each write's "
+                        "extra busy time from the board's storage.write_busy: p50/p99 "
+                        "makespan and energy and the share of runs meeting the deadline, "
+                        "beside the nominal run's verdict")
+    p.add_argument("--seed", type=int, metavar="S",
+                   help="first seed of the Monte Carlo (>= 0, default 0); run i uses S+i")
     _add_request_options(p, ram=None, deadline=None)
     p.description = ("Without --ram / --deadline, the budget and deadline the schedule file "
                      "records in words (\"50%\", \"1.5x\") are resolved again on this graph "
