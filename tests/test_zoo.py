@@ -12,13 +12,15 @@ from poetsim.graph import KINDS, MAC_KINDS, Phase, TrainingGraph, forward_macs, 
 from poetsim.graph.autograd import grad_name
 from poetsim.zoo import (
     DEFAULT_MODEL,
+    TRAINING_OPTIONS,
     build_model,
     model_description,
     model_names,
     model_options,
 )
 
-ALL_MODELS = ["bert", "mlp", "mobilenet_v2", "resnet18", "resnet18_cifar", "resnet50",
+ALL_MODELS = ["bert", "ds_cnn_m", "ds_cnn_s", "mcunet_in1", "mlp", "mobilenet_v2",
+              "mobilenet_v2_w035", "resnet18", "resnet18_cifar", "resnet50",
               "transformer_block", "vgg16", "vgg16_cifar"]
 
 #: Readable hierarchical op names: "layer1.0.conv1", "block3.attn.softmax", "fc".
@@ -59,6 +61,62 @@ def test_published_params_and_macs(name: str, n_params: float, macs: float) -> N
     g = model(name)
     assert params(g) == pytest.approx(n_params, rel=0.02)
     assert forward_macs(g) == pytest.approx(macs, rel=0.02)
+
+
+# MCU models (issue #15), each against its published figures within 2%:
+# (model, options, parameters, forward MACs, source).
+PUBLISHED_MCU = [
+    # tensorflow/models research/slim/nets/mobilenet/README.md, mobilenet_v2_0.35_128:
+    # 20 M MACs, 1.66 M parameters.
+    ("mobilenet_v2_w035", (), 1.66e6, 20e6),
+    # mit-han-lab/mcunet README, mcunet-in1 (mcunet-5fps_imagenet) at its 96x96
+    # resolution: 12.8 M MACs, 0.64 M parameters.
+    ("mcunet_in1", (("image_size", 96),), 0.64e6, 12.8e6),
+]
+
+# Hello Edge (Zhang et al. 2017), DS-CNN operations per inference: small 5.4 M, medium
+# 19.8 M, counting a multiply-accumulate as 2 operations.
+PUBLISHED_KWS_OPS = [("ds_cnn_s", 5.4e6), ("ds_cnn_m", 19.8e6)]
+
+
+@pytest.mark.parametrize(("name", "options", "n_params", "macs"), PUBLISHED_MCU)
+def test_published_mcu_models(name: str, options: tuple, n_params: float, macs: float) -> None:
+    g = model(name, **dict(options))
+    assert params(g) == pytest.approx(n_params, rel=0.02)
+    assert forward_macs(g) == pytest.approx(macs, rel=0.02)
+
+
+@pytest.mark.parametrize(("name", "ops"), PUBLISHED_KWS_OPS)
+def test_published_kws_operations(name: str, ops: float) -> None:
+    assert 2 * forward_macs(model(name)) == pytest.approx(ops, rel=0.02)
+
+
+def test_mcu_models_exact_architecture() -> None:
+    # MobileNetV2 0.35: channels x 0.35 rounded to multiples of 8, the 1280 head kept.
+    w = model("mobilenet_v2_w035")
+    assert w.op("stem.conv").output_bytes == 4 * 16 * 64 * 64       # 32 x 0.35 -> 16
+    assert w.op("block1.project.conv").output_bytes == 4 * 8 * 64 * 64
+    assert w.op("block17.project.conv").output_bytes == 4 * 112 * 4 * 4
+    assert w.op("head.conv").param_bytes == 4 * 112 * 1280
+    assert build_model("mobilenet_v2", width_percent=35, image_size=128).param_bytes \
+        == w.param_bytes
+    # MCUNet-in1 at 128 (tiny-training mcunet-5fps): 16 -> ... -> 160 channels at 4x4,
+    # 7x7 depthwise kernels in blocks 4, 7 and 11, residuals where the shape is kept.
+    m = model("mcunet_in1")
+    assert m.op("block4.dw.conv").flops == 2 * 48 * 16 * 16 * 49
+    assert m.op("block14.project.conv").output_bytes == 4 * 160 * 4 * 4
+    assert "block1.expand.conv" not in {op.name for op in m.ops}
+    assert sum(op.kind == "add" for op in m.ops if op.phase is Phase.FORWARD) == 7
+    assert m.op("classifier").param_bytes == 4 * (160 * 1000 + 1000)
+    # DS-CNN: exact parameters of the ML-KWS-for-MCU definition (convolutions with
+    # bias, batch norm with shift only): small 23,180, medium 136,580.
+    assert params(model("ds_cnn_s")) == 23_180
+    assert params(model("ds_cnn_m")) == 136_580
+    s = model("ds_cnn_s")
+    assert s.op("conv1.conv").output_bytes == 4 * 64 * 25 * 5      # 49x10, SAME, stride 2
+    assert s.op("conv1.conv").flops == 2 * 25 * 5 * 64 * 40
+    assert s.op("conv1.bn").param_bytes == 4 * 64
+    assert model("ds_cnn_m").op("ds1.dw.conv").output_bytes == 4 * 172 * 13 * 5
 
 
 def test_exact_parameter_counts() -> None:
@@ -242,7 +300,9 @@ def test_registry() -> None:
         assert description and "\n" not in description
         options = model_options(name)
         assert options["batch_size"] == 1
-        assert all(isinstance(v, int) and v > 0 for v in options.values())
+        assert all(isinstance(v, int) and v > 0 for k, v in options.items()
+                   if k not in TRAINING_OPTIONS)
+        assert {k: options[k] for k in TRAINING_OPTIONS} == TRAINING_OPTIONS
         # building with every default spelled out gives the default graph
         assert build_model(name, **options) == model(name)
     assert model_options("bert")["intermediate"] == 3072
@@ -261,7 +321,8 @@ def test_options_change_the_model() -> None:
 
 
 def test_unknown_model() -> None:
-    with pytest.raises(UnknownNameError, match="known models: bert, mlp") as info:
+    with pytest.raises(UnknownNameError,
+                       match="known models: bert, ds_cnn_m, ds_cnn_s, mcunet_in1, mlp") as info:
         build_model("resnet1000")
     assert "\n" not in str(info.value)
     with pytest.raises(UnknownNameError):
@@ -282,6 +343,15 @@ def test_unknown_model() -> None:
     ("transformer_block", {"hidden": 130}, "heads = 4: must divide hidden = 130"),
     ("resnet50", {"image_size": 16}, "image_size = 16"),
     ("mobilenet_v2", {"image_size": 31}, "image_size = 31"),
+    ("mobilenet_v2", {"width_percent": 0}, "width_percent = 0: must be a positive integer"),
+    ("mlp", {"train_last": -1}, "option train_last = -1: must be a whole number >= 0"),
+    ("mlp", {"train_last": 11}, "option train_last = 11: must be at most 10, the number of "
+                                "layers with parameters"),
+    ("mlp", {"bias_only": 2}, "option bias_only = 2: must be 0 or 1"),
+    ("mlp", {"sparse_update": 1}, "option sparse_update = 1: this model has no published "
+                                  "sparse-update scheme"),
+    ("mcunet_in1", {"sparse_update": 1, "train_last": 3}, "cannot be combined with train_last"),
+    ("mlp", {"sparse_update": "yes"}, "option sparse_update = 'yes'"),
 ])
 def test_bad_options(name: str, options: dict, message: str) -> None:
     with pytest.raises(InputError, match=message) as info:

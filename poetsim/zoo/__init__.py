@@ -3,7 +3,19 @@
 Each model is built by hand from its layer hyper-parameters (shapes, FLOPs, parameters
 and workspace; see :mod:`poetsim.zoo.layers` for the cost conventions) as a
 :class:`~poetsim.graph.autograd.ForwardGraph`, whose backward ops are derived the way
-autograd does. Every model takes integer keyword options, ``batch_size`` among them.
+autograd does. Every model takes integer keyword options, ``batch_size`` among them, and
+the training-mode options every model shares (:data:`TRAINING_OPTIONS`):
+
+* ``train_last=k``: train only the last ``k`` layers (a layer is a convolution, linear or
+  embedding op with the norm that follows it; the last is the classifier); 0, the
+  default, trains every layer;
+* ``bias_only=1``: train only biases and norm shifts (of the last ``train_last`` layers,
+  or of all), every weight frozen;
+* ``sparse_update=1``: the model's published sparse-update scheme (Lin et al., NeurIPS
+  2022), for the models that have one (``mcunet_in1``).
+
+Frozen parameters have no gradient, no optimizer state and no weight-gradient work
+(:mod:`poetsim.graph.training`).
 
 >>> from poetsim.zoo import build_model, model_options
 >>> model_options("mlp")
@@ -22,14 +34,17 @@ import attrs
 
 from poetsim.errors import InputError, UnknownNameError
 from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.training import Training
+from poetsim.zoo.dscnn import ds_cnn_m, ds_cnn_s
+from poetsim.zoo.mcunet import MCUNET_IN1_SPARSE_UPDATE, mcunet_in1
 from poetsim.zoo.mlp import mlp
-from poetsim.zoo.mobilenet import mobilenet_v2
+from poetsim.zoo.mobilenet import mobilenet_v2, mobilenet_v2_w035
 from poetsim.zoo.resnet import resnet18, resnet18_cifar, resnet50
 from poetsim.zoo.transformer import bert, transformer_block
 from poetsim.zoo.vgg import vgg16, vgg16_cifar
 
-__all__ = ["DEFAULT_MODEL", "build_model", "model_description", "model_names",
-           "model_options"]
+__all__ = ["DEFAULT_MODEL", "TRAINING_OPTIONS", "build_model", "model_description",
+           "model_names", "model_options", "training_from_options"]
 
 #: The model the quick start and the demo use.
 DEFAULT_MODEL = "resnet18_cifar"
@@ -41,6 +56,12 @@ class _Model:
     description: str
     #: Defaults of options whose builder default is ``None`` (derived from other options).
     derived_defaults: Mapping[str, int] = attrs.field(factory=dict)
+    #: The published sparse-update scheme, if the model has one.
+    sparse_update: Training | None = None
+
+
+#: Training-mode options of every model and their defaults (everything trained).
+TRAINING_OPTIONS: dict[str, int] = {"train_last": 0, "bias_only": 0, "sparse_update": 0}
 
 
 _MODELS: dict[str, _Model] = {
@@ -53,6 +74,17 @@ _MODELS: dict[str, _Model] = {
     "resnet50": _Model(resnet50, "ResNet-50 v1.5 for ImageNet (224x224x3, 1000 classes)"),
     "mobilenet_v2": _Model(mobilenet_v2,
                            "MobileNetV2 1.0 for ImageNet (224x224x3, 1000 classes)"),
+    "mobilenet_v2_w035": _Model(mobilenet_v2_w035,
+                                "MobileNetV2 0.35 for ImageNet at 128x128x3, 1000 classes "
+                                "(MCU class: 1.66 M parameters, 20 M MACs)"),
+    "mcunet_in1": _Model(mcunet_in1,
+                         "MCUNet-in1 (5fps) at 128x128x3, 1000 classes, as Lin et al. train "
+                         "it on MCUs (0.64 M parameters; sparse_update=1 is their scheme)",
+                         sparse_update=MCUNET_IN1_SPARSE_UPDATE),
+    "ds_cnn_s": _Model(ds_cnn_s, "DS-CNN small keyword spotting (Hello Edge) on 49x10 MFCC, "
+                                 "12 classes (23 k parameters, 2.7 M MACs)"),
+    "ds_cnn_m": _Model(ds_cnn_m, "DS-CNN medium keyword spotting (Hello Edge) on 49x10 MFCC, "
+                                 "12 classes (137 k parameters, 9.8 M MACs)"),
     "bert": _Model(bert, "BERT-base encoder, 12 blocks on an embedded 128x768 sequence, "
                          "2 classes (intermediate defaults to 4 x hidden)",
                    derived_defaults={"intermediate": 3072}),
@@ -82,7 +114,8 @@ def model_description(name: str) -> str:
 
 
 def model_options(name: str) -> dict[str, int]:
-    """The model's keyword options and their defaults (``batch_size`` included).
+    """The model's keyword options and their defaults (``batch_size`` included), then the
+    training-mode options (:data:`TRAINING_OPTIONS`).
 
     An option whose default derives from others (a transformer's ``intermediate`` is
     4 x ``hidden`` unless given) is reported with its value at the other defaults.
@@ -90,13 +123,41 @@ def model_options(name: str) -> dict[str, int]:
     model = _model(name)
     options: dict[str, int] = {}
     for param in inspect.signature(model.builder).parameters.values():
+        if param.name == "training":
+            continue
         default = param.default
         options[param.name] = model.derived_defaults[param.name] if default is None else default
-    return options
+    return {**options, **TRAINING_OPTIONS}
 
 
-def _as_positive_int(name: str, option: str, value: Any) -> int:
-    """``value`` as a positive int; integral floats and decimal strings are accepted."""
+def training_from_options(name: str, train_last: int = 0, bias_only: int = 0,
+                          sparse_update: int = 0) -> Training:
+    """The training mode the training-mode options of model ``name`` ask for.
+
+    Raises a one-line :class:`InputError` naming the option, its value and the rule.
+    """
+    for option, value in (("bias_only", bias_only), ("sparse_update", sparse_update)):
+        if value not in (0, 1):
+            raise InputError(f"model {name}: option {option} = {value!r}: must be 0 or 1")
+    if sparse_update:
+        scheme = _model(name).sparse_update
+        if scheme is None:
+            having = [n for n in model_names() if _MODELS[n].sparse_update is not None]
+            raise InputError(f"model {name}: option sparse_update = 1: this model has no "
+                             f"published sparse-update scheme (models with one: "
+                             f"{', '.join(having)})")
+        if train_last or bias_only:
+            raise InputError(f"model {name}: option sparse_update = 1: cannot be combined with "
+                             "train_last or bias_only (the scheme sets both)")
+        return scheme
+    if bias_only:
+        return Training("bias", last=train_last)
+    return Training("last", last=train_last) if train_last else Training()
+
+
+def _as_int(name: str, option: str, value: Any, minimum: int) -> int:
+    """``value`` as an int of at least ``minimum``; integral floats and decimal strings are
+    accepted."""
     number: int | None = None
     if isinstance(value, bool):
         number = None
@@ -109,9 +170,10 @@ def _as_positive_int(name: str, option: str, value: Any) -> int:
             number = int(value.strip())
         except ValueError:
             number = None
-    if number is None or number < 1:
-        raise InputError(f"model {name}: option {option} = {value!r}: "
-                         "must be a positive integer")
+    if number is None or number < minimum:
+        rule = ("must be a positive integer" if minimum == 1
+                else f"must be a whole number >= {minimum}")
+        raise InputError(f"model {name}: option {option} = {value!r}: {rule}")
     return number
 
 
@@ -120,18 +182,29 @@ def build_model(name: str, **options: Any) -> TrainingGraph:
 
     Raises :class:`~poetsim.errors.UnknownNameError` for an unknown model and
     :class:`~poetsim.errors.InputError` for an unknown option, a value that is not a
-    positive integer, or inconsistent values (e.g. ``hidden`` not divisible by ``heads``).
-    The graph is named ``name`` and its metadata records the model and all its options.
+    positive integer (a whole number >= 0 for the training-mode options), or inconsistent
+    values (e.g. ``hidden`` not divisible by ``heads``, ``train_last`` above the model's
+    layers). The graph is named ``name`` and its metadata records the model and all its
+    options.
     """
     model = _model(name)
     known = model_options(name)
     checked: dict[str, int] = {}
+    modes: dict[str, int] = dict(TRAINING_OPTIONS)
     for option, value in options.items():
         if option not in known:
             raise InputError(f"model {name}: unknown option {option!r} = {value!r}; "
                              f"options: {', '.join(known)}")
-        checked[option] = _as_positive_int(name, option, value)
+        if option in TRAINING_OPTIONS:
+            modes[option] = _as_int(name, option, value, 0)
+        else:
+            checked[option] = _as_int(name, option, value, 1)
+    training = training_from_options(name, **modes)
     try:
-        return model.builder(**checked)
+        graph = model.builder(**checked, training=None if training.is_full else training)
     except InputError as error:  # inconsistent options: say which model
         raise type(error)(f"model {name}: {error}") from None
+    if training.is_full:
+        return attrs.evolve(graph, metadata={**graph.metadata, **modes})
+    return attrs.evolve(graph, metadata={**graph.metadata, **modes,
+                                         "training_mode": training.mode})

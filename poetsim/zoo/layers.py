@@ -38,6 +38,7 @@ import attrs
 
 from poetsim.errors import InputError
 from poetsim.graph.autograd import ForwardGraph
+from poetsim.graph.training import Training
 
 __all__ = [
     "Tensor", "add", "attention", "avgpool", "batchnorm", "check_option", "conv2d", "conv_out",
@@ -59,9 +60,11 @@ class Tensor:
         return math.prod(self.shape)
 
 
-def new_graph(model: str, batch_size: int, **options: int) -> ForwardGraph:
-    """An empty forward graph named ``model`` whose metadata records the options."""
-    return ForwardGraph(model, batch_size=batch_size,
+def new_graph(model: str, batch_size: int, *, training: Training | None = None,
+              **options: int) -> ForwardGraph:
+    """An empty forward graph named ``model`` whose metadata records the options;
+    ``training`` says what is trained (default: everything)."""
+    return ForwardGraph(model, batch_size=batch_size, training=training,
                         metadata={"model": model, "batch_size": batch_size, **options})
 
 

@@ -1,12 +1,13 @@
-"""MobileNetV2 (width 1.0), in torchvision's layout."""
+"""MobileNetV2 in torchvision's layout, with a width multiplier and any input size."""
 
 from __future__ import annotations
 
 from poetsim.graph.autograd import ForwardGraph
 from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.training import Training
 from poetsim.zoo import layers as L
 
-__all__ = ["mobilenet_v2"]
+__all__ = ["make_divisible", "mobilenet_v2", "mobilenet_v2_w035"]
 
 #: Inverted-residual settings: expansion t, output channels c, repeats n, first stride s.
 MOBILENET_V2_SETTINGS: tuple[tuple[int, int, int, int], ...] = (
@@ -18,6 +19,14 @@ MOBILENET_V2_SETTINGS: tuple[tuple[int, int, int, int], ...] = (
 MIN_IMAGE_SIZE = 32
 
 
+def make_divisible(value: float, divisor: int = 8) -> int:
+    """Channels rounded to a multiple of ``divisor`` (at least ``divisor``), never more
+    than 10% below ``value``: the rounding of MobileNetV2's reference implementations
+    (TF-slim, torchvision)."""
+    rounded = max(divisor, int(value + divisor / 2) // divisor * divisor)
+    return rounded + divisor if rounded < 0.9 * value else rounded
+
+
 def _conv_bn(fg: ForwardGraph, prefix: str, x: L.Tensor, channels: int, kernel: int, *,
              stride: int = 1, groups: int = 1, activation: bool = True) -> L.Tensor:
     x = L.conv2d(fg, f"{prefix}.conv", x, channels, kernel, stride=stride, groups=groups)
@@ -26,42 +35,69 @@ def _conv_bn(fg: ForwardGraph, prefix: str, x: L.Tensor, channels: int, kernel: 
 
 
 def inverted_residual(fg: ForwardGraph, prefix: str, x: L.Tensor, channels: int,
-                      stride: int, expand: int) -> L.Tensor:
-    """``{prefix}.expand`` (1x1, skipped when ``expand == 1``), ``{prefix}.dw`` (3x3
+                      stride: int, expand: int, *, kernel: int = 3,
+                      hidden: int | None = None) -> L.Tensor:
+    """``{prefix}.expand`` (1x1 to ``hidden`` channels, default ``expand`` x the input's;
+    skipped when that is the input's), ``{prefix}.dw`` (``kernel`` x ``kernel``
     depthwise), ``{prefix}.project`` (1x1, linear: no ReLU6), and ``{prefix}.add`` when
     the stride is 1 and the shape is kept."""
-    hidden = x.shape[0] * expand
+    hidden = x.shape[0] * expand if hidden is None else hidden
     h = x
-    if expand != 1:
+    if hidden != x.shape[0]:
         h = _conv_bn(fg, f"{prefix}.expand", h, hidden, 1)
-    h = _conv_bn(fg, f"{prefix}.dw", h, hidden, 3, stride=stride, groups=hidden)
+    h = _conv_bn(fg, f"{prefix}.dw", h, hidden, kernel, stride=stride, groups=hidden)
     h = _conv_bn(fg, f"{prefix}.project", h, channels, 1, activation=False)
     if stride == 1 and x.shape[0] == channels:
         h = L.add(fg, f"{prefix}.add", h, x)
     return h
 
 
-def mobilenet_v2(*, batch_size: int = 1, classes: int = 1000,
-                 image_size: int = 224) -> TrainingGraph:
-    """MobileNetV2 with width multiplier 1.0.
-
-    ``stem`` (3x3/2 convolution to 32 channels, batch norm, ReLU6), 17 inverted residual
-    blocks ``block1`` ... ``block17``, ``head`` (1x1 convolution to 1280 channels, batch
-    norm, ReLU6), global ``avgpool`` and ``classifier`` 1280 -> ``classes`` (dropout
-    omitted). Defaults: 3.50 M parameters, 0.30 G MACs.
-    """
+def _mobilenet_v2(name: str, batch_size: int, classes: int, image_size: int,
+                  width_percent: int, training: Training | None) -> TrainingGraph:
     L.check_option(image_size >= MIN_IMAGE_SIZE, "image_size", image_size,
                    f"must be at least {MIN_IMAGE_SIZE}")
-    fg = L.new_graph("mobilenet_v2", batch_size, classes=classes, image_size=image_size)
+    L.check_option(width_percent <= 400, "width_percent", width_percent,
+                   "must be at most 400 (a width multiplier of 4)")
+    width = width_percent / 100
+    fg = L.new_graph(name, batch_size, training=training, classes=classes,
+                     image_size=image_size, width_percent=width_percent)
     x = L.Tensor(fg.input("input", 3 * image_size * image_size), (3, image_size, image_size))
-    x = _conv_bn(fg, "stem", x, 32, 3, stride=2)
+    x = _conv_bn(fg, "stem", x, make_divisible(32 * width), 3, stride=2)
     index = 0
     for expand, channels, repeats, first_stride in MOBILENET_V2_SETTINGS:
         for r in range(repeats):
             index += 1
-            x = inverted_residual(fg, f"block{index}", x, channels,
+            x = inverted_residual(fg, f"block{index}", x, make_divisible(channels * width),
                                   first_stride if r == 0 else 1, expand)
-    x = _conv_bn(fg, "head", x, 1280, 1)
+    x = _conv_bn(fg, "head", x, make_divisible(1280 * max(1.0, width)), 1)
     logits = L.linear(fg, "classifier", L.avgpool(fg, "avgpool", x), classes)
     fg.loss("loss", logits.name)
     return fg.build()
+
+
+def mobilenet_v2(*, batch_size: int = 1, classes: int = 1000, image_size: int = 224,
+                 width_percent: int = 100, training: Training | None = None) -> TrainingGraph:
+    """MobileNetV2 with width multiplier ``width_percent / 100``.
+
+    ``stem`` (3x3/2 convolution to 32 x width channels, batch norm, ReLU6), 17 inverted
+    residual blocks ``block1`` ... ``block17`` (channels x width, rounded by
+    :func:`make_divisible`), ``head`` (1x1 convolution to 1280 channels, 1280 x width
+    above width 1, batch norm, ReLU6), global ``avgpool`` and ``classifier`` ->
+    ``classes`` (dropout omitted). Defaults: 3.50 M parameters, 0.30 G MACs.
+    """
+    return _mobilenet_v2("mobilenet_v2", batch_size, classes, image_size, width_percent,
+                         training)
+
+
+def mobilenet_v2_w035(*, batch_size: int = 1, classes: int = 1000, image_size: int = 128,
+                      width_percent: int = 35, training: Training | None = None,
+                      ) -> TrainingGraph:
+    """MobileNetV2 0.35 at 128x128, the smallest of the reference family.
+
+    :func:`mobilenet_v2` with other defaults. Published (TF-slim MobileNet README,
+    tensorflow/models ``research/slim/nets/mobilenet/README.md``, row
+    ``mobilenet_v2_0.35_128``): 20 M MACs, 1.66 M parameters. Lin et al. (NeurIPS 2022)
+    train a w0.35 MobileNetV2 without the 1280-channel head on microcontrollers.
+    """
+    return _mobilenet_v2("mobilenet_v2_w035", batch_size, classes, image_size, width_percent,
+                         training)
