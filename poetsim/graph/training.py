@@ -76,10 +76,10 @@ class Training:
         if self.mode not in MODES:
             raise InputError(f"training mode = {self.mode!r}: must be one of {', '.join(MODES)}")
         if isinstance(self.last, bool) or not isinstance(self.last, int) or self.last < 0:
-            raise InputError(f"training last = {self.last!r}: must be a whole number >= 0")
+            raise InputError(f"option train_last = {self.last!r}: must be a whole number >= 0")
         if self.mode == "last" and self.last < 1:
-            raise InputError(f"training last = {self.last}: the last-k mode trains at least "
-                             "one layer")
+            raise InputError(f"option train_last = {self.last}: the last-k mode trains at "
+                             "least one layer")
         if self.mode == "sparse":
             if not self.weights and self.last < 1:
                 raise InputError("sparse update: trains no weight and no bias")
@@ -132,8 +132,8 @@ def resolve_training(forward: Sequence[ForwardOp],
     groups = layers(forward)
     n = len(groups)
     if training.last > n:
-        raise InputError(f"training last = {training.last}: must be at most {n}, the "
-                         "model's layers with parameters")
+        raise InputError(f"option train_last = {training.last}: must be at most {n}, the "
+                         "number of layers with parameters")
     for index, _ in training.weights:
         if index >= n:
             raise InputError(f"sparse update: layer index {index}: must be below {n}, the "
