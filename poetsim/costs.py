@@ -30,8 +30,27 @@ a page-out first erases the sectors it covers (no pre-erased pool is assumed)::
     time_s   += sectors * erase_time_s
     energy_j += sectors * erase_time_s * erase_power_w
 
-A tensor of 0 bytes costs nothing to move. Idle power, wake-ups and bus contention are not
-per-op costs; the simulator accounts for them.
+A tensor of 0 bytes costs nothing to move.
+
+Time-proportional power (:class:`WaitPower`)
+--------------------------------------------
+The board also draws power while it waits, in proportion to the time it waits, not to any
+op. Over a run of ``makespan_s`` in which the CPU computes (or, without DMA, moves bytes)
+for ``cpu_busy_s`` and the storage reads and writes for ``storage_busy_s``::
+
+    wait_energy_j = cpu_wait_w * (makespan_s - cpu_busy_s)
+                  + rest_w     * (makespan_s - storage_busy_s - wakeups * wakeup_s)
+                  + wakeups * (wakeup_j + awake_w * awake_s)
+
+``cpu_wait_w`` is the CPU's idle power (awake, waiting for a transfer: on the MCUs the clock
+tree that the DMA needs keeps running); ``rest_w`` is the DMA's idle power plus the
+storage's sleep power; every time the storage wakes (it starts asleep, and falls asleep
+after ``auto_sleep_timeout_s`` without a command) it costs ``wakeup_j`` and ``wakeup_s``
+of latency, and stays awake, at ``awake_w = idle - sleep`` more, for ``awake_s`` (the
+timeout) after its last command. The timelines that give ``makespan_s`` and the wake-ups
+are the stage model's (:func:`poetsim.optimizer.plan.evaluate_plan`) and the op list's
+(:func:`poetsim.baselines.base.predict`); the simulator integrates the same powers over
+its own timeline. Paper-profile boards have all these powers at 0, as POET.
 
 Paper-profile boards (``profile = "paper"``)
 --------------------------------------------
@@ -60,8 +79,8 @@ from poetsim.boards.spec import Board, Profile, Storage, StorageKind
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.ops import Phase
 
-__all__ = ["OpCosts", "Transfer", "TransferPhases", "op_costs", "transfer_cost",
-           "transfer_phases"]
+__all__ = ["OpCosts", "Transfer", "TransferPhases", "WaitPower", "op_costs", "transfer_cost",
+           "transfer_phases", "wait_power"]
 
 
 @attrs.frozen
@@ -137,6 +156,46 @@ def _erase_time_s(storage: Storage, rounded_bytes: int) -> float:
     return sectors * storage.erase_time_s  # type: ignore[operator]
 
 
+@attrs.frozen
+class WaitPower:
+    """The board's time-proportional power (see the module docstring)."""
+
+    cpu_wait_w: float = 0.0
+    rest_w: float = 0.0
+    wakeup_j: float = 0.0
+    wakeup_s: float = 0.0
+    awake_w: float = 0.0
+    awake_s: float = 0.0
+
+    @property
+    def wake_j(self) -> float:
+        """Energy of one wake-up of the storage and its awake tail."""
+        return self.wakeup_j + self.awake_w * self.awake_s
+
+    @property
+    def prices_time(self) -> bool:
+        """Whether waiting costs anything on this board."""
+        return bool(self.cpu_wait_w or self.rest_w or self.wake_j or self.wakeup_s)
+
+    def energy_j(self, *, makespan_s: float, cpu_busy_s: float, storage_busy_s: float,
+                 wakeups: int) -> float:
+        """The wait energy of one run (the formula in the module docstring)."""
+        return (self.cpu_wait_w * (makespan_s - cpu_busy_s)
+                + self.rest_w * (makespan_s - storage_busy_s - wakeups * self.wakeup_s)
+                + wakeups * self.wake_j)
+
+
+def wait_power(board: Board) -> WaitPower:
+    """:class:`WaitPower` of ``board``, from its power states."""
+    storage = board.storage
+    return WaitPower(
+        cpu_wait_w=board.cpu.idle_power_w,
+        rest_w=(board.dma.idle_power_w if board.dma.present else 0.0) + storage.sleep_power_w,
+        wakeup_j=storage.wakeup_energy_j, wakeup_s=storage.wakeup_latency_s,
+        awake_w=max(storage.idle_power_w - storage.sleep_power_w, 0.0),
+        awake_s=storage.auto_sleep_timeout_s)
+
+
 def _readonly(values: Any, dtype: Any = np.float64) -> np.ndarray:
     array = np.array(values, dtype=dtype)
     array.flags.writeable = False
@@ -167,9 +226,25 @@ class OpCosts:
     output_bytes: np.ndarray = _frozen_array(np.int64)
     workspace_bytes: np.ndarray = _frozen_array(np.int64)
     measured: np.ndarray = _frozen_array(bool)
+    wait: WaitPower = WaitPower()
+    #: the CPU moves every byte itself (no DMA): transfers add to compute time
+    cpu_moves: bool = False
 
     def __len__(self) -> int:
         return len(self.compute_time_s)
+
+    @property
+    def plain_time_s(self) -> float:
+        """Every op once, nothing paged: the shortest time any schedule can take."""
+        return float(self.compute_time_s.sum())
+
+    @property
+    def plain_energy_j(self) -> float:
+        """Every op once, nothing paged: the least energy any schedule can spend (the CPU
+        never waits; the storage sleeps throughout)."""
+        time_s = self.plain_time_s
+        return float(self.compute_energy_j.sum()) + self.wait.energy_j(
+            makespan_s=time_s, cpu_busy_s=time_s, storage_busy_s=0.0, wakeups=0)
 
 
 def _moved_bytes(graph: TrainingGraph, k: int) -> int:
@@ -215,5 +290,6 @@ def op_costs(graph: TrainingGraph, board: Board) -> OpCosts:
         output_bytes=[op.output_bytes for op in graph.ops],
         workspace_bytes=[op.workspace_bytes for op in graph.ops],
         measured=[not op.measured.empty for op in graph.ops],
+        wait=wait_power(board), cpu_moves=not board.dma.present,
         **columns,
     )

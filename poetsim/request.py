@@ -111,12 +111,12 @@ class Request:
     @property
     def plain_time_s(self) -> float:
         """Every op once, nothing paged: the shortest time any schedule can take."""
-        return float(self.costs.compute_time_s.sum())
+        return self.costs.plain_time_s
 
     @property
     def plain_energy_j(self) -> float:
         """Every op once, nothing paged: the least energy any schedule can spend."""
-        return float(self.costs.compute_energy_j.sum())
+        return self.costs.plain_energy_j
 
     @property
     def ram_limit_bytes(self) -> int:

@@ -16,8 +16,10 @@
 The resident state comes from the graph through the request, never from a schedule
 file; the simulation must have been run with it (:func:`judge` checks).
 
-Energy does not decide: the optimizer's model still leaves out idle and stall power (issue
-#14), so a PASS does not promise the predicted energy. :func:`check_on_board` recomputes the
+Energy does not decide: the op-list model prices waiting (idle, stall, storage at rest,
+wake-ups) on its own timeline, which the simulator's just-in-time prefetch and bus
+contention can beat or miss by a few percent, so a PASS does not promise the predicted
+energy. :func:`check_on_board` recomputes the
 op-list prediction from the schedule (never taking the file's figure) and the verdict
 carries it beside the simulated energy, with a note when they differ by more than
 :data:`ENERGY_NOTE_SHARE`.
@@ -176,8 +178,8 @@ def judge(request: Request, report: SimReport, *, notes: Iterable[str] = (),
     if predicted_energy_j and abs(report.energy_j / predicted_energy_j - 1) > ENERGY_NOTE_SHARE:
         notes.append(f"simulated energy {report.energy_j:.6g} J is "
                      f"{report.energy_j / predicted_energy_j - 1:+.1%} off the optimizer's "
-                     f"model ({predicted_energy_j:.6g} J; idle and stall power are not in "
-                     "it yet)")
+                     f"op-list model ({predicted_energy_j:.6g} J): its timeline of waits "
+                     "differs from the simulated one")
     return Verdict(
         passed=not violations, accounting=request.accounting, peak_total_bytes=peak_total,
         peak_activation_bytes=peak_activation, resident_bytes=request.resident_bytes,

@@ -237,8 +237,7 @@ def sd_schedule(capsys, tmp_path):
     """A small schedule that pages on the Pi 4 (an SD board with storage.write_busy)."""
     path = tmp_path / "paging.json"
     doc = run_json(capsys, "solve", "--model", "mlp", "--set", "layers=2", "--board", "rpi4",
-                   "--ram", "70%", "--deadline", "2x", "--no-remat", "--time-limit", "5",
-                   "--out", str(path))
+                   "--ram", "70%", "--no-remat", "--time-limit", "5", "--out", str(path))
     assert doc["page_outs"] >= 1, doc
     return path
 

@@ -22,7 +22,6 @@ from poetsim.zoo import build_model
 
 def _bound(graph, costs, budget, board, deadline=None, remat=True, paging=True):
     return relaxation_bound_j(graph, costs, budget, deadline, remat=remat, paging=paging,
-                              overlap=board.dma.present,
                               storage_capacity_bytes=board.storage.capacity_bytes)
 
 
@@ -35,8 +34,7 @@ def test_bound_is_below_the_brute_force_optimum_of_every_tiny_case(case) -> None
     low, _ = minimum_ram_bytes(graph)
     for remat, paging in MODES:
         for budget in [low - 1] + budgets(graph):
-            optimum = brute.optimum(budget, remat=remat, paging=paging,
-                                    overlap=board.dma.present)
+            optimum = brute.optimum(budget, remat=remat, paging=paging)
             bound = _bound(graph, costs, budget, board, remat=remat, paging=paging)
             if bound is None:
                 assert optimum is None, (remat, paging, budget)
@@ -62,10 +60,13 @@ def expand_graph() -> TrainingGraph:
 def test_holding_a_small_input_instead_of_its_large_output_is_priced_right() -> None:
     graph, board = expand_graph(), make_board()
     costs = op_costs(graph, board)
-    optimum = BruteForce(graph, costs).optimum(100, remat=True, paging=True, overlap=True)
-    plain = float(costs.compute_energy_j.sum())
+    optimum = BruteForce(graph, costs).optimum(100, remat=True, paging=True)
+    plain = costs.plain_energy_j
     up = graph.index("up")
-    assert optimum == pytest.approx(plain + float(costs.compute_energy_j[up]), rel=1e-9)
+    # one recomputation of up: its energy, and its time with the storage and DMA at rest
+    recompute = float(costs.compute_energy_j[up]) + costs.wait.rest_w * float(
+        costs.compute_time_s[up])
+    assert optimum == pytest.approx(plain + recompute, rel=1e-9)
     assert _bound(graph, costs, 100, board) == pytest.approx(optimum, rel=1e-9)
 
 
@@ -73,12 +74,12 @@ def test_bound_rises_above_the_plain_energy_and_can_be_exact() -> None:
     """On the chain, at its minimum RAM, the bound is the optimum: one restore is forced."""
     graph, board = TINY["chain-cheap-storage"][0](), TINY["chain-cheap-storage"][1]()
     costs = op_costs(graph, board)
-    plain = float(costs.compute_energy_j.sum())
+    plain = costs.plain_energy_j
     low, _ = minimum_ram_bytes(graph)
     brute = BruteForce(graph, costs)
     exact = 0
     for budget in budgets(graph):
-        optimum = brute.optimum(budget, remat=True, paging=True, overlap=True)
+        optimum = brute.optimum(budget, remat=True, paging=True)
         bound = _bound(graph, costs, budget, board)
         if optimum > plain * (1 + 1e-9):
             assert bound > plain
@@ -102,14 +103,14 @@ def test_bound_never_exceeds_the_optimum_on_random_tiny_dags(graph, fraction, mo
     low, _ = minimum_ram_bytes(graph)
     budget = low + math.floor(fraction * (plain_peak(graph).bytes - low))
     front = BruteForce(graph, costs, capacity=capacity).frontier(
-        budget, remat=remat, paging=paging, overlap=board.dma.present)
+        budget, remat=remat, paging=paging)
     deadline = None
     times = sorted({s for _, s in front})
     if deadline_pick is not None and times:
         deadline = times[min(int(deadline_pick * len(times)), len(times) - 1)] * (1 + 1e-9)
     feasible = [e for e, s in front if deadline is None or s <= deadline]
     bound = relaxation_bound_j(graph, costs, budget, deadline, remat=remat, paging=paging,
-                               overlap=board.dma.present, storage_capacity_bytes=capacity)
+                               storage_capacity_bytes=capacity)
     if bound is None:
         assert not feasible
     elif feasible:
@@ -132,7 +133,7 @@ def test_bound_is_below_every_greedy_plan_on_zoo_models(model, board_name) -> No
                                    by_time=by_time)
                 if plan is None:
                     continue
-                metrics = evaluate_plan(graph, costs, plan, overlap=board.dma.present)
+                metrics = evaluate_plan(graph, costs, plan)
                 if not metrics.fits(budget, None, board.storage.capacity_bytes):
                     continue
                 assert bound is not None
@@ -146,7 +147,7 @@ def _milp_optimum(graph, board, budget, deadline):
     from poetsim.optimizer.milp import Formulation, build_milp
 
     costs = op_costs(graph, board)
-    milp = build_milp(graph, costs, budget, deadline, Formulation(), overlap=board.dma.present,
+    milp = build_milp(graph, costs, budget, deadline, Formulation(),
                       storage_capacity_bytes=board.storage.capacity_bytes,
                       energy_reference_j=float(costs.compute_energy_j.sum()))
     assert milp.exact_memory

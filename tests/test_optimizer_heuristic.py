@@ -159,7 +159,7 @@ def test_greedy_plans_on_random_graphs_are_valid(graph, fraction, flags, mode) -
     if plan is None:
         return
     assert plan_violations(graph, plan) == []
-    metrics = evaluate_plan(graph, costs, plan, overlap=True)
+    metrics = evaluate_plan(graph, costs, plan)
     check = check_schedule(graph, lower_plan(graph, plan), budget_bytes=budget)
     assert check.valid, check.violation
     assert metrics.peak_ram_bytes == check.peak_ram_bytes <= budget
@@ -181,13 +181,13 @@ def test_a_keep_guide_steers_evictions() -> None:
     budget = paper_request(graph, board, "50%").activation_budget_bytes
     listed = dtr(graph, board, costs, budget)
     lifted = plan_from_schedule(graph, listed.schedule)
-    assert evaluate_plan(graph, costs, lifted, overlap=True).peak_ram_bytes > budget
+    assert evaluate_plan(graph, costs, lifted).peak_ram_bytes > budget
     guided = greedy_plan(graph, costs, budget, cascade=True, keep_guide=lifted.keep.astype(float))
-    metrics = evaluate_plan(graph, costs, guided, overlap=True)
+    metrics = evaluate_plan(graph, costs, guided)
     assert metrics.peak_ram_bytes <= budget and plan_violations(graph, guided) == []
     assert metrics.energy_j < listed.energy_j
     unguided = [greedy_plan(graph, costs, budget, remat=remat, paging=paging,
                             by_time=by_time, cascade=cascade)
                 for remat, paging in MODES for by_time, cascade in FLAGS]
-    assert all(metrics.energy_j < evaluate_plan(graph, costs, plan, overlap=True).energy_j
+    assert all(metrics.energy_j < evaluate_plan(graph, costs, plan).energy_j
                for plan in unguided if plan is not None)

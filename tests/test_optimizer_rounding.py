@@ -58,7 +58,7 @@ def test_rounding_an_optimal_plan_gives_it_back_or_cheaper(mode) -> None:
               for name in ("compute", "keep", "page_in", "page_out")}
     rounded = round_plan(graph, values, 0.5, remat=remat, paging=paging)
     assert plan_violations(graph, rounded) == []
-    again = evaluate_plan(graph, costs, rounded, overlap=board.dma.present)
+    again = evaluate_plan(graph, costs, rounded)
     assert again.energy_j <= result.metrics.energy_j * (1 + 1e-12)
     assert again.peak_ram_bytes <= result.request.activation_budget_bytes
 
@@ -70,7 +70,7 @@ def test_heuristic_offers_only_plans_that_fit_and_scip_accepts_them() -> None:
     budget = paper_request(graph, board, "70%").activation_budget_bytes
     deadline = 1.5 * float(costs.compute_time_s.sum())
     milp = build_milp(graph, costs, budget, deadline, Formulation(remat=True, paging=False),
-                      overlap=board.dma.present, storage_capacity_bytes=None,
+                      storage_capacity_bytes=None,
                       energy_reference_j=float(costs.compute_energy_j.sum()))
     heuristic = RoundingHeuristic(milp, costs, budget, deadline, None)
     heuristic.include()
@@ -78,7 +78,7 @@ def test_heuristic_offers_only_plans_that_fit_and_scip_accepts_them() -> None:
     milp.model.optimize()
     assert milp.model.getNSols() > 0
     best = milp.plan_from_solution(milp.model.getBestSol())
-    metrics = evaluate_plan(graph, costs, best, overlap=board.dma.present)
+    metrics = evaluate_plan(graph, costs, best)
     assert metrics.peak_ram_bytes <= budget and metrics.time_s <= deadline
     # without a warm start, every solution SCIP has comes from a heuristic; ours found one
     assert heuristic.found >= 1

@@ -10,7 +10,13 @@ no code with the optimizer. For stages ``t = 0 .. n-1`` it enumerates every choi
 * tensors to page out (in RAM in the stage, not yet stored; storage is never released),
 
 checks that every input of a computed op is computed earlier in the stage, kept or paged
-in, and replays the stage's memory: it starts with the kept and paged-in tensors; each
+in, rejects a plan with a page-out that no later stage pages in (pointless, and a plan is
+pruned of them before it is returned; priced by time, such a write could otherwise pose as
+a way to keep the storage awake), prices the stage's time (compute and transfers
+overlapped with DMA, added up without; the CPU waiting at its idle power, storage and DMA
+at rest, and a wake-up of the storage when the stage transfers and no earlier stage did
+within the auto-sleep timeout, counted in the compute time of the ops between), and
+replays the stage's memory: it starts with the kept and paged-in tensors; each
 computed op, in index order, adds its output and, while it runs, its workspace; after op
 ``k`` the tensors ``k`` read and ``k``'s own output are freed unless a later op of the stage
 reads them or they are kept into ``t + 1``. It memoises on (stage, kept set, stored set).
@@ -96,16 +102,40 @@ class BruteForce:
         self.oe = [float(v) for v in costs.pageout_energy_j]
         self.ot = [float(v) for v in costs.pageout_time_s]
         self.capacity = capacity
+        self.overlap = not costs.cpu_moves
+        self.wait = costs.wait
 
-    def frontier(self, budget: int, *, remat: bool, paging: bool, overlap: bool = True
-                 ) -> list[tuple[float, float]]:
+    def stage(self, t: int, computes, page_in, page_out, last_moving: int | None
+              ) -> tuple[float, float]:
+        """(energy, seconds) of one stage, waiting included."""
+        w = self.wait
+        compute_s = sum(self.ct[k] for k in computes)
+        transfer_s = sum(self.it[i] for i in page_in) + sum(self.ot[i] for i in page_out)
+        moves = bool(page_in or page_out)
+        asleep = last_moving is None or sum(self.ct[last_moving + 1:t]) >= w.awake_s
+        wake = moves and asleep
+        storage_s = transfer_s + (w.wakeup_s if wake else 0.0)
+        if self.overlap:
+            stage_s = max(compute_s, storage_s)
+            cpu_wait_s = stage_s - compute_s
+        else:
+            stage_s = compute_s + storage_s
+            cpu_wait_s = storage_s - transfer_s
+        energy = (sum(self.ce[k] for k in computes) + sum(self.ie[i] for i in page_in)
+                  + sum(self.oe[i] for i in page_out)
+                  + w.cpu_wait_w * cpu_wait_s + w.rest_w * (stage_s - storage_s)
+                  + (w.wakeup_j + w.awake_w * w.awake_s if wake else 0.0))
+        return energy, stage_s
+
+    def frontier(self, budget: int, *, remat: bool, paging: bool) -> list[tuple[float, float]]:
         """Pareto front of (energy, time) over all plans within ``budget``; [] if none."""
         n, preds, size = self.n, self.preds, self.size
 
         @functools.cache
-        def go(t: int, keep: frozenset, stored: frozenset) -> tuple[tuple[float, float], ...]:
+        def go(t: int, keep: frozenset, stored: frozenset, unread: frozenset,
+               last_moving: int | None) -> tuple[tuple[float, float], ...]:
             if t == n:
-                return ((0.0, 0.0),)
+                return () if unread else ((0.0, 0.0),)
             options: list[tuple[float, float]] = []
             for page_in in (_subsets(stored - keep) if paging else [frozenset()]):
                 start = keep | page_in
@@ -126,23 +156,19 @@ class BruteForce:
                             if (self.capacity is not None
                                     and sum(size[i] for i in now_stored) > self.capacity):
                                 continue
-                            energy = (sum(self.ce[k] for k in computes)
-                                      + sum(self.ie[i] for i in page_in)
-                                      + sum(self.oe[i] for i in page_out))
-                            compute_s = sum(self.ct[k] for k in computes)
-                            transfer_s = (sum(self.it[i] for i in page_in)
-                                          + sum(self.ot[i] for i in page_out))
-                            stage_s = (max(compute_s, transfer_s) if overlap
-                                       else compute_s + transfer_s)
-                            for e, s in go(t + 1, keep_next, now_stored):
+                            energy, stage_s = self.stage(t, computes, page_in, page_out,
+                                                         last_moving)
+                            moved = t if (page_in or page_out) else last_moving
+                            for e, s in go(t + 1, keep_next, now_stored,
+                                           (unread - page_in) | page_out, moved):
                                 options.append((energy + e, stage_s + s))
             return _pareto(options)
 
-        return list(go(0, frozenset(), frozenset()))
+        return list(go(0, frozenset(), frozenset(), frozenset(), None))
 
-    def optimum(self, budget: int, *, remat: bool, paging: bool, overlap: bool = True,
+    def optimum(self, budget: int, *, remat: bool, paging: bool,
                 deadline: float | None = None) -> float | None:
-        front = self.frontier(budget, remat=remat, paging=paging, overlap=overlap)
+        front = self.frontier(budget, remat=remat, paging=paging)
         feasible = [e for e, s in front if deadline is None or s <= deadline]
         return min(feasible) if feasible else None
 
@@ -189,8 +215,8 @@ def assert_result_is_sound(graph: TrainingGraph, board, result, budget: int,
     assert plan_violations(graph, result.plan) == []
     assert result.metrics.peak_ram_bytes == check.peak_ram_bytes <= budget
     assert plan_peak(graph, costs, result.plan) == check.peak_ram_bytes
-    assert result.metrics.energy_j == pytest.approx(op_list_energy(result.schedule, costs),
-                                                    rel=1e-9, abs=0)
+    assert result.metrics.energy_j - result.metrics.wait_energy_j == pytest.approx(
+        op_list_energy(result.schedule, costs), rel=1e-9, abs=0)
     assert result.objective_j == pytest.approx(result.metrics.energy_j, rel=1e-12)
     assert result.schedule == lower_plan(graph, result.plan, metadata=result.schedule.metadata)
     if deadline is not None:
@@ -289,7 +315,11 @@ def test_brute_force_reproduces_the_plain_schedule() -> None:
         costs = op_costs(graph, make())
         brute = BruteForce(graph, costs)
         peak = plain_peak(graph).bytes
-        plain_energy = float(costs.compute_energy_j.sum())
+        board = make()
+        # every op once: the storage sleeps (and the DMA rests) all along, the CPU never waits
+        rest_w = board.storage.sleep_power_w + board.dma.idle_power_w
+        plain_energy = (float(costs.compute_energy_j.sum())
+                        + rest_w * float(costs.compute_time_s.sum()))
         assert brute.optimum(peak, remat=False, paging=False) == pytest.approx(plain_energy)
         assert brute.optimum(peak - 1, remat=False, paging=False) is None
         assert brute.optimum(minimum_ram_bytes(graph)[0] - 1, remat=True, paging=True) is None
@@ -306,8 +336,7 @@ def test_solve_is_optimal_against_brute_force(case: str, mode: tuple[bool, bool]
     brute = BruteForce(graph, costs)
     low, _ = minimum_ram_bytes(graph)
     for budget in [low - 1] + budgets(graph):
-        expected = brute.optimum(budget, remat=remat, paging=paging,
-                                 overlap=board.dma.present)
+        expected = brute.optimum(budget, remat=remat, paging=paging)
         result = solve(paper_request(graph, board, budget), remat=remat, paging=paging,
                        time_limit_s=10)
         if expected is None:
@@ -354,7 +383,7 @@ def test_deadlines_against_brute_force(case: str, dma: int) -> None:
     all_budgets = budgets(graph)
     checked = 0
     for budget in sorted({all_budgets[0], all_budgets[len(all_budgets) // 2]}):
-        front = brute.frontier(budget, remat=True, paging=True, overlap=overlap)
+        front = brute.frontier(budget, remat=True, paging=True)
         times = sorted({s for _, s in front})
         deadlines = []
         # between two Pareto times (well apart, so tolerances cannot matter)
@@ -450,8 +479,7 @@ def test_random_tiny_dags_against_brute_force(graph, fraction, mode, dma, throug
     low, _ = minimum_ram_bytes(graph)
     high = plain_peak(graph).bytes
     budget = low + math.floor(fraction * (high - low))
-    front = BruteForce(graph, costs).frontier(budget, remat=remat, paging=paging,
-                                              overlap=board.dma.present)
+    front = BruteForce(graph, costs).frontier(budget, remat=remat, paging=paging)
     deadline = None
     times = sorted({s for _, s in front})
     gaps = [(a + b) / 2 for a, b in zip(times, times[1:]) if b - a > 1e-6 * b]
@@ -530,7 +558,7 @@ def test_solve_properties_on_random_training_graphs(graph, fractions, throughput
         if both is not None and alone is not None:
             assert alone >= both * (1 - 1e-9)
     # and nothing beats computing every op once
-    plain_energy = float(op_costs(graph, board).compute_energy_j.sum())
+    plain_energy = op_costs(graph, board).plain_energy_j
     for result in results.values():
         if result.metrics is not None:
             assert result.metrics.energy_j >= plain_energy * (1 - 1e-12)
@@ -587,7 +615,7 @@ def test_no_time_for_any_restore_is_proven_infeasible_without_the_milp() -> None
     below_peak = plain_peak(graph).bytes - 4
     assert below_peak >= minimum_ram_bytes(graph)[0]
     plain_time = float(costs.compute_time_s.sum())
-    assert BruteForce(graph, costs).optimum(below_peak, remat=True, paging=True, overlap=False,
+    assert BruteForce(graph, costs).optimum(below_peak, remat=True, paging=True,
                                             deadline=plain_time) is None
     result = solve(paper_request(graph, board, below_peak, "1x"), time_limit_s=5)
     assert result.status is SolveStatus.INFEASIBLE, result.message
@@ -713,14 +741,14 @@ def test_restricted_formulation_never_claims_a_proof_it_lacks(case: str) -> None
     make_graph, make = TINY[case]
     graph, board = make_graph(), make()
     costs = op_costs(graph, board)
-    plain_energy = float(costs.compute_energy_j.sum())
+    plain_energy = costs.plain_energy_j
     brute = BruteForce(graph, costs)
     statuses = set()
     for budget in budgets(graph):
         result = solve(paper_request(graph, board, budget), restricted=True, time_limit_s=5)
         statuses.add(result.status)
         assert result.restricted
-        expected = brute.optimum(budget, remat=True, paging=True, overlap=board.dma.present)
+        expected = brute.optimum(budget, remat=True, paging=True)
         if result.schedule is None:
             assert result.status is not SolveStatus.OPTIMAL
             continue
@@ -796,7 +824,7 @@ def test_big_chain_paging_plan_is_valid_at_the_minimum_ram(scale: int) -> None:
     check = check_schedule(graph, lower_plan(graph, plan), budget_bytes=need)
     assert check.valid and check.peak_ram_bytes == need
     costs = op_costs(graph, board)
-    metrics = evaluate_plan(graph, costs, plan, overlap=True)
+    metrics = evaluate_plan(graph, costs, plan)
     brute = BruteForce(graph, costs)
     deadline = metrics.time_s * (1 + 1e-9)
     assert brute.optimum(need, remat=False, paging=True, deadline=deadline) == pytest.approx(
@@ -809,7 +837,7 @@ def test_a_feasible_request_is_never_reported_infeasible(scale: int) -> None:
     graph, board = big_chain(scale), make_board()
     need, _ = minimum_ram_bytes(graph)
     costs = op_costs(graph, board)
-    witness = evaluate_plan(graph, costs, big_chain_paging_plan(), overlap=True)
+    witness = evaluate_plan(graph, costs, big_chain_paging_plan())
     deadline = witness.time_s * (1 + 1e-3)
     expected = BruteForce(graph, costs).optimum(need, remat=False, paging=True,
                                                 deadline=deadline)
@@ -997,15 +1025,15 @@ def test_window_search_never_worsens_the_incumbent() -> None:
     graph, board = build_model("mlp"), get_board("nrf52840")
     costs = op_costs(graph, board)
     budget = paper_request(graph, board, "60%").activation_budget_bytes
-    plan, metrics, _ = _best_heuristic(graph, costs, budget, None, Formulation(), True)
-    milp = build_milp(graph, costs, budget, None, Formulation(), overlap=True,
+    plan, metrics, _ = _best_heuristic(graph, costs, budget, None, Formulation())
+    milp = build_milp(graph, costs, budget, None, Formulation(),
                       storage_capacity_bytes=None,
                       energy_reference_j=float(costs.compute_energy_j.sum()))
     assert milp.add_warm_start(plan)
-    better, found, _ = _window_search(milp, graph, costs, plan, metrics, budget, None, True,
+    better, found, _ = _window_search(milp, graph, costs, plan, metrics, budget, None,
                                       time_budget=3.0, gap_limit=0.0)
     assert found.energy_j <= metrics.energy_j
-    assert evaluate_plan(graph, costs, better, overlap=True) == found
+    assert evaluate_plan(graph, costs, better) == found
     assert check_schedule(graph, lower_plan(graph, better), budget_bytes=budget).valid
     milp.model.setParam("limits/time", 1.0)
     milp.model.optimize()  # the model is usable again after the search

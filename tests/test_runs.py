@@ -129,10 +129,11 @@ def test_judging_an_outcome_without_a_schedule_changes_nothing(mlp, board):
 
 
 def test_a_solver_schedule_late_in_simulation_is_solved_again_with_a_tighter_deadline():
-    # On the Pi 4 the MILP's fully overlapped transfers stall in simulation; the first POET
-    # schedule at 70% / 2x is late by about 6%.
-    graph, board = build_model("mlp"), get_board("rpi4")
-    request = paper_request(graph, board, "70%", "2x")
+    # On the STM32H743 the MILP's fully overlapped transfers stall in simulation (the CPU
+    # also waits for writes to free RAM, which the stage model leaves out); the first POET
+    # schedule at 60% / 1.1x is late.
+    graph, board = build_model("mlp"), get_board("stm32h743")
+    request = paper_request(graph, board, "60%", "1.1x")
     outcome = run_and_judge(request, "poet", FAST)
     assert outcome.tightenings >= 1
     assert outcome.solver_deadline_s < outcome.deadline_s == request.deadline_s

@@ -102,6 +102,6 @@ def test_energy_does_not_decide_but_a_gap_to_the_model_is_noted(residual):
     report, verdict = check_on_board(request, plain_schedule(residual))
     assert verdict.energy_j == report.energy_j and verdict.model_energy_j > 0
     off = judge(request, report, predicted_energy_j=report.energy_j / 1.5)
-    assert off.passed and any("+50.0% off the optimizer's model" in n for n in off.notes)
+    assert off.passed and any("+50.0% off the optimizer's op-list model" in n for n in off.notes)
     assert not any("optimizer's model" in n
                    for n in judge(request, report, predicted_energy_j=report.energy_j).notes)

@@ -105,6 +105,8 @@ class OpListFigures:
     energy_j: float
     compute_energy_j: float
     transfer_energy_j: float
+    wait_energy_j: float
+    storage_wakeups: int
     time_s: float
     peak_ram_bytes: int
 
@@ -124,43 +126,76 @@ def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule 
     """Predicted energy, time and activation peak of an op list.
 
     Energy: every COMPUTE at its op's compute energy, every PAGE_OUT / PAGE_IN at its
-    transfer energy (the optimizer's accounting; idle power and wake-ups are left to the
-    simulator). Time: without DMA everything runs in list order on the CPU; with DMA,
-    transfers run one at a time on a transfer lane, a page-out starts at its step, a
-    page-in starts at its step (or when the lane frees up) and a COMPUTE waits for the
-    page-ins of its inputs. Peak: activation bytes by the contract's rule
+    transfer energy, plus the time-proportional energy of the timeline below
+    (:class:`poetsim.costs.WaitPower`). Time: without DMA everything runs in list order on
+    the CPU; with DMA, transfers run one at a time on a transfer lane, a page-out starts at
+    its step, a page-in starts at its step (or when the lane frees up) and a COMPUTE waits
+    for the page-ins of its inputs, and for the writes of tensors freed while they were
+    written when their RAM is needed to stay within the schedule's own peak (as the
+    simulator's CPU does). A transfer that finds the storage asleep (the first, or
+    one more than the auto-sleep timeout after the previous one ended) waits for its
+    wake-up first. Peak: activation bytes by the contract's rule
     (:func:`poetsim.schedule.ops.ram_during_steps`).
     """
     steps = list(steps.steps if isinstance(steps, Schedule) else steps)
-    peak = max(ram_during_steps(steps, costs.output_bytes.tolist(),
-                                costs.workspace_bytes.tolist()), default=0)
+    ram = ram_during_steps(steps, costs.output_bytes.tolist(), costs.workspace_bytes.tolist())
+    peak = max(ram, default=0)
+    wait = costs.wait
+    written: dict[int, float] = {}  # tensor -> when its page-out ends
+    held: list[tuple[float, int]] = []  # (write end, bytes) of tensors freed while written
     e_compute = e_transfer = 0.0
     overlap = board.dma.present
     cpu = lane = 0.0
+    busy_cpu = busy_storage = 0.0
+    wakeups = 0
+    last_end: float | None = None  # when the storage's last transfer ended
     ready: dict[int, float] = {}
-    for step in steps:
+
+    def transfer(start: float, seconds: float) -> float:
+        """Run one transfer from ``start`` (waking the storage if it sleeps); its end."""
+        nonlocal wakeups, last_end, busy_storage
+        if last_end is None or start - last_end > wait.awake_s:
+            wakeups += 1
+            start += wait.wakeup_s
+        last_end = start + seconds
+        busy_storage += seconds
+        return last_end
+
+    for number, step in enumerate(steps):
         k = step.op
         if step.action is Action.COMPUTE:
             e_compute += float(costs.compute_energy_j[k])
             start = max([cpu] + [ready.get(u, 0.0) for u in graph.predecessors(k)])
+            # a freed tensor's RAM returns when its write ends: wait for as many writes as
+            # the schedule's own peak needs
+            held.sort()
+            while held and (held[0][0] <= start or ram[number] + sum(b for _, b in held) > peak):
+                start = max(start, held.pop(0)[0])
             cpu = start + float(costs.compute_time_s[k])
+            busy_cpu += float(costs.compute_time_s[k])
             ready[k] = cpu
-        elif step.action is Action.PAGE_OUT:
-            e_transfer += float(costs.pageout_energy_j[k])
+        elif step.action in (Action.PAGE_OUT, Action.PAGE_IN):
+            write = step.action is Action.PAGE_OUT
+            seconds = float((costs.pageout_time_s if write else costs.pagein_time_s)[k])
+            e_transfer += float((costs.pageout_energy_j if write else costs.pagein_energy_j)[k])
             if overlap:
-                lane = max(lane, cpu) + float(costs.pageout_time_s[k])
+                lane = transfer(max(lane, cpu), seconds)
             else:
-                cpu += float(costs.pageout_time_s[k])
-        elif step.action is Action.PAGE_IN:
-            e_transfer += float(costs.pagein_energy_j[k])
-            if overlap:
-                lane = max(lane, cpu) + float(costs.pagein_time_s[k])
-                ready[k] = lane
+                cpu = transfer(cpu, seconds)
+                busy_cpu += seconds
+            if write:
+                written[k] = lane if overlap else cpu
             else:
-                cpu += float(costs.pagein_time_s[k])
-                ready[k] = cpu
-    return OpListFigures(energy_j=e_compute + e_transfer, compute_energy_j=e_compute,
-                      transfer_energy_j=e_transfer, time_s=max(cpu, lane), peak_ram_bytes=peak)
+                ready[k] = lane if overlap else cpu
+        elif step.action is Action.FREE and written.get(k, 0.0) > cpu:
+            held.append((written[k], int(costs.output_bytes[k])))
+    makespan = max(cpu, lane)
+    e_wait = wait.energy_j(makespan_s=makespan, cpu_busy_s=busy_cpu,
+                           storage_busy_s=busy_storage, wakeups=wakeups)
+    return OpListFigures(energy_j=e_compute + e_transfer + e_wait, compute_energy_j=e_compute,
+                         transfer_energy_j=e_transfer, wait_energy_j=e_wait,
+                         storage_wakeups=wakeups, time_s=makespan,
+                         peak_ram_bytes=peak)
 
 
 def not_applicable(method: str, reason: str, budget_bytes: int,

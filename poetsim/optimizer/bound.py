@@ -53,9 +53,29 @@ __all__ = ["relaxation_bound_j"]
 _CASCADE_DEPTH = 4
 
 
+def _restore_energies(costs: OpCosts) -> tuple[list[float], list[float], list[float], float]:
+    """Energies of a recomputation, a page-in and a page-out, and of every op once, that
+    no plan can undercut (the time-proportional energy folded in).
+
+    A plan's wait energy (:class:`poetsim.costs.WaitPower`) is at least ``rest_w`` times
+    (compute time - storage busy time): every stage lasts at least its compute, the CPU's
+    waits and the wake-ups cost nothing negative. So each recomputation costs at least
+    ``E + rest_w t`` and each transfer at least ``E - rest_w t``, which is still the least
+    cost of a restore as long as no transfer comes out negative; otherwise the active
+    energies alone (the wait energy is never negative) are used.
+    """
+    rest_w = costs.wait.rest_w
+    compute = costs.compute_energy_j + rest_w * costs.compute_time_s
+    pagein = costs.pagein_energy_j - rest_w * costs.pagein_time_s
+    pageout = costs.pageout_energy_j - rest_w * costs.pageout_time_s
+    if rest_w and min(pagein.min(initial=0.0), pageout.min(initial=0.0)) < 0.0:
+        compute, pagein, pageout = (costs.compute_energy_j, costs.pagein_energy_j,
+                                    costs.pageout_energy_j)
+    return (compute.tolist(), pagein.tolist(), pageout.tolist(), float(compute.sum()))
+
+
 def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
                        deadline_s: float | None, *, remat: bool = True, paging: bool = True,
-                       overlap: bool = True,
                        storage_capacity_bytes: int | None = None,
                        time_limit_s: float = 5.0, seed: int = 0, node_limit: int | None = None,
                        limits_hit: list[str] | None = None) -> float | None:
@@ -68,8 +88,8 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
     """
     n = len(graph)
     mem = [int(b) for b in costs.output_bytes]
-    plain_j = float(costs.compute_energy_j.sum())
-    plain_s = float(costs.compute_time_s.sum())
+    plain_s = costs.plain_time_s
+    compute_j, pagein_j, pageout_j, plain_j = _restore_energies(costs)
     # Energies relative to the plain schedule, so that the objective is of order one.
     scale = 1.0 / plain_j if plain_j > 0 else 1.0
 
@@ -100,15 +120,15 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
         parts, r = [], None
         if remat:
             r = model.addVar(vtype="B", name=f"r_{x}_{tag}",
-                             obj=scale * float(costs.compute_energy_j[x]))
+                             obj=scale * compute_j[x])
             recomputes.append((x, r))
             parts.append(r)
         if paging:
             if x not in written:
                 written[x] = model.addVar(vtype="B", name=f"z_{x}",
-                                          obj=scale * float(costs.pageout_energy_j[x]))
+                                          obj=scale * pageout_j[x])
             p = model.addVar(vtype="B", name=f"p_{x}_{tag}",
-                             obj=scale * float(costs.pagein_energy_j[x]))
+                             obj=scale * pagein_j[x])
             model.addCons(p <= written[x], name=f"written_{x}_{tag}")
             page_ins.append((x, p))
             parts.append(p)
@@ -178,7 +198,7 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
         transfers = (quicksum(float(costs.pagein_time_s[i]) / deadline_s * p for i, p in page_ins)
                      + quicksum(float(costs.pageout_time_s[i]) / deadline_s * z
                                 for i, z in written.items()))
-        if overlap:
+        if not costs.cpu_moves:
             model.addCons(compute <= slack, name="deadline_compute")
             model.addCons(transfers <= 1.0, name="deadline_transfers")
         else:

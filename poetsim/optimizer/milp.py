@@ -25,10 +25,17 @@ Formulation (paper Algorithm 1 on Checkmate's frontier-advancing stages; notatio
   inputs, output and workspace and every tensor kept into stage ``t + 1``:
   ``sum_{i < t, i not an input of t} S[t+1,i] m_i <= budget - m_t - w_t - sum_inputs m_u``;
   and when stage ``t`` starts: ``sum_i (S[t,i] + Min[t,i]) m_i <= budget``.
-* deadline: with DMA each stage lasts ``T_t >= compute_t`` and ``T_t >= transfers_t``;
-  without DMA ``T_t = compute_t + transfers_t``; ``sum_t T_t <= deadline``.
+* time: with DMA each stage lasts ``T_t >= compute_t`` and ``T_t >= transfers_t``;
+  without DMA ``T_t = compute_t + transfers_t``; ``sum_t T_t <= deadline``. Transfers
+  include the storage's wake-up latency where it wakes: ``W_t`` (binary) marks a stage
+  that transfers, ``wake_t >= W_t - sum_{s in near(t)} W_s`` one that wakes the storage
+  (:func:`~poetsim.optimizer.plan.storage_near`); every page-out is paged in again
+  (``sum_t Mout[t,i] <= sum_t Min[t,i]``), so that no write poses as a keep-awake.
 * storage capacity: ``sum_{t,i} Mout[t,i] m_i <= capacity``.
-* objective: ``sum R E_compute + Min E_pagein + Mout E_pageout``.
+* objective: ``sum R E_compute + Min E_pagein + Mout E_pageout`` plus the time-proportional
+  energy (:class:`~poetsim.costs.WaitPower`): every second of a stage at CPU-idle plus rest
+  power, less what the CPU's busy seconds and the storage's busy seconds replace, plus the
+  wake-ups. Equal, plan by plan, to :func:`~poetsim.optimizer.plan.evaluate_plan`.
 
 Reductions that keep the model exact: a variable exists only where it can be nonzero
 (lower triangle; tensor ``i`` matters in stage ``t`` only while ``t`` is at most the index
@@ -47,7 +54,7 @@ the budget under ten million units (exact); otherwise sizes are rounded up and t
 down (``exact_memory`` is then false: every plan found is safe, but SCIP's bound and
 infeasibility proofs hold for the rounded model only, so :func:`~poetsim.optimizer.solve`
 does not report them as proofs). Energy is scaled so that the plain schedule costs 1000;
-times are divided by the deadline.
+times are divided by the deadline (by the plain time without one).
 """
 
 from __future__ import annotations
@@ -65,7 +72,7 @@ from poetsim.costs import OpCosts
 from poetsim.errors import BuildTimeout
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.ops import Phase
-from poetsim.optimizer.plan import StagePlan
+from poetsim.optimizer.plan import StagePlan, stage_timeline, storage_near
 
 __all__ = ["BuildTimeout", "Formulation", "MilpModel", "build_milp"]
 
@@ -101,7 +108,7 @@ class MilpModel:
     """A built SCIP model with its variable maps."""
 
     def __init__(self, graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
-                 deadline_s: float | None, formulation: Formulation, *, overlap: bool,
+                 deadline_s: float | None, formulation: Formulation, *,
                  storage_capacity_bytes: int | None, energy_reference_j: float,
                  build_deadline: float | None = None) -> None:
         self.build_deadline = build_deadline
@@ -109,7 +116,6 @@ class MilpModel:
         self.costs = costs
         self.n = n = len(graph)
         self.formulation = formulation
-        self.overlap = overlap
         self.deadline_s = deadline_s
         self.unit_bytes, self.exact_memory = _memory_unit(
             np.concatenate([costs.output_bytes, costs.workspace_bytes]), budget_bytes)
@@ -124,6 +130,14 @@ class MilpModel:
         self.F: dict[tuple[int, int, int], Any] = {}
         self.U: dict[tuple[int, int], Any] = {}
         self.T: dict[int, Any] = {}
+        self.moves: dict[int, Any] = {}
+        self.wake: dict[int, Any] = {}
+        self.near = storage_near(costs)
+        self.priced = costs.wait.prices_time
+        # times in units of the deadline (or of the plain time when there is none)
+        finite = deadline_s is not None and math.isfinite(deadline_s) and deadline_s > 0
+        reference_s = deadline_s if finite else costs.plain_time_s
+        self.time_scale = 1.0 / reference_s if reference_s and reference_s > 0 else 1.0
 
         self.last_reader = [max(graph.successors(i), default=i) for i in range(n)]
         self.last_desc = _last_descendants(graph)
@@ -132,7 +146,7 @@ class MilpModel:
         self._create_variables()
         self._add_constraints(storage_capacity_bytes)
         # Every op runs once in its own stage: a constant part of the objective.
-        self.model.addObjoffset(self.energy_scale * float(costs.compute_energy_j.sum()))
+        self.model.addObjoffset(self.energy_scale * sum(self._compute_j(k) for k in range(n)))
 
     # ------------------------------------------------------------------ variables
 
@@ -161,14 +175,18 @@ class MilpModel:
                 self.S[t, i] = m.addVar(vtype="B", name=f"S_{t}_{i}")
                 if self.recomputable(i):
                     self.R[t, i] = m.addVar(vtype="B", name=f"R_{t}_{i}",
-                                            obj=e * float(c.compute_energy_j[i]))
+                                            obj=e * self._compute_j(i))
                 if pageable:
                     self.Min[t, i] = m.addVar(vtype="B", name=f"Min_{t}_{i}",
-                                              obj=e * float(c.pagein_energy_j[i]))
+                                              obj=e * self._transfer_j(
+                                                  float(c.pagein_energy_j[i]),
+                                                  float(c.pagein_time_s[i])))
             if pageable:
                 for t in range(i, horizon):
                     self.Mout[t, i] = m.addVar(vtype="B", name=f"Mout_{t}_{i}",
-                                               obj=e * float(c.pageout_energy_j[i]))
+                                               obj=e * self._transfer_j(
+                                                   float(c.pageout_energy_j[i]),
+                                                   float(c.pageout_time_s[i])))
 
     def r(self, t: int, i: int) -> Any:
         """R[t,i] as a variable or the constant it is fixed to."""
@@ -239,7 +257,7 @@ class MilpModel:
                                    for (t, i), v in Mout.items()) <= storage_capacity_bytes,
                           name="capacity")
         self._add_frontier_knapsacks()
-        self._add_deadline()
+        self._add_timeline()
 
     def _add_frontier_knapsacks(self) -> None:
         """Redundant but strong rows: while op ``t`` runs (the last op of stage ``t``), RAM
@@ -310,31 +328,102 @@ class MilpModel:
             m.addCons(u + self.ws[k] * self.r(t, k) <= self.budget_units, name=f"mem_{t}_{k}")
             previous = k
 
-    def _add_deadline(self) -> None:
-        if self.deadline_s is None or not math.isfinite(self.deadline_s):
-            return
+    def _add_timeline(self) -> None:
+        """Stage times, storage wake-ups and the deadline (the stage model of
+        :func:`poetsim.optimizer.plan.stage_timeline`); the energy they cost is in the
+        objective coefficients (:meth:`_compute_j` and its neighbours)."""
         m, c, n = self.model, self.costs, self.n
-        scale = 1.0 / self.deadline_s
-        by_stage: dict[int, list[Any]] = {t: [] for t in range(n)}
+        wait = c.wait
+        deadline = self.deadline_s is not None and math.isfinite(self.deadline_s)
+        if not (deadline or self.priced):
+            return
+        scale = self.time_scale
+        transfers: dict[int, list[tuple[float, Any]]] = {t: [] for t in range(n)}
         for (t, i), v in self.Min.items():
-            by_stage[t].append(scale * float(c.pagein_time_s[i]) * v)
+            transfers[t].append((float(c.pagein_time_s[i]), v))
         for (t, i), v in self.Mout.items():
-            by_stage[t].append(scale * float(c.pageout_time_s[i]) * v)
+            transfers[t].append((float(c.pageout_time_s[i]), v))
+        if self.priced and (wait.wake_j or wait.wakeup_s):
+            self._add_wakes(transfers)
         stage_terms = []
         for t in range(n):
             compute = quicksum(scale * float(c.compute_time_s[k]) * self.r(t, k)
                                for k in self.runnable(t))
-            transfer = quicksum(by_stage[t])
-            if self.overlap:
-                T = m.addVar(vtype="C", lb=0.0, name=f"T_{t}")
-                self.T[t] = T
-                m.addCons(T >= compute, name=f"tc_{t}")
-                m.addCons(T >= transfer, name=f"tt_{t}")
-                stage_terms.append(T)
-            else:
-                stage_terms.append(compute + transfer)
-        # A hair under 1, so that SCIP's feasibility tolerance cannot push a plan past it.
-        m.addCons(quicksum(stage_terms) <= 1.0 - 1e-7, name="deadline")
+            storage = quicksum(scale * seconds * v for seconds, v in transfers[t])
+            if t in self.wake:
+                storage += scale * wait.wakeup_s * self.wake[t]
+            if c.cpu_moves or not (transfers[t] or self.priced):
+                stage_terms.append(compute + storage)
+                continue
+            T = m.addVar(vtype="C", lb=0.0, name=f"T_{t}",
+                         obj=self.energy_scale * self._stage_w / scale)
+            self.T[t] = T
+            m.addCons(T >= compute, name=f"tc_{t}")
+            if transfers[t]:
+                m.addCons(T >= storage, name=f"tt_{t}")
+            stage_terms.append(T)
+        if deadline:
+            # A hair under 1, so that SCIP's feasibility tolerance cannot push a plan past it.
+            m.addCons(quicksum(stage_terms) <= (1.0 - 1e-7) * self.deadline_s * scale,
+                      name="deadline")
+
+    # The wait energy (WaitPower.energy_j) spread over the variables that cause it: every
+    # second of a stage costs cpu_wait + rest; a second the CPU computes (or, without DMA,
+    # moves bytes) saves cpu_wait of it, a second the storage is busy or waking saves rest.
+    # With DMA the stage's seconds are the variable T_t; without, they are its compute,
+    # transfers and wake-up latency, so their coefficients carry the stage's power.
+
+    @property
+    def _stage_w(self) -> float:
+        wait = self.costs.wait
+        return wait.cpu_wait_w + wait.rest_w if self.priced else 0.0
+
+    def _compute_j(self, k: int) -> float:
+        energy, seconds = float(self.costs.compute_energy_j[k]), float(self.costs.compute_time_s[k])
+        if not self.priced:
+            return energy
+        if self.costs.cpu_moves:
+            return energy + self.costs.wait.rest_w * seconds
+        return energy - self.costs.wait.cpu_wait_w * seconds
+
+    def _transfer_j(self, energy: float, seconds: float) -> float:
+        if not self.priced or self.costs.cpu_moves:
+            return energy
+        return energy - self.costs.wait.rest_w * seconds
+
+    def _wake_j(self) -> float:
+        wait = self.costs.wait
+        if self.costs.cpu_moves:
+            return wait.wake_j + wait.cpu_wait_w * wait.wakeup_s
+        return wait.wake_j - wait.rest_w * wait.wakeup_s
+
+    def _add_wakes(self, transfers: dict[int, list[tuple[float, Any]]]) -> None:
+        """``W_t``: stage ``t`` transfers anything; ``wake_t``: it wakes the storage, that
+        is it transfers and no stage since ``near[t]`` did (a continuous variable, integral
+        at integral ``W``)."""
+        m = self.model
+        for t, parts in transfers.items():
+            if parts:
+                w = m.addVar(vtype="B", name=f"W_{t}")
+                self.moves[t] = w
+                m.addCons(w <= quicksum(v for _, v in parts), name=f"wu_{t}")
+                m.addCons(len(parts) * w >= quicksum(v for _, v in parts), name=f"wl_{t}")
+        # Every write is read back: an unread page-out is pruned from any plan returned, so
+        # it must not pose as a way to keep the storage awake either.
+        writes: dict[int, list[Any]] = {}
+        reads: dict[int, list[Any]] = {}
+        for (_, i), v in self.Mout.items():
+            writes.setdefault(i, []).append(v)
+        for (_, i), v in self.Min.items():
+            reads.setdefault(i, []).append(v)
+        for i, written in writes.items():
+            m.addCons(quicksum(written) <= quicksum(reads.get(i, [])), name=f"read_{i}")
+        for t, w in self.moves.items():
+            earlier = [self.moves[s] for s in range(self.near[t], t) if s in self.moves]
+            wake = m.addVar(vtype="C", lb=0.0, ub=1.0, name=f"wake_{t}",
+                            obj=self.energy_scale * self._wake_j())
+            m.addCons(wake >= w - quicksum(earlier), name=f"wake_{t}")
+            self.wake[t] = wake
 
     # ------------------------------------------------------------------ solutions
 
@@ -426,14 +515,16 @@ class MilpModel:
                 level += self.mem[k] * (1 if plan.compute[t, k] else 0)
                 m.setSolVal(sol, self.U[t, k], level)
                 previous = k
-        if self.T:
-            c = self.costs
-            scale = 1.0 / self.deadline_s  # type: ignore[operator]
-            for t, var in self.T.items():
-                compute = float(plan.compute[t].astype(float) @ c.compute_time_s) * scale
-                transfer = float(plan.page_in[t].astype(float) @ c.pagein_time_s
-                                 + plan.page_out[t].astype(float) @ c.pageout_time_s) * scale
-                m.setSolVal(sol, var, max(compute, transfer))
+        timeline = stage_timeline(self.costs, plan)
+        storage_s = timeline.transfer_s + timeline.wakes * self.costs.wait.wakeup_s
+        for t, var in self.T.items():
+            m.setSolVal(sol, var, self.time_scale * max(float(timeline.compute_s[t]),
+                                                        float(storage_s[t])))
+        for t, var in self.moves.items():
+            m.setSolVal(sol, var, 1.0 if (plan.page_in[t].any() or plan.page_out[t].any())
+                        else 0.0)
+        for t, var in self.wake.items():
+            m.setSolVal(sol, var, 1.0 if timeline.wakes[t] else 0.0)
         return sol
 
     def fix_outside(self, plan: StagePlan, first: int, last: int) -> int:
@@ -463,14 +554,14 @@ class MilpModel:
 
 
 def build_milp(graph: TrainingGraph, costs: OpCosts, budget_bytes: int, deadline_s: float | None,
-               formulation: Formulation, *, overlap: bool, storage_capacity_bytes: int | None,
+               formulation: Formulation, *, storage_capacity_bytes: int | None,
                energy_reference_j: float, build_deadline: float | None = None) -> MilpModel:
     """Build the SCIP model for one solve.
 
     ``build_deadline`` (a ``time.perf_counter()`` value) aborts the build with
     :class:`BuildTimeout` once passed, so a short time limit still returns promptly.
     """
-    return MilpModel(graph, costs, budget_bytes, deadline_s, formulation, overlap=overlap,
+    return MilpModel(graph, costs, budget_bytes, deadline_s, formulation,
                      storage_capacity_bytes=storage_capacity_bytes,
                      energy_reference_j=energy_reference_j, build_deadline=build_deadline)
 

@@ -18,6 +18,12 @@ tensors; each op adds its output (and, while it runs, its workspace); after op `
 tensor read by ``k`` (or ``k``'s own output) is freed when no later op of the stage reads it
 and it is not kept into stage ``t + 1``. Tensors that are neither read in the stage nor kept
 are freed when the stage ends.
+
+Time and energy (:func:`stage_timeline`, :func:`evaluate_plan`): a stage lasts its compute
+and its transfers, overlapped with DMA and added up without; the first stage that
+transfers, and every one that does after the storage had time to fall asleep, also waits
+for the storage's wake-up. The energy is the ops' and transfers' own plus the
+time-proportional part of :class:`poetsim.costs.WaitPower` over this timeline.
 """
 
 from __future__ import annotations
@@ -30,8 +36,9 @@ from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
 from poetsim.schedule import Action, Schedule, Step
 
-__all__ = ["PlanMetrics", "StagePlan", "drop_unread_page_outs", "evaluate_plan", "lower_plan",
-           "plan_from_schedule", "plan_violations"]
+__all__ = ["PlanMetrics", "StagePlan", "StageTimeline", "drop_unread_page_outs", "evaluate_plan",
+           "lower_plan", "plan_from_schedule", "plan_violations", "stage_timeline",
+           "storage_near"]
 
 _MATRICES = ("compute", "keep", "stored", "page_in", "page_out")
 
@@ -136,6 +143,10 @@ class PlanMetrics:
     compute_energy_j: float
     pagein_energy_j: float
     pageout_energy_j: float
+    #: the time-proportional part (:class:`poetsim.costs.WaitPower`): CPU waiting, storage
+    #: and DMA at rest, storage wake-ups
+    wait_energy_j: float
+    storage_wakeups: int
     time_s: float
     compute_time_s: float
     transfer_time_s: float
@@ -156,16 +167,54 @@ class PlanMetrics:
                      or self.peak_storage_bytes <= storage_capacity_bytes))
 
 
-def stage_times(costs: OpCosts, plan: StagePlan, *, overlap: bool) -> np.ndarray:
-    """Time of each stage: compute and transfers overlap (DMA) or add up (no DMA)."""
+def storage_near(costs: OpCosts) -> list[int]:
+    """For each stage ``t``, the earliest stage ``s`` whose transfers keep the storage awake
+    into stage ``t``: the ops strictly between ``s`` and ``t`` take less than the storage's
+    auto-sleep timeout (at their own compute time, a stage's least). The stage model's rule
+    for wake-ups: stage ``t`` wakes the storage when it transfers and no stage in
+    ``near[t] .. t - 1`` does."""
+    # prefix[k]: compute time of ops 0 .. k-1; ops s+1 .. t-1 take prefix[t] - prefix[s+1]
+    prefix = np.concatenate([[0.0], np.cumsum(costs.compute_time_s)])
+    stages = np.arange(len(costs))
+    first = np.searchsorted(prefix, prefix[stages] - costs.wait.awake_s, side="right") - 1
+    return np.clip(first, 0, stages).tolist()
+
+
+@attrs.frozen
+class StageTimeline:
+    """The stage model's timeline of a plan, per stage: compute time (the CPU's, the
+    op's own and recomputations), storage transfer time, whether the stage wakes the
+    storage, and the stage's duration."""
+
+    compute_s: np.ndarray
+    transfer_s: np.ndarray
+    wakes: np.ndarray
+    stage_s: np.ndarray
+
+    def wait_energy_j(self, costs: OpCosts) -> float:
+        cpu_busy = self.compute_s.sum() + (self.transfer_s.sum() if costs.cpu_moves else 0.0)
+        return costs.wait.energy_j(makespan_s=float(self.stage_s.sum()),
+                                   cpu_busy_s=float(cpu_busy),
+                                   storage_busy_s=float(self.transfer_s.sum()),
+                                   wakeups=int(self.wakes.sum()))
+
+
+def stage_timeline(costs: OpCosts, plan: StagePlan) -> StageTimeline:
+    """Each stage lasts its compute time and its transfers (with the storage's wake-up
+    latency when it wakes), overlapped with DMA and added up without."""
     compute = plan.compute.astype(float) @ costs.compute_time_s
     transfer = (plan.page_in.astype(float) @ costs.pagein_time_s
                 + plan.page_out.astype(float) @ costs.pageout_time_s)
-    return np.maximum(compute, transfer) if overlap else compute + transfer
+    moves = plan.page_in.any(axis=1) | plan.page_out.any(axis=1)
+    near = storage_near(costs)
+    wakes = np.array([bool(moves[t]) and not moves[near[t]:t].any() for t in range(plan.n)],
+                     dtype=bool)
+    storage = transfer + wakes * costs.wait.wakeup_s
+    stage = compute + storage if costs.cpu_moves else np.maximum(compute, storage)
+    return StageTimeline(compute, transfer, wakes, stage)
 
 
-def evaluate_plan(graph: TrainingGraph, costs: OpCosts, plan: StagePlan, *,
-                  overlap: bool) -> PlanMetrics:
+def evaluate_plan(graph: TrainingGraph, costs: OpCosts, plan: StagePlan) -> PlanMetrics:
     """Exact accounting of ``plan`` (see the module docstring)."""
     size = costs.output_bytes
     workspace = costs.workspace_bytes
@@ -183,18 +232,19 @@ def evaluate_plan(graph: TrainingGraph, costs: OpCosts, plan: StagePlan, *,
     e_compute = float((R @ costs.compute_energy_j).sum())
     e_in = float((plan.page_in.astype(float) @ costs.pagein_energy_j).sum())
     e_out = float((plan.page_out.astype(float) @ costs.pageout_energy_j).sum())
-    compute_t = float((R @ costs.compute_time_s).sum())
-    transfer_t = float((plan.page_in.astype(float) @ costs.pagein_time_s).sum()
-                       + (plan.page_out.astype(float) @ costs.pageout_time_s).sum())
+    timeline = stage_timeline(costs, plan)
+    e_wait = timeline.wait_energy_j(costs)
     stored_final = plan.stored[-1] | plan.page_out[-1]
     return PlanMetrics(
-        energy_j=e_compute + e_in + e_out,
+        energy_j=e_compute + e_in + e_out + e_wait,
         compute_energy_j=e_compute,
         pagein_energy_j=e_in,
         pageout_energy_j=e_out,
-        time_s=float(stage_times(costs, plan, overlap=overlap).sum()),
-        compute_time_s=compute_t,
-        transfer_time_s=transfer_t,
+        wait_energy_j=e_wait,
+        storage_wakeups=int(timeline.wakes.sum()),
+        time_s=float(timeline.stage_s.sum()),
+        compute_time_s=float(timeline.compute_s.sum()),
+        transfer_time_s=float(timeline.transfer_s.sum()),
         peak_ram_bytes=peak,
         peak_stage=peak_stage,
         peak_op=peak_op,
@@ -240,7 +290,10 @@ def plan_from_schedule(graph: TrainingGraph, schedule: Schedule) -> StagePlan | 
     so its memory must be evaluated again (:func:`evaluate_plan`). A tensor that leaves RAM
     and comes back within one stage is made resident once in the stage (so the plan never
     costs more energy than the list). A list whose first computations are not in index
-    order has no stage form.
+    order has no stage form. A page-out of an older tensor that follows op ``t``'s first
+    computation is written while the next stage runs, so it belongs to stage ``t + 1``
+    (where :func:`lower_plan` puts such page-outs), unless the tensor is freed before that
+    stage starts.
     """
     n = len(graph)
     m = StagePlan.empty(n)
@@ -249,6 +302,12 @@ def plan_from_schedule(graph: TrainingGraph, schedule: Schedule) -> StagePlan | 
     t = 0          # the stage being filled
     started = False
     computed = [False] * n
+    pending: list[int] = []  # page-outs of older tensors after op t's first computation
+
+    def write(stage: int, i: int) -> None:
+        m["page_out"][stage, i] = True
+        stored.add(i)
+
     for step in schedule.steps:
         k = step.op
         active = step.action in (Action.COMPUTE, Action.PAGE_IN)
@@ -259,6 +318,9 @@ def plan_from_schedule(graph: TrainingGraph, schedule: Schedule) -> StagePlan | 
                 return None
             m["keep"][t, sorted(resident)] = True
             m["stored"][t, sorted(stored)] = True
+            for i in pending:
+                write(t, i)
+            pending.clear()
         started = True
         if step.action is Action.COMPUTE:
             if not computed[k] and k != t:
@@ -274,10 +336,17 @@ def plan_from_schedule(graph: TrainingGraph, schedule: Schedule) -> StagePlan | 
                 m["page_in"][t, k] = True
             resident.add(k)
         elif step.action is Action.PAGE_OUT:
-            m["page_out"][t, k] = True
-            stored.add(k)
+            if computed[t] and not m["compute"][t, k]:
+                pending.append(k)
+            else:
+                write(t, k)
         else:
+            if k in pending:
+                pending.remove(k)
+                write(t, k)
             resident.discard(k)
+    for i in pending:
+        write(t, i)
     if t != n - 1 or not all(computed):
         return None
     plan = StagePlan(**m)

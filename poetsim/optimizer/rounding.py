@@ -147,7 +147,7 @@ class RoundingHeuristic(Heur):
             if plan is None or plan in tried:
                 continue
             tried.append(plan)
-            metrics = evaluate_plan(milp.graph, self.costs, plan, overlap=milp.overlap)
+            metrics = evaluate_plan(milp.graph, self.costs, plan)
             if not metrics.fits(self.budget_bytes, self.deadline_s,
                                 self.storage_capacity_bytes):
                 continue

@@ -80,7 +80,7 @@ _SAME_ENERGY = 1e-10
 
 
 def _window_search(milp: Any, graph: TrainingGraph, costs: OpCosts, plan: StagePlan,
-                   metrics: PlanMetrics, budget: int, deadline_s: float | None, overlap: bool,
+                   metrics: PlanMetrics, budget: int, deadline_s: float | None,
                    *, time_budget: float, gap_limit: float, window_nodes: int | None = None,
                    limits_hit: list[str] | None = None
                    ) -> tuple[StagePlan, PlanMetrics, int]:
@@ -137,7 +137,7 @@ def _window_search(milp: Any, graph: TrainingGraph, costs: OpCosts, plan: StageP
                 limits_hit.append("time")
             if model.getNSols() > 0:
                 candidate = milp.plan_from_solution(model.getBestSol())
-                found = evaluate_plan(graph, costs, candidate, overlap=overlap)
+                found = evaluate_plan(graph, costs, candidate)
                 better = found.energy_j < metrics.energy_j * (1 - 1e-9)
                 if better and found.fits(budget, deadline_s):
                     plan, metrics = candidate, found
@@ -234,7 +234,7 @@ def _method(remat: bool, paging: bool) -> str:
 
 
 def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline: float | None,
-                    formulation: Formulation, overlap: bool, storage_capacity: int | None = None,
+                    formulation: Formulation, storage_capacity: int | None = None,
                     warm_starts: Sequence[Schedule] = (), stop_at: float | None = None,
                     limits_hit: list[str] | None = None
                     ) -> tuple[StagePlan | None, PlanMetrics | None, str | None]:
@@ -276,7 +276,7 @@ def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline:
     for name, plan in candidates:
         if plan is None:
             continue
-        metrics = evaluate_plan(graph, costs, plan, overlap=overlap)
+        metrics = evaluate_plan(graph, costs, plan)
         if not metrics.fits(budget, deadline, storage_capacity):
             continue
         if best[1] is None or metrics.energy_j < best[1].energy_j:
@@ -379,10 +379,6 @@ class _Search:
         return self.formulation.restricted
 
     @property
-    def overlap(self) -> bool:
-        return self.request.board.dma.present
-
-    @property
     def elapsed_s(self) -> float:
         return time.perf_counter() - self.started
 
@@ -442,13 +438,13 @@ def _start(search: _Search) -> SolveResult | None:
     graph, costs, board = request.graph, request.costs, request.board
     budget = request.activation_budget_bytes
     search.plan, search.metrics, search.heuristic = _best_heuristic(
-        graph, costs, budget, search.deadline_s, formulation, search.overlap,
+        graph, costs, budget, search.deadline_s, formulation,
         board.storage.capacity_bytes, search.warm_starts,
         stop_at=search.started + _HEURISTIC_SHARE * search.time_limit_s,
         limits_hit=search.limits_hit)
     relaxed = relaxation_bound_j(
         graph, costs, budget, search.deadline_s, remat=formulation.remat,
-        paging=formulation.paging, overlap=search.overlap,
+        paging=formulation.paging,
         storage_capacity_bytes=board.storage.capacity_bytes,
         time_limit_s=min(_BOUND_MAX_S, _BOUND_SHARE * search.time_limit_s), seed=search.seed,
         node_limit=search.share(_EFFORT_BOUND_SHARE), limits_hit=search.limits_hit)
@@ -497,7 +493,6 @@ def _build(search: _Search) -> MilpModel | SolveResult:
     budget = request.activation_budget_bytes
     try:
         milp = build_milp(request.graph, costs, budget, search.deadline_s, search.formulation,
-                          overlap=search.overlap,
                           storage_capacity_bytes=board.storage.capacity_bytes,
                           energy_reference_j=request.plain_energy_j,
                           build_deadline=search.started + search.time_limit_s)
@@ -549,7 +544,6 @@ def _search_and_conclude(search: _Search, milp: MilpModel) -> SolveResult:
         remaining = search.time_limit_s - search.elapsed_s
         search.plan, search.metrics, improved_by_windows = _window_search(
             milp, graph, costs, search.plan, search.metrics, budget, search.deadline_s,
-            search.overlap,
             time_budget=remaining * (_WINDOW_SEARCH_SHARE if search.effort is None else 1.0),
             gap_limit=search.gap_limit, window_nodes=search.share(_EFFORT_WINDOW_SHARE),
             limits_hit=search.limits_hit)
@@ -581,7 +575,7 @@ def _search_and_conclude(search: _Search, milp: MilpModel) -> SolveResult:
         scip_status = "optimal-for-approximation"
     if model.getNSols() > 0:
         best_plan = milp.plan_from_solution(model.getBestSol())
-        best_metrics = evaluate_plan(graph, costs, best_plan, overlap=search.overlap)
+        best_metrics = evaluate_plan(graph, costs, best_plan)
         if not best_metrics.fits(budget, search.deadline_s):
             # SCIP accepts constraint violations within its feasibility tolerance, which on
             # memory counted in millions of units can be a byte. Such a plan is not ours to
@@ -626,7 +620,7 @@ def _finish(base: dict[str, Any], plan: StagePlan, metrics: PlanMetrics, restric
     pruned = drop_unread_page_outs(plan)
     if pruned is not plan:
         plan = pruned
-        metrics = evaluate_plan(graph, request.costs, plan, overlap=board.dma.present)
+        metrics = evaluate_plan(graph, request.costs, plan)
     schedule = lower_plan(graph, plan, metadata={})
     check = check_schedule(graph, schedule, budget_bytes=budget,
                            storage_capacity_bytes=board.storage.capacity_bytes)
