@@ -1,11 +1,12 @@
 """The end-to-end demo: one model on one board, solved, verified, compared, written out.
 
-:func:`run_demo` takes a resolved request (by default the zoo's default model, ResNet-18
-for CIFAR, on :data:`DEMO_BOARD` at 50 % of the plain schedule's activation peak and a
-1.5x deadline, physical accounting), finds POET's least-energy schedule, simulates and
-judges it on the board, compares it with two baselines (DTR, which recomputes, and
-Capuchin, which pages and recomputes), all through :func:`poetsim.runs.run_and_judge`,
-and writes into a new folder:
+:func:`run_demo` takes a resolved request (by default :data:`DEMO_MODEL`, a keyword-spotting
+DS-CNN, fine-tuning its last two layers, on :data:`DEMO_BOARD`, the nRF52840 with its
+microSD card, within all of the board's usable RAM and a 2x deadline, physical
+accounting), finds POET's least-energy schedule, simulates and judges it on the board,
+compares it with two baselines (DTR, which recomputes, and Capuchin, which pages and
+recomputes), all through :func:`poetsim.runs.run_and_judge`, and writes into a new
+folder:
 
 * ``summary.md`` (for people) and ``summary.json`` (for programs);
 * ``costs.json``: the model's cost summary on the board;
@@ -15,11 +16,12 @@ and writes into a new folder:
 * ``simulation.png``: RAM and power over time and the schedule matrix;
 * ``comparison.png``: energy and peak RAM of POET and the baselines.
 
-Why not a microcontroller: ResNet-18's parameters and gradients alone take 85 MiB, and
-no board file's MCU has more than 1 MiB of RAM. Under the physical verdict POET can only
-say so (run the demo with ``--board nrf52840`` to see the one-line reason); planning the
-whole training state (weights paged from flash, sparse updates) is what would make it
-fit. The demo therefore runs where the model physically fits, the Raspberry Pi 4.
+Why this job: it is training that physically fits a microcontroller. Everything resident
+(the weights of all layers, and the gradients of the two trained ones) and every
+activation must fit the nRF52840's 256 KiB; the plain schedule's activations do not
+beside the resident state, so the schedule must recompute and page. The paper's
+ResNet-18 does not fit any MCU board at all (its fp32 weights alone are 42.6 MiB; run the
+demo with ``--model resnet18_cifar`` to see the one-line reason).
 
 The folder is filled under a temporary name beside it and renamed when complete, so a
 failed or interrupted demo leaves no partial output folder.
@@ -44,12 +46,17 @@ from poetsim.runs import Outcome, reference_energy_j, run_and_judge, with_overhe
 from poetsim.summary import cost_summary
 from poetsim.units import format_bytes, format_quantity
 
-__all__ = ["DEMO_BASELINES", "DEMO_BOARD", "DemoResult", "default_out_dir", "run_demo"]
+__all__ = ["DEMO_BASELINES", "DEMO_BOARD", "DEMO_DEADLINE", "DEMO_MODEL", "DEMO_MODEL_OPTIONS",
+           "DEMO_RAM", "DemoResult", "default_out_dir", "run_demo"]
 
 #: The baselines the demo compares POET with: one that recomputes, one that pages.
 DEMO_BASELINES = ("dtr", "capuchin")
-#: The demo's board: the default model physically fits it (see the module docstring).
-DEMO_BOARD = "rpi4"
+#: The demo's job (see the module docstring): model, its options, board, RAM, deadline.
+DEMO_MODEL = "ds_cnn_s"
+DEMO_MODEL_OPTIONS = {"train_last": 2}
+DEMO_BOARD = "nrf52840"
+DEMO_RAM = "board"
+DEMO_DEADLINE = "2x"
 #: The demo's solver settings unless given.
 DEMO_SETTINGS = SolverSettings(time_limit_s=20.0)
 
@@ -232,11 +239,20 @@ def _summary(request: Request, settings: SolverSettings, outcomes: Sequence[Outc
         "peak_total_bytes": verdict.peak_total_bytes if verdict else None,
         "board_ram_bytes": request.board_ram_bytes,
         "violations": list(verdict.violations) if verdict else [poet.why_not],
+        "energy_per_iteration_j": None if poet.report is None else poet.report.energy_j,
+        "time_per_iteration_s": None if poet.report is None else poet.report.makespan_s,
+        "storage_lifetime_iterations": _lifetime(poet),
         "poet": poet.as_dict(),
         "simulation": None if poet.report is None else poet.report.as_dict(transfers=False),
         "comparison": [o.as_dict() for o in outcomes],
         "files": files, "wall_s": wall_s,
     }
+
+
+def _lifetime(outcome: Outcome) -> float | None:
+    """Training iterations until the storage's rated endurance is written (None: the board
+    gives none, or nothing is written)."""
+    return getattr(outcome.report, "storage_lifetime_iterations", None)
 
 
 def _markdown(s: dict[str, Any], outcomes: Sequence[Outcome]) -> str:
@@ -262,7 +278,12 @@ def _markdown(s: dict[str, Any], outcomes: Sequence[Outcome]) -> str:
             f"({sim['energy_j'] / s['reference_energy_j'] - 1:+.2%} vs every op once with "
             f"unlimited RAM), makespan {format_quantity(sim['makespan_s'], 's', 4)}",
             f"- {poet['recomputations']} recomputations, {poet['page_outs']} page-outs, "
-            f"{poet['page_ins']} page-ins"]
+            f"{poet['page_ins']} page-ins",
+            "- storage lifetime: " + (
+                f"{s['storage_lifetime_iterations']:.3g} training iterations before the "
+                "storage's rated endurance is written"
+                if s["storage_lifetime_iterations"] is not None
+                else "nothing written, or no endurance rating in the board file")]
     lines += ["", "## Against the baselines (all simulated on the board)", "",
               "```", format_table(outcomes), "```"]
     lines += ["", "## Files", ""]

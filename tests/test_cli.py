@@ -78,8 +78,8 @@ def test_costs_and_demo(capsys, tmp_path):
     assert len(doc["ops"]) == 41 or len(doc["ops"]) > 10
     assert all(k.endswith(("_s", "_j", "_bytes")) or k in ("op", "phase", "kind")
                for k in doc["ops"][0])
-    status, out, _ = run(capsys, "demo", "--model", "mlp", "--time-limit", "2",
-                         "--out", str(tmp_path / "demo"))
+    status, out, _ = run(capsys, "demo", "--model", "mlp", "--board", "rpi4", "--time-limit",
+                         "2", "--out", str(tmp_path / "demo"))
     assert status == 0
     assert "mlp on rpi4" in out and "compute energy" in out
     assert "simulated on the board: PASS" in out and "PASS [physical accounting]" in out

@@ -19,9 +19,16 @@ FILES = ["summary.md", "summary.json", "costs.json", "schedule.json", "schedule.
 QUICK = SolverSettings(time_limit_s=2)
 
 
-def _request(board: str = demo.DEMO_BOARD, ram: str = "90%", **options):
-    return resolve_request(build_model("mlp", layers=4, width=64), get_board(board), ram=ram,
-                           deadline="1.5x", **options)
+def _request(board: str = demo.DEMO_BOARD, ram: str = demo.DEMO_RAM, **options):
+    """The demo's own job (it must fit the demo board), on ``board``."""
+    return resolve_request(build_model(demo.DEMO_MODEL, **demo.DEMO_MODEL_OPTIONS),
+                           get_board(board), ram=ram, deadline=demo.DEMO_DEADLINE, **options)
+
+
+def _unfit_request(accounting: str):
+    """A model whose training state does not fit the demo's MCU board."""
+    return resolve_request(build_model("mlp", layers=4, width=64), get_board("nrf52840"),
+                           ram="90%", deadline="1.5x", accounting=accounting)
 
 
 def test_run_demo_writes_a_complete_folder(tmp_path):
@@ -36,6 +43,10 @@ def test_run_demo_writes_a_complete_folder(tmp_path):
     assert summary["verdict"] == "PASS" and summary["board"] == demo.DEMO_BOARD
     assert summary["fits_board_ram"] is True
     assert summary["peak_total_bytes"] <= summary["board_ram_bytes"]
+    # the demo's story: training that needs remat or paging to fit the MCU at all
+    poet = summary["poet"]
+    assert poet["recomputations"] + poet["page_outs"] > 0
+    assert summary["energy_per_iteration_j"] > 0 and summary["time_per_iteration_s"] > 0
     assert [r["method"] for r in summary["comparison"]] == ["poet", *demo.DEMO_BASELINES]
     trace = json.loads((out / "trace.json").read_text())
     assert trace["traceEvents"] and trace["otherData"]["verdict"] == "PASS"
@@ -47,8 +58,7 @@ def test_run_demo_writes_a_complete_folder(tmp_path):
 
 @pytest.mark.parametrize("accounting", ["physical", "paper"])
 def test_the_demo_never_says_pass_for_a_model_that_does_not_fit_the_board(tmp_path, accounting):
-    result = demo.run_demo(_request("nrf52840", accounting=accounting), QUICK,
-                           out_dir=tmp_path / accounting)
+    result = demo.run_demo(_unfit_request(accounting), QUICK, out_dir=tmp_path / accounting)
     summary = result.summary
     for row in summary["comparison"]:
         assert row["verdict"] != "PASS" or accounting == "paper"
@@ -86,17 +96,18 @@ def test_default_out_dir_is_new(tmp_path):
 
 def test_demo_command(tmp_path, capsys):
     out = tmp_path / "d"
-    args = ["demo", "--model", "mlp", "--set", "layers=4", "--set", "width=64",
-            "--ram", "90%", "--time-limit", "2"]
-    status = main([*args, "--out", str(out)])
+    status = main(["demo", "--time-limit", "5", "--out", str(out)])
     text = capsys.readouterr().out
     assert status == 0
-    assert "PASS [physical accounting]" in text and "capuchin" in text and str(out) in text
+    assert f"{demo.DEMO_MODEL} on {demo.DEMO_BOARD}: PASS [physical accounting]" in text
+    assert "capuchin" in text and str(out) in text
     assert (out / "summary.md").is_file()
-    status = main([*args, "--out", str(tmp_path / "j"), "--json"])
+    mlp = ["demo", "--model", "mlp", "--set", "layers=4", "--set", "width=64", "--ram", "90%",
+           "--deadline", "1.5x", "--time-limit", "2"]
+    status = main([*mlp, "--board", "rpi4", "--out", str(tmp_path / "j"), "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert status == 0 and doc["verdict"] == "PASS" and doc["out_dir"] == str(tmp_path / "j")
-    # on the nRF52840 the demo tells the truth: FAIL, exit 1
-    status = main([*args, "--board", "nrf52840", "--out", str(tmp_path / "m"), "--json"])
+    # where the training state does not fit, the demo tells the truth: FAIL, exit 1
+    status = main([*mlp, "--out", str(tmp_path / "m"), "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert status == 1 and doc["verdict"] is None and "usable RAM" in doc["violations"][0]

@@ -24,7 +24,7 @@ from poetsim.boards.spec import Board
 from poetsim.cli import sweep_commands, torch_commands
 from poetsim.compare import compare, format_table, write_outcomes
 from poetsim.costs import op_costs
-from poetsim.demo import DEMO_BOARD
+from poetsim.demo import DEMO_BOARD, DEMO_DEADLINE, DEMO_MODEL, DEMO_MODEL_OPTIONS, DEMO_RAM
 from poetsim.errors import InputError, InternalError, PoetsimError
 from poetsim.graph import TrainingGraph, read_graph, write_graph
 from poetsim.methods import SolverSettings, seeded_solve
@@ -77,10 +77,12 @@ def _model_options(args: argparse.Namespace) -> dict[str, int]:
     return options
 
 
-def _graph_from_args(args: argparse.Namespace) -> TrainingGraph:
+def _graph_from_args(args: argparse.Namespace,
+                     defaults: dict[str, int] | None = None) -> TrainingGraph:
+    """The graph file, or the zoo model with ``defaults`` under the user's options."""
     if getattr(args, "graph", None):
         return read_graph(args.graph)
-    return build_model(args.model, **_model_options(args))
+    return build_model(args.model, **{**(defaults or {}), **_model_options(args)})
 
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -397,7 +399,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     """Costs, POET at a tight budget, simulation, two baselines; files in a new folder."""
     from poetsim.demo import run_demo
 
-    graph = _graph_from_args(args)
+    graph = _graph_from_args(args, DEMO_MODEL_OPTIONS if args.model == DEMO_MODEL else None)
     board = get_board(args.board)
     request = _request_from_args(args, graph, board)
     if not args.json:
@@ -452,6 +454,22 @@ def _print_sim(r: SimReport, verdict: Verdict) -> None:
     if r.flash_erases:
         print(_row("flash erases (max per sector)",
                    f"{r.flash_erases} ({r.flash_max_erase_count})"))
+    if r.storage_wear_bytes:
+        worn = format_bytes(r.storage_wear_bytes)
+        life = r.storage_lifetime_iterations
+        if life is None:
+            print(_row("storage wear", f"{worn} worn per iteration (the board file gives no "
+                                       "endurance)"))
+        else:
+            if r.flash_endurance_cycles is not None:
+                rating = f"{r.flash_endurance_cycles:,} erase cycles per sector"
+                worn += " erased"
+            else:
+                rating = f"{life * r.storage_wear_bytes / 1e12:.3g} TB written rating"
+                worn += " worn"
+            count = f"{life:.3g}".replace("e+0", "e").replace("e+", "e")
+            print(_row("storage lifetime", f"{count} iterations ({rating}, {worn} per "
+                                           "iteration)"))
     if r.prediction is not None:
         p = r.prediction
         for label, diff in (("energy", p.energy_diff_pct), ("time", p.time_diff_pct),
@@ -715,9 +733,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, help_text in (
         ("costs", "cost summary of a model's training graph on a board"),
-        ("demo", f"the built-in default job: the default model on {DEMO_BOARD} (where it "
-                 "physically fits): costs, then a solve at a tight RAM budget, verified in "
-                 "the simulator and compared"),
+        ("demo", f"the built-in default job: fine-tuning the last two layers of {DEMO_MODEL} "
+                 f"on the {DEMO_BOARD} within its RAM: costs, then POET's least-energy "
+                 "schedule, verified in the simulator and compared"),
     ):
         p = with_json(sub.add_parser(name, help=help_text))
         _add_graph_and_board(p)
@@ -725,12 +743,12 @@ def build_parser() -> argparse.ArgumentParser:
         _add_model_options(p)
         p.set_defaults(func=_cmd_costs)
         if name == "demo":
-            _add_request_options(p, ram="50%", deadline="1.5x")
+            _add_request_options(p, ram=DEMO_RAM, deadline=DEMO_DEADLINE)
             p.add_argument("--time-limit", type=float, default=20.0, metavar="S",
                            help="solver time limit (default 20 s)")
             p.add_argument("--out", metavar="DIR", help="output folder (must not exist; "
                            "default ./poetsim-demo-YYYYmmdd-HHMMSS)")
-            p.set_defaults(func=_cmd_demo, board=DEMO_BOARD)
+            p.set_defaults(func=_cmd_demo, board=DEMO_BOARD, model=DEMO_MODEL)
     p = with_json(sub.add_parser(
         "regress", help="check the golden schedules: re-simulate them (and re-solve the MILP "
                         "cases with --resolve) and report what moved"))
