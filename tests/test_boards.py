@@ -187,6 +187,31 @@ def test_nor_board_has_erase_fields_and_sd_boards_do_not():
     assert get_board("nrf52840").storage.erase_sector_bytes is None
 
 
+SD_BOARDS = ("nrf52840", "mkr1000", "rp2040", "esp32s3", "stm32h743", "rpi4", "rpi5")
+
+
+@pytest.mark.parametrize("name", SD_BOARDS)
+def test_sd_boards_give_an_estimated_endurance_and_a_wear_page(name):
+    """Every SD-card board carries its card's wear figures, honestly sourced: the consumer
+    32 GB card publishes no TBW, so the rating is an estimate (capacity x P/E cycles)."""
+    board = get_board(name)
+    s = board.storage
+    assert s.kind in (StorageKind.SD_SPI, StorageKind.SD_4BIT)
+    assert s.endurance_bytes_written == 31_910_000_000_000  # 31.91 GB x 1,000 P/E cycles
+    assert s.wear_page_bytes == 16_384 and s.wear_page_bytes % s.block_bytes == 0
+    assert s.wear_unit_bytes == 16_384
+    for key in ("storage.endurance_bytes_written", "storage.wear_page_bytes"):
+        assert board.source_of(key).kind is SourceKind.ESTIMATE
+    assert "P/E" in board.source_of("storage.endurance_bytes_written").ref
+
+
+def test_wear_fields_are_optional_and_the_unit_defaults_to_the_block():
+    for name in ("jetson_tx2", "poet_nrf52840", "nrf52840_qspi_nor"):
+        s = get_board(name).storage
+        assert s.endurance_bytes_written is None and s.wear_page_bytes is None
+        assert s.wear_unit_bytes == s.block_bytes
+
+
 def test_unknown_board_name():
     with pytest.raises(UnknownNameError, match="nrf52833"):
         get_board("nrf52833")
@@ -478,6 +503,27 @@ BAD_BOARDS = [
     ("erase-fields-on-sd", "nrf52840",
      lambda d: d["storage"].__setitem__("erase_sector_bytes", _sourced(4096)),
      ["storage.erase_sector_bytes = 4096", "qspi_nor", "sd_spi"]),
+    # wear of SD cards and eMMC
+    ("wear-page-not-block-multiple", "nrf52840", _set("storage", "wear_page_bytes", 1000),
+     ["storage.wear_page_bytes = 1000", "multiple of block_bytes = 512"]),
+    ("wear-page-zero", "nrf52840", _set("storage", "wear_page_bytes", 0),
+     ["storage.wear_page_bytes = 0", "> 0"]),
+    ("endurance-zero", "nrf52840", _set("storage", "endurance_bytes_written", 0),
+     ["storage.endurance_bytes_written = 0", "> 0"]),
+    ("endurance-unit-slip", "nrf52840", _set("storage", "endurance_bytes_written", 32),
+     ["storage.endurance_bytes_written = 32", "plausible"]),
+    ("endurance-not-whole", "nrf52840", _set("storage", "endurance_bytes_written", 3.5e12 + 0.5),
+     ["storage.endurance_bytes_written = 3500000000000.5", "whole number"]),
+    ("endurance-without-source", "nrf52840",
+     _replace("storage", "endurance_bytes_written", 31_910_000_000_000),
+     ["storage.endurance_bytes_written = 31910000000000", "source"]),
+    ("endurance-on-nor", "nrf52840_qspi_nor",
+     lambda d: d["storage"].__setitem__("endurance_bytes_written", _sourced(10**12)),
+     ["storage.endurance_bytes_written = 1000000000000", "wear-levelled", "qspi_nor",
+      "endurance_cycles"]),
+    ("wear-page-on-nor", "nrf52840_qspi_nor",
+     lambda d: d["storage"].__setitem__("wear_page_bytes", _sourced(4096)),
+     ["storage.wear_page_bytes = 4096", "qspi_nor"]),
     ("bad-profile", "nrf52840", _top("profile", "physics"),
      ["profile = 'physics'", "'physical'", "'paper'"]),
     ("bad-storage-kind", "nrf52840",

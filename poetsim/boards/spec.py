@@ -373,6 +373,15 @@ class Storage:
     erase_power_w: float | None = _number("W", "non_negative", _DEVICE_POWER, optional=True)
     endurance_cycles: int | None = _number("cycles", "count", (1, 1e12), optional=True,
                                            doc="NOR only: erase cycles per sector")
+    endurance_bytes_written: int | None = _number(
+        "B", "count", (1e6, 1e18), optional=True,
+        doc="wear-levelled kinds only (SD, eMMC): rated total bytes written (TBW) over the "
+            "device's life; the simulator's storage_lifetime_iterations divide it by the bytes "
+            "worn per iteration")
+    wear_page_bytes: int | None = _number(
+        "B", "count", (1, 1 << 26), optional=True,
+        doc="wear-levelled kinds only (SD, eMMC): NAND program unit; every write command "
+            "wears a whole number of these (absent: block_bytes)")
     queue_depth: int | None = _number("commands", "count", (1, 1024), optional=True,
                                       doc="commands the device serves at once (absent: 1, "
                                           "as an SD card over SPI); more DMA channels than "
@@ -421,6 +430,20 @@ class Storage:
             if self.kind is not StorageKind.QSPI_NOR and value is not None:
                 raise BoardFieldError(name, value,
                                       f"applies only to kind 'qspi_nor', not {self.kind.value!r}")
+        for name in ("endurance_bytes_written", "wear_page_bytes"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if self.kind is StorageKind.QSPI_NOR:
+                raise BoardFieldError(name, value,
+                                      "applies only to the wear-levelled kinds 'sd_spi', "
+                                      "'sd_4bit' and 'emmc', not 'qspi_nor' (NOR flash wear is "
+                                      "endurance_cycles per erase sector)")
+            if value == 0:
+                raise BoardFieldError(name, 0, "must be > 0")
+        if self.wear_page_bytes is not None and self.wear_page_bytes % self.block_bytes:
+            raise BoardFieldError("wear_page_bytes", self.wear_page_bytes,
+                                  f"must be a multiple of block_bytes = {self.block_bytes}")
         if self.erase_sector_bytes is not None and self.erase_sector_bytes % self.block_bytes:
             raise BoardFieldError("erase_sector_bytes", self.erase_sector_bytes,
                                   f"must be a multiple of block_bytes = {self.block_bytes}")
@@ -429,6 +452,12 @@ class Storage:
     def concurrent_commands(self) -> int:
         """How many transfers the device serves at once (``queue_depth``, default 1)."""
         return self.queue_depth or 1
+
+    @property
+    def wear_unit_bytes(self) -> int:
+        """The smallest amount one write command wears: ``wear_page_bytes`` (absent:
+        ``block_bytes``)."""
+        return self.wear_page_bytes or self.block_bytes
 
     @property
     def wire_bytes_per_s(self) -> float:

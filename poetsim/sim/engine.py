@@ -481,6 +481,8 @@ class Simulation:
             flash_sectors_used=wear.sectors_used if wear else 0,
             flash_endurance_cycles=wear.endurance_cycles if wear else None,
             flash_lifetime_iterations=wear.lifetime_iterations() if wear else None,
+            storage_wear_bytes=storage.wear_bytes,
+            storage_lifetime_iterations=storage.lifetime_iterations(),
             computes=counts[Action.COMPUTE], recomputes=self.profile.recomputes,
             page_ins=counts[Action.PAGE_IN], page_outs=counts[Action.PAGE_OUT],
             frees=counts[Action.FREE], transfers=transfers, prediction=prediction,

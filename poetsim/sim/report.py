@@ -178,6 +178,10 @@ class SimReport:
     flash_sectors_used: int
     flash_endurance_cycles: int | None
     flash_lifetime_iterations: float | None
+    # wear of every kind of storage (poetsim.sim.storage): bytes worn per iteration and
+    # iterations until the board's endurance (NOR: flash_lifetime_iterations)
+    storage_wear_bytes: int
+    storage_lifetime_iterations: float | None
     # counts
     computes: int
     recomputes: int
@@ -272,6 +276,8 @@ class SimReport:
             "flash_sectors_used": self.flash_sectors_used,
             "flash_endurance_cycles": self.flash_endurance_cycles,
             "flash_lifetime_iterations": self.flash_lifetime_iterations,
+            "storage_wear_bytes": self.storage_wear_bytes,
+            "storage_lifetime_iterations": self.storage_lifetime_iterations,
             "computes": self.computes,
             "recomputes": self.recomputes,
             "page_ins": self.page_ins,

@@ -41,7 +41,29 @@ Space
 -----
 Paged tensors occupy ``output_bytes`` each (the checker's ``storage_full`` rule), never
 released within an iteration; going over ``capacity_bytes`` is a violation the report
-records. NOR flash also counts erases per sector (:mod:`poetsim.sim.flash`).
+records.
+
+Wear
+----
+Every page-out wears the device; the report gives the bytes worn per iteration
+(``storage_wear_bytes``) and the iterations until the board file's endurance is reached
+(``storage_lifetime_iterations``), for every kind of device:
+
+* NOR flash counts erases per sector (:mod:`poetsim.sim.flash`): the bytes worn are the
+  erased sectors, and the lifetime is the one of its most-worn sector under log-structured
+  placement.
+* Wear-levelled devices (SD cards, eMMC) program NAND in pages of ``wear_page_bytes``
+  (absent: ``block_bytes``), so each write command wears a whole number of pages however
+  few bytes it carries (:func:`worn_bytes`: the write amplification of small writes). The
+  commands are the ones the transfer moves, ``device_bytes`` split at
+  ``max_command_bytes`` as in :func:`poetsim.costs.transfer_phases`, and each is taken to
+  start on a page boundary (sequential, log-structured placement). The card's wear
+  levelling spreads the pages over the device, so the lifetime is
+  ``endurance_bytes_written / storage_wear_bytes`` (``None`` when the board gives no
+  endurance or nothing is written). The card's own garbage collection beyond page
+  rounding is in its rated endurance, not modelled here.
+
+Wear is bookkeeping only: it changes no duration and no energy.
 """
 
 from __future__ import annotations
@@ -58,7 +80,7 @@ from poetsim.sim.flash import FlashWear
 from poetsim.sim.power import EnergyLedger, PowerMachine
 
 __all__ = ["StorageModel", "TransferTiming", "draw_write_busy", "transfer_timing",
-           "with_write_busy", "write_commands"]
+           "with_write_busy", "worn_bytes", "write_commands"]
 
 #: Precedence of storage states when transfers overlap: the highest one is reported.
 _PRECEDENCE = {"read": 1, "busy": 2, "write": 3, "erase": 4}
@@ -137,6 +159,20 @@ def write_commands(board: Board, nbytes: int) -> list[int]:
     return [per_command] * full + ([math.ceil(rest / storage.block_bytes)] if rest else [])
 
 
+def worn_bytes(storage: Storage, device_bytes: int) -> int:
+    """Bytes of a wear-levelled device (SD card, eMMC) that one page-out of
+    ``device_bytes`` wears: each of its write commands (``device_bytes`` split at
+    ``max_command_bytes``) rounded up to whole ``wear_page_bytes`` pages (absent:
+    ``block_bytes``). Zero for nothing written."""
+    device_bytes = max(int(device_bytes), 0)
+    if device_bytes == 0:
+        return 0
+    page = storage.wear_unit_bytes
+    full, rest = divmod(device_bytes, storage.max_command_bytes)
+    return (full * math.ceil(storage.max_command_bytes / page) * page
+            + math.ceil(rest / page) * page)
+
+
 def draw_write_busy(busy: WriteBusy, rng: np.random.Generator,
                     commands: list[list[int]]) -> list[float]:
     """The extra busy time of each transfer; ``commands[i]`` holds the block count of
@@ -201,6 +237,8 @@ class StorageModel:
         self.bytes_written = 0
         self.used_bytes = 0
         self.peak_used_bytes = 0
+        #: bytes a wear-levelled device wears (page-rounded per write command, worn_bytes)
+        self.worn_bytes = 0
         self.wear: FlashWear | None = None
         if spec.kind is StorageKind.QSPI_NOR:
             self.wear = FlashWear(spec.capacity_bytes, spec.erase_sector_bytes or 1,
@@ -277,6 +315,8 @@ class StorageModel:
         self.users -= 1
         if job.kind == "page_out":
             self.bytes_written += job.timing.device_bytes
+            if self.wear is None:
+                self.worn_bytes += worn_bytes(self.spec, job.timing.device_bytes)
         else:
             self.bytes_read += job.timing.device_bytes
         if self.users == 0:
@@ -285,6 +325,26 @@ class StorageModel:
             self.idle_since = now
         elif self.jobs:
             self._refresh()
+
+    # ------------------------------------------------------------------ wear
+    @property
+    def wear_bytes(self) -> int:
+        """Bytes worn so far: erased sectors on NOR flash, page-rounded write commands on
+        a wear-levelled device (see the module docstring)."""
+        if self.wear is not None:
+            return self.wear.erases * self.wear.sector_bytes
+        return self.worn_bytes
+
+    def lifetime_iterations(self) -> float | None:
+        """Iterations (runs like this one) until the device's endurance is reached: the
+        NOR flash lifetime of :class:`FlashWear`, or ``endurance_bytes_written`` over the
+        bytes worn. ``None`` without an endurance or when nothing was written."""
+        if self.wear is not None:
+            return self.wear.lifetime_iterations()
+        endurance = self.spec.endurance_bytes_written
+        if endurance is None or self.worn_bytes == 0:
+            return None
+        return endurance / self.worn_bytes
 
     def finish(self, t_end: float) -> None:
         """Close the books at the end of the run (placing a due auto-sleep)."""
