@@ -11,7 +11,8 @@ Compute, op ``k``::
     energy_j = time_s * cpu.active_power_w
 
 a roofline: ``moved_bytes_k`` is what the op reads and writes (its inputs, its output and
-its parameters; a backward op also reads the weights and writes their gradients), so
+its parameters; a backward op also reads the weights and writes the gradients of the
+trained ones), so
 memory-bound ops (ReLU, add, batch norm) are not priced as if they were compute-bound.
 The data input op reads the batch from storage, so its "compute" is a page-in.
 
@@ -251,7 +252,9 @@ def _moved_bytes(graph: TrainingGraph, k: int) -> int:
     op = graph.ops[k]
     moved = op.output_bytes + sum(graph.ops[p].output_bytes for p in graph.predecessors(k))
     if op.phase is Phase.BACKWARD:
-        moved += 2 * graph.op(op.forward_of).param_bytes  # type: ignore[arg-type]
+        # reads the weights, writes the gradients of the trained ones (none when frozen)
+        forward = graph.op(op.forward_of)  # type: ignore[arg-type]
+        moved += forward.param_bytes + forward.trained_param_bytes
     return moved + op.param_bytes
 
 

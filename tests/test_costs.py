@@ -141,6 +141,34 @@ def test_memory_bound_op_is_priced_by_bytes():
     assert t == pytest.approx(8000 / 1e7)  # 8 KB moved at 10 MB/s, not 100 FLOP at 1 MFLOP/s
 
 
+def test_a_frozen_layers_backward_reads_its_weights_but_writes_no_gradient():
+    """By the roofline on a memory-bound board: a backward op moves its forward op's
+    weights once (read) plus the gradients of the trained ones (write)."""
+    import attrs
+
+    from poetsim.zoo import build_model
+
+    board = make_board()
+    board = attrs.evolve(board, cpu=attrs.evolve(board.cpu, flops_per_s=1e15))
+    full = build_model("mlp", layers=2, width=8)
+    frozen = build_model("mlp", layers=2, width=8, bias_only=1)
+    full_s, frozen_s = op_costs(full, board).compute_time_s, op_costs(frozen, board).compute_time_s
+    checked = 0
+    for op in frozen.ops:
+        if op.forward_of is None:
+            continue
+        forward = frozen.op(op.forward_of)
+        if forward.frozen_param_bytes == 0:
+            continue
+        k, k_full = frozen.index(op.name), full.index(op.name)
+        saved_bytes = (full_s[k_full] - frozen_s[k]) * 1e7  # at 10 MB/s
+        extra = (sum(full.ops[u].output_bytes for u in full.predecessors(k_full))
+                 - sum(frozen.ops[u].output_bytes for u in frozen.predecessors(k)))
+        assert saved_bytes == pytest.approx(forward.frozen_param_bytes + extra, rel=1e-9)
+        checked += 1
+    assert checked >= 1
+
+
 def test_measured_costs_replace_each_analytic_value():
     graph = conv_and_linear_graph()
     doc = graph_to_dict(graph)
