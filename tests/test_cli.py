@@ -322,3 +322,20 @@ def test_bad_deadline_margins_are_one_line_errors(capsys, margin, message):
     status, out, err = run(capsys, *argv)
     assert status == 2 and err.startswith("poetsim: error: ") and err.count("\n") == 1
     assert message in err
+
+
+def test_simulate_prints_the_storage_lifetime(capsys):
+    """One row for every board: SD cards against their TBW rating, NOR flash against
+    its erase cycles; nothing when nothing is written."""
+    status, out, _ = run(capsys, "simulate", "schedules/paging_only-mlp-rpi4-70.json",
+                         "--board", "rpi4")
+    assert status == 0
+    assert ("storage lifetime                   6.49e8 iterations (31.9 TB written rating, "
+            "48.0 KiB worn per iteration)") in out
+    status, out, _ = run(capsys, "simulate",
+                         "schedules/paging_only-mlp-nrf52840_qspi_nor-70-paper.json",
+                         "--board", "nrf52840_qspi_nor", "--accounting", "paper")
+    assert status == 0 and "(100,000 erase cycles per sector, 12.0 KiB erased per" in out
+    status, out, _ = run(capsys, "simulate", "schedules/poet-mlp-rpi5-70.json",
+                         "--board", "rpi5")
+    assert status == 0 and "storage lifetime" not in out and "storage wear" not in out

@@ -61,3 +61,13 @@ def test_rewrites_on_a_one_sector_device_hit_the_same_sector(residual):
 def test_sd_cards_report_no_flash_wear(residual):
     report = simulate(residual, make_board(), hand(residual, *PAGE_R))
     assert report.flash_erases == 0 and report.flash_endurance_cycles is None
+
+
+def test_nor_wear_answers_through_the_storage_fields_too(residual):
+    """One field for every board: on NOR flash the bytes worn are the erased sectors and
+    the lifetime is the flash lifetime of the most-worn sector."""
+    report = simulate(residual, nor_board(), hand(residual, *PAGE_R))
+    assert report.storage_wear_bytes == 4096
+    assert report.storage_lifetime_iterations == report.flash_lifetime_iterations
+    assert report.as_dict()["storage_lifetime_iterations"] == pytest.approx(
+        100_000 * ((1 << 30) // 4096))

@@ -25,7 +25,8 @@ def test_as_dict_is_json_ready_with_units_in_the_keys(residual):
     json.dumps(data)
     for key in data:
         assert key in COUNTS or key.endswith(UNITS), key
-    for key in ("energy_j", "peak_ram_bytes", "makespan_s", "stall_s", "budget_bytes"):
+    for key in ("energy_j", "peak_ram_bytes", "makespan_s", "stall_s", "budget_bytes",
+                "storage_wear_bytes", "storage_lifetime_iterations"):
         assert key in data
     assert data["transfers"][0]["kind"] == "page_out"
     assert "transfers" not in report.as_dict(transfers=False)

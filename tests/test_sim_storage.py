@@ -271,3 +271,78 @@ def test_bad_seed_is_an_input_error(residual):
     for seed in (-1, 1.5, True, "3"):
         with pytest.raises(InputError, match="seed"):
             simulate(residual, make_board(), hand(residual, *PAGE_BOTH), seed=seed)
+
+
+# ----------------------------------------------------------------------------- wear
+
+#: PAGE_R with r kept in RAM: nothing is written.
+NO_PAGING = tuple(line for line in PAGE_R
+                  if line not in ("page_out r 2", "free r 4", "page_in r 8"))
+
+def test_worn_bytes_round_every_write_command_up_to_whole_pages():
+    from poetsim.sim.storage import worn_bytes
+
+    storage = make_board(wear_page_bytes=1024).storage  # 512 B blocks, 4096 B commands
+    assert worn_bytes(storage, 0) == 0
+    assert worn_bytes(storage, 512) == 1024
+    assert worn_bytes(storage, 4096) == 4096
+    # 8704 device bytes: commands of 4096, 4096 and 512 -> 4096 + 4096 + 1024
+    assert worn_bytes(storage, 2 * 4096 + 512) == 9216
+    # a page larger than a command: every command wears a whole page
+    assert worn_bytes(make_board(wear_page_bytes=16384).storage, 2 * 4096 + 512) == 3 * 16384
+    # no page given: the block is the unit, so the device bytes themselves
+    assert worn_bytes(make_board().storage, 2 * 4096 + 512) == 2 * 4096 + 512
+
+
+def test_sd_lifetime_is_the_endurance_over_the_page_rounded_writes(residual):
+    """x (32 B) and r (16 B) are written once each: one 512 B command apiece, each wearing
+    a whole 16 KiB page, so 32 KiB per iteration against 1 TB."""
+    board = make_board(wear_page_bytes=16384, endurance_bytes_written=10**12)
+    report = simulate(residual, board, hand(residual, *PAGE_BOTH))
+    assert report.bytes_written == 2 * 512
+    assert report.storage_wear_bytes == 2 * 16384
+    assert report.storage_lifetime_iterations == 10**12 / 32768 == 30_517_578.125
+    data = report.as_dict()
+    assert data["storage_wear_bytes"] == 32768
+    assert data["storage_lifetime_iterations"] == 30_517_578.125
+    assert report.flash_lifetime_iterations is None
+
+
+def test_no_endurance_or_no_writes_means_no_lifetime(residual):
+    # wear is counted, but the board gives no rating
+    report = simulate(residual, make_board(), hand(residual, *PAGE_BOTH))
+    assert report.storage_wear_bytes == 1024 and report.storage_lifetime_iterations is None
+    # a rating, but nothing is written
+    board = make_board(wear_page_bytes=16384, endurance_bytes_written=10**12)
+    report = simulate(residual, board, hand(residual, *NO_PAGING))
+    assert report.storage_wear_bytes == 0 and report.storage_lifetime_iterations is None
+
+
+def test_wear_accounting_changes_no_time_and_no_energy(residual):
+    schedule = hand(residual, *PAGE_BOTH)
+    plain = simulate(residual, make_board(), schedule)
+    rated = simulate(residual, make_board(wear_page_bytes=16384,
+                                          endurance_bytes_written=10**12), schedule)
+    assert rated.storage_wear_bytes != plain.storage_wear_bytes
+    strip = ("storage_wear_bytes", "storage_lifetime_iterations")
+    same = {k: v for k, v in plain.as_dict().items() if k not in strip}
+    assert same == {k: v for k, v in rated.as_dict().items() if k not in strip}
+
+
+def test_paper_profile_wears_one_command_per_tensor(residual):
+    """POET's accounting has one command per tensor of the tensor's own bytes."""
+    board = make_board("paper", block_bytes=1, max_command_bytes=1 << 30,
+                       wear_page_bytes=64, endurance_bytes_written=10**9)
+    report = simulate(residual, board, hand(residual, *PAGE_BOTH))
+    assert report.storage_wear_bytes == 64 + 64  # 32 B and 16 B, a 64 B page each
+    assert report.storage_lifetime_iterations == pytest.approx(10**9 / 128)
+
+
+@pytest.mark.parametrize("name", ["nrf52840", "esp32s3"])
+def test_sd_boards_report_a_lifetime_from_their_card(residual, name):
+    from poetsim.boards import get_board
+
+    board = get_board(name)
+    report = simulate(residual, board, hand(residual, *PAGE_BOTH))
+    assert report.storage_wear_bytes == 2 * 16384
+    assert report.storage_lifetime_iterations == pytest.approx(31.91e12 / 32768)
