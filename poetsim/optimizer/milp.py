@@ -407,7 +407,8 @@ class MilpModel:
                 w = m.addVar(vtype="B", name=f"W_{t}")
                 self.moves[t] = w
                 m.addCons(w <= quicksum(v for _, v in parts), name=f"wu_{t}")
-                m.addCons(len(parts) * w >= quicksum(v for _, v in parts), name=f"wl_{t}")
+                for k, (_, v) in enumerate(parts):
+                    m.addCons(w >= v, name=f"wl_{t}_{k}")
         # Every write is read back: an unread page-out is pruned from any plan returned, so
         # it must not pose as a way to keep the storage awake either.
         writes: dict[int, list[Any]] = {}

@@ -398,6 +398,14 @@ class _Search:
         """``fraction`` of the effort in nodes (at least 1), or None without an effort."""
         return None if self.effort is None else max(1, int(self.effort * fraction))
 
+    def time_share_s(self, fraction: float) -> float:
+        """Seconds a step may take: ``fraction`` of the time limit; under deterministic
+        effort the step is bounded by its share of the effort and the time left is only a
+        safety cap, so that a busy machine does not change the result."""
+        if self.effort is None:
+            return fraction * self.time_limit_s
+        return max(0.1, self.time_limit_s - self.elapsed_s)
+
     def within_gap(self) -> bool:
         return (self.metrics is not None and self.metrics.energy_j * (1 - self.gap_limit)
                 <= self.lower_j * (1 + _SAME_ENERGY))
@@ -440,13 +448,15 @@ def _start(search: _Search) -> SolveResult | None:
     search.plan, search.metrics, search.heuristic = _best_heuristic(
         graph, costs, budget, search.deadline_s, formulation,
         board.storage.capacity_bytes, search.warm_starts,
-        stop_at=search.started + _HEURISTIC_SHARE * search.time_limit_s,
+        stop_at=time.perf_counter() + search.time_share_s(_HEURISTIC_SHARE),
         limits_hit=search.limits_hit)
     relaxed = relaxation_bound_j(
         graph, costs, budget, search.deadline_s, remat=formulation.remat,
         paging=formulation.paging,
         storage_capacity_bytes=board.storage.capacity_bytes,
-        time_limit_s=min(_BOUND_MAX_S, _BOUND_SHARE * search.time_limit_s), seed=search.seed,
+        time_limit_s=(min(_BOUND_MAX_S, search.time_share_s(_BOUND_SHARE))
+                      if search.effort is None else search.time_share_s(_BOUND_SHARE)),
+        seed=search.seed,
         node_limit=search.share(_EFFORT_BOUND_SHARE), limits_hit=search.limits_hit)
     if relaxed is None:
         if search.metrics is not None:
@@ -471,11 +481,11 @@ def _seed_with_remat_only(search: _Search) -> None:
     if not (formulation.remat and formulation.paging
             and search.time_limit_s >= _SEED_MIN_TIME_S):
         return
-    if search.elapsed_s > _SEED_SHARE * search.time_limit_s:
+    if search.effort is None and search.elapsed_s > _SEED_SHARE * search.time_limit_s:
         search.limits_hit.append("time")  # the heuristics took the seed's share already
         return
     seeded = solve(search.request, deadline_s=search.deadline_s, remat=True, paging=False,
-                   restricted=search.restricted, time_limit_s=search.time_limit_s * _SEED_SHARE,
+                   restricted=search.restricted, time_limit_s=search.time_share_s(_SEED_SHARE),
                    gap_limit=search.gap_limit, seed=search.seed, warm_starts=search.warm_starts,
                    effort=search.share(_EFFORT_SEED_SHARE))
     search.limits_hit.extend(seeded.limits_hit)
