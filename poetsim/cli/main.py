@@ -91,13 +91,14 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                         help="a model option, e.g. --set seq_len=64 (repeatable)")
 
 
-def _add_graph_and_board(parser: argparse.ArgumentParser) -> None:
+def _add_graph_and_board(parser: argparse.ArgumentParser, *, model: str = DEFAULT_MODEL,
+                         board: str = DEFAULT_BOARD) -> None:
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME",
-                        help=f"zoo model (default {DEFAULT_MODEL})")
+    source.add_argument("--model", default=model, metavar="NAME",
+                        help=f"zoo model (default {model})")
     source.add_argument("--graph", metavar="FILE", help="graph file (JSON) instead of a model")
-    parser.add_argument("--board", default=DEFAULT_BOARD, metavar="NAME|FILE",
-                        help=f"built-in board or board file (default {DEFAULT_BOARD})")
+    parser.add_argument("--board", default=board, metavar="NAME|FILE",
+                        help=f"built-in board or board file (default {board})")
 
 
 def _row(label: str, value: str) -> str:
@@ -738,7 +739,10 @@ def build_parser() -> argparse.ArgumentParser:
                  "schedule, verified in the simulator and compared"),
     ):
         p = with_json(sub.add_parser(name, help=help_text))
-        _add_graph_and_board(p)
+        if name == "demo":
+            _add_graph_and_board(p, model=DEMO_MODEL, board=DEMO_BOARD)
+        else:
+            _add_graph_and_board(p)
         p.add_argument("--per-op", action="store_true", help="also list every op's costs")
         _add_model_options(p)
         p.set_defaults(func=_cmd_costs)
@@ -748,7 +752,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="solver time limit (default 20 s)")
             p.add_argument("--out", metavar="DIR", help="output folder (must not exist; "
                            "default ./poetsim-demo-YYYYmmdd-HHMMSS)")
-            p.set_defaults(func=_cmd_demo, board=DEMO_BOARD, model=DEMO_MODEL)
+            p.set_defaults(func=_cmd_demo)
     p = with_json(sub.add_parser(
         "regress", help="check the golden schedules: re-simulate them (and re-solve the MILP "
                         "cases with --resolve) and report what moved"))
