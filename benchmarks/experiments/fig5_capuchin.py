@@ -56,6 +56,18 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
         # all overheads below 1%: a linear axis with enough decimals, else symlog
         tiny = max(shown, default=0.0) < 1.0
         digits = 3 if tiny else 1
+        # each value's label goes on its own side of the other method's curve: above for
+        # the higher of the two at a budget, below for the lower (no overlapping labels)
+        value = {(r["method"], r["ram_pct"]): r["energy_overhead"] for r in cell
+                 if r["energy_j"] is not None and r["budget_ok"]}
+
+        def above(method: str, ram_pct: float, value: dict = value) -> bool:
+            other = "poet" if method == "capuchin" else "capuchin"
+            mine, theirs = value[(method, ram_pct)], value.get((other, ram_pct))
+            if theirs is None or mine != theirs:
+                return theirs is None or mine > theirs
+            return method == "capuchin"
+
         for method in ("capuchin", "poet"):
             pts = sorted((r for r in cell if r["method"] == method and r["energy_j"] is not None
                           and r["budget_ok"]), key=lambda r: -r["ram_pct"])
@@ -65,9 +77,9 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
             for r in pts:
                 ax.annotate(f"{100 * r['energy_overhead']:.{digits}f}%",
                             (r["ram_pct"], 100 * r["energy_overhead"]), fontsize=7,
-                            textcoords="offset points", xytext=(0, 6 if method == "capuchin"
-                                                                 else -11), ha="center",
-                            color=color)
+                            textcoords="offset points",
+                            xytext=(0, 6 if above(method, r["ram_pct"]) else -11),
+                            ha="center", color=color)
         from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
         if tiny:
@@ -77,6 +89,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
             ax.yaxis.set_major_locator(FixedLocator([0, 0.5, 1, 3, 10, 30, 100, 300, 1000]))
             ax.yaxis.set_minor_locator(NullLocator())
             ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}%"))
+        ax.margins(x=0.06, y=0.14)  # room for the value labels at the ends
         ax.invert_xaxis()
         ax.set_xticks(sorted({r["ram_pct"] for r in cell}))
         ax.grid(True, which="both", alpha=0.3)

@@ -47,6 +47,10 @@ def run(mode: str, out: Path, cache: Path | None, jobs: int) -> dict:
         exp_rows = [r for r in rows if r["experiment"] == exp.NAME]
         files += exp.outputs(exp_rows, out)
     files.append(write_text(out / "findings.md", findings.findings(out)))
+    # the full results in the default folder are RESULTS.md's source, never a smoke run
+    if mode == "full" and out.resolve() == findings.RESULTS_DIR.resolve() \
+            and findings.update_results_md(out):
+        files.append(findings.RESULTS_MD)
     wall = time.perf_counter() - started
     cached = sum(1 for r in rows if r["cached"])
     solver_s = sum(r["run_time_s"] or 0.0 for r in rows if not r["cached"])
