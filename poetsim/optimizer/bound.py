@@ -62,7 +62,8 @@ def _restore_energies(costs: OpCosts) -> tuple[list[float], list[float], list[fl
     waits and the wake-ups cost nothing negative. So each recomputation costs at least
     ``E + rest_w t`` and each transfer at least ``E - rest_w t``, which is still the least
     cost of a restore as long as no transfer comes out negative; otherwise the active
-    energies alone (the wait energy is never negative) are used.
+    energies alone (the wait energy is never negative) are used. A plan that pages at all
+    also wakes the storage at least once, which :func:`relaxation_bound_j` adds.
     """
     rest_w = costs.wait.rest_w
     compute = costs.compute_energy_j + rest_w * costs.compute_time_s
@@ -203,6 +204,12 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
             model.addCons(transfers <= 1.0, name="deadline_transfers")
         else:
             model.addCons(compute + transfers <= slack, name="deadline")
+    wake_j = costs.wait.wake_j - costs.wait.rest_w * costs.wait.wakeup_s
+    if written and wake_j > 0:
+        # the storage starts asleep: any paging wakes it at least once
+        woken = model.addVar(vtype="B", name="woken", obj=scale * wake_j)
+        for x, z in written.items():
+            model.addCons(woken >= z, name=f"woken_{x}")
     if storage_capacity_bytes is not None and written:
         model.addCons(quicksum(mem[i] * z for i, z in written.items()) <= storage_capacity_bytes,
                       name="capacity")
