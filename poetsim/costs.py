@@ -12,8 +12,15 @@ Compute, op ``k``::
 
 a roofline: ``moved_bytes_k`` is what the op reads and writes (its inputs, its output and
 its parameters; a backward op also reads the weights and writes the gradients of the
-trained ones), so
+trained ones, at the gradient width), so
 memory-bound ops (ReLU, add, batch norm) are not priced as if they were compute-bound.
+
+Precision (:mod:`poetsim.graph.precision`): ``cpu.flops_per_s`` above is the throughput
+at the op's compute width (the widest tensor it reads): an int8 op (width 1) runs at
+``cpu.int8_ops_per_s``, an fp16 op (width 2) at ``cpu.fp16_flops_per_s``, an fp32 one at
+``cpu.flops_per_s``. A board without the figure for a width falls back to
+``flops_per_s`` (:func:`compute_rate` says so, and the cost summary marks the compute
+time as an estimate). Paper-profile boards keep POET's formulas and fp32 figures.
 The data input op reads the batch from storage, so its "compute" is a page-in.
 
 Page-out (write) of a tensor of ``b`` bytes, and page-in (read) symmetrically::
@@ -79,9 +86,10 @@ import numpy as np
 from poetsim.boards.spec import Board, Profile, Storage, StorageKind
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.ops import Phase
+from poetsim.graph.precision import compute_widths, precision_of, rescale_bytes
 
-__all__ = ["OpCosts", "Transfer", "TransferPhases", "WaitPower", "op_costs", "transfer_cost",
-           "transfer_phases", "wait_power"]
+__all__ = ["RATE_FIELDS", "ComputeRate", "OpCosts", "Transfer", "TransferPhases", "WaitPower",
+           "compute_rate", "op_costs", "transfer_cost", "transfer_phases", "wait_power"]
 
 
 @attrs.frozen
@@ -248,24 +256,53 @@ class OpCosts:
             makespan_s=time_s, cpu_busy_s=time_s, storage_busy_s=0.0, wakeups=0)
 
 
+@attrs.frozen
+class ComputeRate:
+    """The CPU throughput an op of one compute width runs at."""
+
+    #: Operations per second (a multiply-accumulate counts as 2, as in FLOPs).
+    ops_per_s: float
+    #: The board field it comes from (``flops_per_s`` when the board gives none for the
+    #: width: the fp32 figure stands in for it).
+    field: str
+    #: True when the board has no figure for this width and the fp32 one is used.
+    fallback: bool
+
+
+#: The optional CPU field giving the throughput of each narrow width.
+RATE_FIELDS = {1: "int8_ops_per_s", 2: "fp16_flops_per_s"}
+
+
+def compute_rate(board: Board, width: int) -> ComputeRate:
+    """Throughput of ``board``'s CPU for ops of compute width ``width`` (bytes per element;
+    see the module docstring)."""
+    field = RATE_FIELDS.get(width)
+    value = getattr(board.cpu, field) if field else None
+    if value is None:
+        return ComputeRate(board.cpu.flops_per_s, "flops_per_s", field is not None)
+    return ComputeRate(value, field, False)  # type: ignore[arg-type]
+
+
 def _moved_bytes(graph: TrainingGraph, k: int) -> int:
     op = graph.ops[k]
     moved = op.output_bytes + sum(graph.ops[p].output_bytes for p in graph.predecessors(k))
     if op.phase is Phase.BACKWARD:
         # reads the weights, writes the gradients of the trained ones (none when frozen)
         forward = graph.op(op.forward_of)  # type: ignore[arg-type]
-        moved += forward.param_bytes + forward.trained_param_bytes
+        precision = precision_of(graph)
+        moved += forward.param_bytes + rescale_bytes(
+            forward.trained_param_bytes, precision.weight_bytes, precision.gradient_bytes)
     return moved + op.param_bytes
 
 
-def _compute(graph: TrainingGraph, board: Board, k: int) -> Transfer:
+def _compute(graph: TrainingGraph, board: Board, k: int, width: int) -> Transfer:
     op = graph.ops[k]
     cpu = board.cpu
     if board.profile is Profile.PAPER:
         return Transfer(op.flops / cpu.flops_per_s, op.flops / cpu.flops_per_j)  # type: ignore[operator]
     if op.kind == "input":
         return transfer_cost(board, op.output_bytes, write=False)
-    time_s = max(op.flops / cpu.flops_per_s,
+    time_s = max(op.flops / compute_rate(board, width).ops_per_s,
                  _moved_bytes(graph, k) / board.ram.bandwidth_bytes_per_s)
     return Transfer(time_s, time_s * cpu.active_power_w)
 
@@ -275,8 +312,9 @@ def op_costs(graph: TrainingGraph, board: Board) -> OpCosts:
     columns: dict[str, list[float]] = {name: [] for name in (
         "compute_time_s", "compute_energy_j", "pagein_time_s", "pagein_energy_j",
         "pageout_time_s", "pageout_energy_j")}
+    widths = compute_widths(graph)
     for k, op in enumerate(graph.ops):
-        compute = _compute(graph, board, k)
+        compute = _compute(graph, board, k, widths[k])
         pagein = transfer_cost(board, op.output_bytes, write=False)
         pageout = transfer_cost(board, op.output_bytes, write=True)
         analytic = {

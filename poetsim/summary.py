@@ -10,11 +10,12 @@ from typing import Any
 import attrs
 
 from poetsim.boards.spec import Board
-from poetsim.costs import OpCosts, op_costs
+from poetsim.costs import OpCosts, compute_rate, op_costs
 from poetsim.graph.autograd import forward_macs
 from poetsim.graph.graph import TrainingGraph, resident_memory
 from poetsim.graph.memory import plain_peak
 from poetsim.graph.ops import Phase
+from poetsim.graph.precision import DTYPE_NAMES, compute_widths, precision_of
 
 __all__ = ["CostSummary", "GraphSummary", "cost_summary", "graph_summary"]
 
@@ -49,14 +50,14 @@ def graph_summary(graph: TrainingGraph) -> GraphSummary:
     peak of the plain schedule (:func:`poetsim.graph.memory.plain_peak`).
     """
     forward = [op for op in graph.ops if op.phase is not Phase.BACKWARD]
-    dtype_bytes = int(graph.metadata.get("dtype_bytes", 4))
+    weight_bytes = precision_of(graph).weight_bytes
     peak = plain_peak(graph)
     return GraphSummary(
         name=graph.name,
         ops=len(graph),
         forward_ops=len(forward),
         backward_ops=len(graph) - len(forward),
-        parameters=graph.param_bytes // dtype_bytes,
+        parameters=graph.param_bytes // weight_bytes,
         param_bytes=graph.param_bytes,
         forward_flops=sum(op.flops for op in forward),
         training_flops=graph.flops,
@@ -92,6 +93,15 @@ class CostSummary:
     activation_bytes: int
     measured_ops: int
     top_energy_ops: list[dict[str, Any]]
+    #: Byte widths of weights, activations and gradients (:mod:`poetsim.graph.precision`).
+    precision_bytes: dict[str, int] = attrs.field(factory=dict)
+    #: Per compute width used by some op: its dtype, op count, the throughput, the board
+    #: field it comes from and that field's source kind (``datasheet``, ``estimate``, ...),
+    #: and whether it is the fp32 figure standing in for the dtype (``estimate``).
+    compute_rates: list[dict[str, Any]] = attrs.field(factory=list)
+    #: True when some op's throughput is the fp32 figure standing in for a narrower dtype
+    #: the board gives none for: the compute time of those ops is an estimate.
+    compute_rate_estimated: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -104,6 +114,9 @@ def cost_summary(graph: TrainingGraph, board: Board, costs: OpCosts | None = Non
     ``page_all_*`` is what paging every forward activation out once and back in once
     would cost (a yardstick for paging versus recomputing). ``resident_bytes`` holds the
     parameters, their gradients (``gradients``) and the optimizer state.
+    ``compute_rates`` says which CPU throughput each compute width used; on a physical
+    board without a figure for a narrow dtype the fp32 one stands in and
+    ``compute_rate_estimated`` is set. Paper-profile boards use fp32 figures throughout.
     """
     costs = costs if costs is not None else op_costs(graph, board)
     forward_idx = [i for i, op in enumerate(graph.ops) if op.phase is not Phase.BACKWARD]
@@ -114,6 +127,18 @@ def cost_summary(graph: TrainingGraph, board: Board, costs: OpCosts | None = Non
     usable = board.ram.usable_bytes
     order = sorted(range(len(graph)), key=lambda i: (-costs.compute_energy_j[i], i))[:top]
     total_energy = float(costs.compute_energy_j.sum())
+    widths = compute_widths(graph)
+    rates: list[dict[str, Any]] = []
+    for width in sorted(set(widths) - {0}):
+        rate = compute_rate(board, width)
+        paper = board.profile.value == "paper"
+        field = "flops_per_s" if paper else rate.field
+        source = board.source_of(f"cpu.{field}")
+        rates.append({"width_bytes": width, "dtype": DTYPE_NAMES.get(width, f"{width} B"),
+                      "ops": widths.count(width),
+                      "ops_per_s": board.cpu.flops_per_s if paper else rate.ops_per_s,
+                      "field": field, "source": source.kind.value if source else None,
+                      "estimate": rate.fallback and not paper})
     return CostSummary(
         graph=graph.name,
         board=board.name,
@@ -141,4 +166,7 @@ def cost_summary(graph: TrainingGraph, board: Board, costs: OpCosts | None = Non
                          "share": float(costs.compute_energy_j[i] / total_energy)
                          if total_energy else 0.0}
                         for i in order],
+        precision_bytes=attrs.asdict(precision_of(graph)),
+        compute_rates=rates,
+        compute_rate_estimated=any(r["estimate"] for r in rates),
     )

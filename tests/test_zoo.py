@@ -12,6 +12,7 @@ from poetsim.graph import KINDS, MAC_KINDS, Phase, TrainingGraph, forward_macs, 
 from poetsim.graph.autograd import grad_name
 from poetsim.zoo import (
     DEFAULT_MODEL,
+    PRECISION_OPTIONS,
     TRAINING_OPTIONS,
     build_model,
     model_description,
@@ -301,8 +302,9 @@ def test_registry() -> None:
         options = model_options(name)
         assert options["batch_size"] == 1
         assert all(isinstance(v, int) and v > 0 for k, v in options.items()
-                   if k not in TRAINING_OPTIONS)
+                   if k not in TRAINING_OPTIONS and k not in PRECISION_OPTIONS)
         assert {k: options[k] for k in TRAINING_OPTIONS} == TRAINING_OPTIONS
+        assert {k: options[k] for k in PRECISION_OPTIONS} == PRECISION_OPTIONS
         # building with every default spelled out gives the default graph
         assert build_model(name, **options) == model(name)
     assert model_options("bert")["intermediate"] == 3072

@@ -216,6 +216,16 @@ class Cpu:
         doc="compute energy as FLOP / flops_per_j (POET's FLOPS_PER_WATT); profile 'paper' "
             "only (required there); physical boards use active_power_w x time",
     )
+    int8_ops_per_s: float | None = _number(
+        "op/s", plausible=(1e3, 1e16), optional=True,
+        doc="effective throughput of int8 ops (a MAC counts as 2 ops), used for ops whose "
+            "tensors are all 1 byte wide; absent: flops_per_s stands in (an estimate)",
+    )
+    fp16_flops_per_s: float | None = _number(
+        "FLOP/s", plausible=(1e3, 1e16), optional=True,
+        doc="effective fp16 throughput, used for ops whose widest tensor is 2 bytes; "
+            "absent: flops_per_s stands in (an estimate)",
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.idle_power_w > self.active_power_w:

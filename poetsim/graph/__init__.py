@@ -27,13 +27,15 @@ from poetsim.graph.io import (
 )
 from poetsim.graph.memory import PeakMemory, plain_peak
 from poetsim.graph.ops import MeasuredCosts, Op, Phase
+from poetsim.graph.precision import Precision, compute_widths, precision_of
 from poetsim.graph.training import TrainedParams, Training, resolve_training
 
 __all__ = [
     "KINDS", "MAC_KINDS", "OPTIMIZER_STATE_COPIES", "ForwardGraph", "ForwardOp",
-    "MeasuredCosts", "Op", "PeakMemory", "Phase", "ResidentMemory", "plain_peak", "TrainedParams",
+    "MeasuredCosts", "Op", "PeakMemory", "Phase", "Precision", "ResidentMemory", "plain_peak",
+    "TrainedParams",
     "Training", "TrainingGraph", "resolve_training",
-    "check_gradients", "derive_training_graph",
+    "check_gradients", "compute_widths", "derive_training_graph", "precision_of",
     "forward_macs", "grad_name", "graph_fingerprint", "graph_from_dict", "graph_to_dict",
     "needs_gradient", "read_graph", "resident_memory", "topological_order", "write_graph",
 ]

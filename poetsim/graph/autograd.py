@@ -43,6 +43,7 @@ import attrs
 from poetsim.errors import GraphError
 from poetsim.graph.graph import TrainingGraph, check_gradients
 from poetsim.graph.ops import Op, Phase
+from poetsim.graph.precision import Precision
 from poetsim.graph.training import TrainedParams, Training, resolve_training
 
 __all__ = ["KINDS", "MAC_KINDS", "ForwardGraph", "ForwardOp", "KindRule", "grad_name",
@@ -170,14 +171,27 @@ class ForwardGraph:
     """
 
     def __init__(self, name: str, *, batch_size: int = 1, dtype_bytes: int = 4,
-                 metadata: dict | None = None, training: Training | None = None) -> None:
+                 metadata: dict | None = None, training: Training | None = None,
+                 weight_bytes: int | None = None, activation_bytes: int | None = None,
+                 gradient_bytes: int | None = None) -> None:
         if batch_size < 1:
             raise GraphError(f"graph {name!r}: batch_size = {batch_size!r}: must be >= 1")
-        if dtype_bytes < 1:
-            raise GraphError(f"graph {name!r}: dtype_bytes = {dtype_bytes!r}: must be >= 1")
+        widths = {"dtype_bytes": dtype_bytes, "weight_bytes": weight_bytes,
+                  "activation_bytes": activation_bytes, "gradient_bytes": gradient_bytes}
+        for field, value in widths.items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise GraphError(f"graph {name!r}: {field} = {value!r}: must be a whole "
+                                 "number >= 1")
         self.name = name
         self.batch_size = batch_size
-        self.dtype_bytes = dtype_bytes
+        #: Bytes per element of weights, activations and gradients; each defaults to
+        #: ``dtype_bytes`` (:mod:`poetsim.graph.precision`).
+        self.precision = Precision(
+            weight_bytes=dtype_bytes if weight_bytes is None else weight_bytes,
+            activation_bytes=dtype_bytes if activation_bytes is None else activation_bytes,
+            gradient_bytes=dtype_bytes if gradient_bytes is None else gradient_bytes)
+        self.dtype_bytes = self.precision.activation_bytes
         self.metadata = dict(metadata or {})
         self.training = training
         self._ops: list[ForwardOp] = []
@@ -243,20 +257,25 @@ class ForwardGraph:
         if self._loss is None:
             raise GraphError(f"graph {self.name!r}: has no loss op")
         return derive_training_graph(self.name, self._ops, self._loss,
-                                     dtype_bytes=self.dtype_bytes, training=self.training,
+                                     precision=self.precision, training=self.training,
                                      metadata={"batch_size": self.batch_size,
-                                               "dtype_bytes": self.dtype_bytes,
                                                **self.metadata})
 
 
 def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
                           dtype_bytes: int = 4, metadata: dict | None = None,
-                          training: Training | None = None) -> TrainingGraph:
+                          training: Training | None = None,
+                          precision: Precision | None = None) -> TrainingGraph:
     """Forward ops (in a valid order, ending with ``loss``) to a full training graph.
 
     ``training`` chooses what is trained (:mod:`poetsim.graph.training`); ``None`` or the
-    full mode trains every parameter.
+    full mode trains every parameter. ``precision`` gives the byte widths of weights,
+    activations and gradients (:mod:`poetsim.graph.precision`); without it every tensor
+    is ``dtype_bytes`` wide. The widths are recorded in the metadata.
     """
+    if precision is None:
+        precision = Precision(dtype_bytes, dtype_bytes, dtype_bytes)
+    metadata = {**(metadata or {}), **precision.metadata()}
     by_name = {op.name: op for op in forward}
     consumers: dict[str, list[str]] = {op.name: [] for op in forward}
     for op in forward:
@@ -280,8 +299,13 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
         raise GraphError(f"graph {name!r}: no op before the loss has trained parameters, "
                          "so there is nothing to train")
 
-    def nbytes(elements: int) -> int:
-        return int(elements) * dtype_bytes
+    weight_b = precision.weight_bytes
+    activation_b = precision.activation_bytes
+    gradient_b = precision.gradient_bytes
+    backward_workspace_b = max(activation_b, gradient_b)
+
+    def nbytes(elements: int, width: int) -> int:
+        return int(elements) * width
 
     ops: list[Op] = []
     inputs: dict[str, list[str]] = {}
@@ -289,11 +313,12 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
         phase = Phase.LOSS if op.name == loss else Phase.FORWARD
         t = trained[op.name]
         ops.append(Op(op.name, op.kind, phase, flops=op.flops,
-                      output_bytes=(dtype_bytes if phase is Phase.LOSS
-                                    else nbytes(op.output_elements)),
-                      workspace_bytes=nbytes(op.workspace_elements),
-                      param_bytes=nbytes(op.param_count),
-                      frozen_param_bytes=nbytes(op.param_count - t.weights - t.biases)))
+                      output_bytes=(activation_b if phase is Phase.LOSS
+                                    else nbytes(op.output_elements, activation_b)),
+                      workspace_bytes=nbytes(op.workspace_elements, activation_b),
+                      param_bytes=nbytes(op.param_count, weight_b),
+                      frozen_param_bytes=nbytes(op.param_count - t.weights - t.biases,
+                                                weight_b)))
         inputs[op.name] = list(dict.fromkeys(op.inputs))
 
     for op in reversed(forward):
@@ -329,8 +354,9 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
             deps.append(op.name)
         g = grad_name(op.name)
         ops.append(Op(g, op.kind, Phase.BACKWARD, flops=flops,
-                      output_bytes=nbytes(out_elements),
-                      workspace_bytes=nbytes(op.workspace_elements), forward_of=op.name))
+                      output_bytes=nbytes(out_elements, gradient_b),
+                      workspace_bytes=nbytes(op.workspace_elements, backward_workspace_b),
+                      forward_of=op.name))
         inputs[g] = list(dict.fromkeys(deps))
 
     graph = TrainingGraph.from_ops(name, ops, inputs, metadata=metadata)

@@ -18,6 +18,7 @@ import attrs
 
 from poetsim.errors import GraphError
 from poetsim.graph.ops import Op, Phase
+from poetsim.graph.precision import precision_of, rescale_bytes
 
 __all__ = ["TrainingGraph", "ResidentMemory", "check_gradients", "needs_gradient",
            "resident_memory", "topological_order"]
@@ -328,15 +329,19 @@ def resident_memory(graph: TrainingGraph, *, gradients: bool = True,
                     optimizer: str = "sgd") -> ResidentMemory:
     """Parameters, and optionally their gradients and optimizer state.
 
-    Every parameter, frozen or trained, is counted; gradients and optimizer state only
-    for the trained ones (:attr:`TrainingGraph.trained_param_bytes`): a frozen weight has
-    neither. ``optimizer`` is ``sgd`` (no state), ``momentum`` (one copy of the trained
-    parameters) or ``adam`` (two copies).
+    Every parameter, frozen or trained, is counted at the weight width; gradients and
+    optimizer state only for the trained ones (:attr:`TrainingGraph.trained_param_bytes`;
+    a frozen weight has neither), at the gradient width (:mod:`poetsim.graph.precision`:
+    int8 weights with fp32 gradients have 4 gradient bytes per trained byte).
+    ``optimizer`` is ``sgd`` (no state), ``momentum`` (one copy of the trained parameters)
+    or ``adam`` (two copies).
     """
     if optimizer not in OPTIMIZER_STATE_COPIES:
         raise GraphError(f"optimizer = {optimizer!r}: must be one of "
                          f"{', '.join(OPTIMIZER_STATE_COPIES)}")
-    trained = graph.trained_param_bytes
+    precision = precision_of(graph)
+    trained = rescale_bytes(graph.trained_param_bytes, precision.weight_bytes,
+                            precision.gradient_bytes)
     return ResidentMemory(
         param_bytes=graph.param_bytes,
         gradient_bytes=trained if gradients else 0,

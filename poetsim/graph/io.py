@@ -7,7 +7,8 @@ replace poetsim's analytic ones. The format (version 1)::
       "format": "poetsim-graph",
       "version": 1,
       "name": "my_net",
-      "metadata": {"batch_size": 1, "dtype_bytes": 4},
+      "metadata": {"batch_size": 1, "dtype_bytes": 4, "weight_bytes": 4,
+                   "activation_bytes": 4, "gradient_bytes": 4},
       "ops": [
         {"name": "x", "kind": "input", "phase": "forward", "inputs": [],
          "output_bytes": 3072},
@@ -46,6 +47,14 @@ file, and is rejected with the file, op, field, value and range:
 * ``flops``: 0 to 1e18;
 * ``measured.*_time_s``: 0 to 1e6 s; ``measured.*_energy_j``: 0 to 1e9 J.
 
+``metadata`` is free-form except for the precision keys (:mod:`poetsim.graph.precision`):
+``weight_bytes``, ``activation_bytes`` and ``gradient_bytes``, each optional and, when
+given, one of 1, 2, 4 or 8 (bytes per element of parameters, forward outputs and
+gradients / optimizer state). A file without them has every width equal to its
+``dtype_bytes``, or 4. The byte sizes of the ops are what they are; the widths tell
+:func:`~poetsim.graph.graph.resident_memory` how wide gradients and optimizer state are
+and the cost model which throughput an op computes at.
+
 The graph must also be a training graph as reverse-mode autograd derives it
 (:func:`poetsim.graph.graph.check_gradients`): exactly one loss; every forward op reaches
 it; every backward op depends on it and differentiates one forward (or loss) op; an op
@@ -67,6 +76,7 @@ from poetsim.errors import GraphError, GraphFileError
 from poetsim.fileio import atomic_write_text, read_text
 from poetsim.graph.graph import TrainingGraph, check_gradients
 from poetsim.graph.ops import MeasuredCosts, Op
+from poetsim.graph.precision import check_metadata
 
 __all__ = ["FORMAT", "VERSION", "graph_fingerprint", "graph_from_dict", "graph_to_dict",
            "read_graph", "write_graph"]
@@ -158,6 +168,7 @@ def graph_from_dict(data: Any) -> TrainingGraph:
     metadata = data.get("metadata", {})
     if not isinstance(metadata, dict):
         raise GraphError(f"metadata = {metadata!r}: must be an object")
+    check_metadata(metadata)
     raw_ops = data.get("ops")
     if not isinstance(raw_ops, list) or not raw_ops:
         raise GraphError("ops: must be a non-empty list")

@@ -17,6 +17,22 @@ the training-mode options every model shares (:data:`TRAINING_OPTIONS`):
 Frozen parameters have no gradient, no optimizer state and no weight-gradient work
 (:mod:`poetsim.graph.training`).
 
+Every model also takes the precision options (:data:`PRECISION_OPTIONS`,
+:mod:`poetsim.graph.precision`):
+
+* ``int8=1``: Lin et al.'s int8 training graph (``mcu-training.md``: "int8 quantized
+  graphs", frozen int8 weights read in place): weights and activations 1 byte, while
+  gradients and optimizer state stay fp32 (4 bytes). The reference gives no gradient
+  width; Quantization-Aware Scaling rescales gradients in floating point before the
+  update, so fp32 is the conservative choice (narrow it with ``gradient_bytes``);
+* ``weight_bytes``, ``activation_bytes``, ``gradient_bytes``: 1, 2 or 4 (int8, fp16,
+  fp32; default 4) for parameters, forward outputs and workspaces, and gradients with
+  the optimizer state. With ``int8=1``, ``gradient_bytes`` may still be given;
+  ``weight_bytes`` and ``activation_bytes`` other than 1 contradict it and are refused.
+
+The defaults (fp32 throughout) build byte-identical graphs to those before the widths
+existed.
+
 >>> from poetsim.zoo import build_model, model_options
 >>> model_options("mlp")
 {'batch_size': 1, 'input_dim': 784, 'width': 256, 'layers': 10, 'classes': 10}
@@ -34,6 +50,7 @@ import attrs
 
 from poetsim.errors import InputError, UnknownNameError
 from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.precision import Precision
 from poetsim.graph.training import Training
 from poetsim.zoo.dscnn import ds_cnn_m, ds_cnn_s
 from poetsim.zoo.mcunet import MCUNET_IN1_SPARSE_UPDATE, mcunet_in1
@@ -43,8 +60,9 @@ from poetsim.zoo.resnet import resnet18, resnet18_cifar, resnet50
 from poetsim.zoo.transformer import bert, transformer_block
 from poetsim.zoo.vgg import vgg16, vgg16_cifar
 
-__all__ = ["DEFAULT_MODEL", "TRAINING_OPTIONS", "build_model", "model_description",
-           "model_names", "model_options", "training_from_options"]
+__all__ = ["DEFAULT_MODEL", "PRECISION_OPTIONS", "TRAINING_OPTIONS", "build_model",
+           "model_description", "model_names", "model_options", "precision_from_options",
+           "training_from_options"]
 
 #: The model the quick start and the demo use.
 DEFAULT_MODEL = "resnet18_cifar"
@@ -62,6 +80,13 @@ class _Model:
 
 #: Training-mode options of every model and their defaults (everything trained).
 TRAINING_OPTIONS: dict[str, int] = {"train_last": 0, "bias_only": 0, "sparse_update": 0}
+
+#: Precision options of every model and their defaults (fp32 throughout).
+PRECISION_OPTIONS: dict[str, int] = {"int8": 0, "weight_bytes": 4, "activation_bytes": 4,
+                                     "gradient_bytes": 4}
+
+#: Byte widths the width options accept: int8, fp16, fp32.
+OPTION_WIDTHS = (1, 2, 4)
 
 
 _MODELS: dict[str, _Model] = {
@@ -123,11 +148,11 @@ def model_options(name: str) -> dict[str, int]:
     model = _model(name)
     options: dict[str, int] = {}
     for param in inspect.signature(model.builder).parameters.values():
-        if param.name == "training":
+        if param.name in ("training", "precision"):
             continue
         default = param.default
         options[param.name] = model.derived_defaults[param.name] if default is None else default
-    return {**options, **TRAINING_OPTIONS}
+    return {**options, **TRAINING_OPTIONS, **PRECISION_OPTIONS}
 
 
 def training_from_options(name: str, train_last: int = 0, bias_only: int = 0,
@@ -153,6 +178,30 @@ def training_from_options(name: str, train_last: int = 0, bias_only: int = 0,
     if bias_only:
         return Training("bias", last=train_last)
     return Training("last", last=train_last) if train_last else Training()
+
+
+def precision_from_options(name: str, given: dict[str, int]) -> Precision:
+    """The byte widths the precision options ``given`` (only those the user set) of model
+    ``name`` ask for (see the module docstring).
+
+    Raises a one-line :class:`InputError` naming the option, its value and the rule.
+    """
+    int8 = given.get("int8", 0)
+    if int8 not in (0, 1):
+        raise InputError(f"model {name}: option int8 = {int8!r}: must be 0 or 1")
+    for option in ("weight_bytes", "activation_bytes", "gradient_bytes"):
+        if option in given and given[option] not in OPTION_WIDTHS:
+            raise InputError(f"model {name}: option {option} = {given[option]!r}: must be 1, 2 "
+                             "or 4 (bytes per element: int8, fp16, fp32)")
+    if int8:
+        for option in ("weight_bytes", "activation_bytes"):
+            if given.get(option, 1) != 1:
+                raise InputError(f"model {name}: option {option} = {given[option]!r}: "
+                                 "contradicts int8 = 1 (int8 weights and activations); "
+                                 "leave it out or set int8 = 0")
+        return Precision(1, 1, given.get("gradient_bytes", 4))
+    return Precision(given.get("weight_bytes", 4), given.get("activation_bytes", 4),
+                     given.get("gradient_bytes", 4))
 
 
 def _as_int(name: str, option: str, value: Any, minimum: int) -> int:
@@ -191,20 +240,25 @@ def build_model(name: str, **options: Any) -> TrainingGraph:
     known = model_options(name)
     checked: dict[str, int] = {}
     modes: dict[str, int] = dict(TRAINING_OPTIONS)
+    widths: dict[str, int] = {}
     for option, value in options.items():
         if option not in known:
             raise InputError(f"model {name}: unknown option {option!r} = {value!r}; "
                              f"options: {', '.join(known)}")
         if option in TRAINING_OPTIONS:
             modes[option] = _as_int(name, option, value, 0)
+        elif option in PRECISION_OPTIONS:
+            widths[option] = _as_int(name, option, value, 0)
         else:
             checked[option] = _as_int(name, option, value, 1)
     training = training_from_options(name, **modes)
+    precision = precision_from_options(name, widths)
     try:
-        graph = model.builder(**checked, training=None if training.is_full else training)
+        graph = model.builder(**checked, training=None if training.is_full else training,
+                              precision=precision)
     except InputError as error:  # inconsistent options: say which model
         raise type(error)(f"model {name}: {error}") from None
-    if training.is_full:
-        return attrs.evolve(graph, metadata={**graph.metadata, **modes})
-    return attrs.evolve(graph, metadata={**graph.metadata, **modes,
-                                         "training_mode": training.mode})
+    extra: dict[str, Any] = {**modes, "int8": widths.get("int8", 0)}
+    if not training.is_full:
+        extra["training_mode"] = training.mode
+    return attrs.evolve(graph, metadata={**graph.metadata, **extra})

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from poetsim.graph.autograd import ForwardGraph
 from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.precision import Precision
 from poetsim.graph.training import Training
 from poetsim.zoo import layers as L
 
@@ -43,8 +44,9 @@ def _conv_bn_relu(fg: ForwardGraph, prefix: str, x: L.Tensor, channels: int,
 
 def _ds_cnn(name: str, batch_size: int, classes: int, channels: int,
             conv_stride: tuple[int, int], ds_strides: tuple[tuple[int, int], ...],
-            training: Training | None) -> TrainingGraph:
-    fg = L.new_graph(name, batch_size, training=training, classes=classes)
+            training: Training | None,
+            precision: Precision | None = None) -> TrainingGraph:
+    fg = L.new_graph(name, batch_size, training=training, precision=precision, classes=classes)
     x = L.Tensor(fg.input("input", FRAMES * COEFFICIENTS), (1, FRAMES, COEFFICIENTS))
     x = _conv_bn_relu(fg, "conv1", x, channels, (10, 4), conv_stride)
     for i, stride in enumerate(ds_strides, start=1):
@@ -56,13 +58,15 @@ def _ds_cnn(name: str, batch_size: int, classes: int, channels: int,
 
 
 def ds_cnn_s(*, batch_size: int = 1, classes: int = 12,
-             training: Training | None = None) -> TrainingGraph:
+             training: Training | None = None,
+             precision: Precision | None = None) -> TrainingGraph:
     """DS-CNN small: 64 channels, 4 DS layers; 2.66 M MACs, 23,180 parameters."""
-    return _ds_cnn("ds_cnn_s", batch_size, classes, 64, (2, 2), ((1, 1),) * 4, training)
+    return _ds_cnn("ds_cnn_s", batch_size, classes, 64, (2, 2), ((1, 1),) * 4, training, precision)
 
 
 def ds_cnn_m(*, batch_size: int = 1, classes: int = 12,
-             training: Training | None = None) -> TrainingGraph:
+             training: Training | None = None,
+             precision: Precision | None = None) -> TrainingGraph:
     """DS-CNN medium: 172 channels, 4 DS layers; 9.82 M MACs, 136,580 parameters."""
     return _ds_cnn("ds_cnn_m", batch_size, classes, 172, (2, 1),
-                   ((2, 2), (1, 1), (1, 1), (1, 1)), training)
+                   ((2, 2), (1, 1), (1, 1), (1, 1)), training, precision)

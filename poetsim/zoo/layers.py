@@ -38,6 +38,7 @@ import attrs
 
 from poetsim.errors import InputError
 from poetsim.graph.autograd import ForwardGraph
+from poetsim.graph.precision import Precision
 from poetsim.graph.training import Training
 
 __all__ = [
@@ -61,10 +62,14 @@ class Tensor:
 
 
 def new_graph(model: str, batch_size: int, *, training: Training | None = None,
-              **options: int) -> ForwardGraph:
+              precision: Precision | None = None, **options: int) -> ForwardGraph:
     """An empty forward graph named ``model`` whose metadata records the options;
-    ``training`` says what is trained (default: everything)."""
+    ``training`` says what is trained (default: everything), ``precision`` the byte widths
+    of weights, activations and gradients (default: all fp32)."""
+    p = precision or Precision()
     return ForwardGraph(model, batch_size=batch_size, training=training,
+                        weight_bytes=p.weight_bytes, activation_bytes=p.activation_bytes,
+                        gradient_bytes=p.gradient_bytes,
                         metadata={"model": model, "batch_size": batch_size, **options})
 
 

@@ -17,6 +17,7 @@ training graph (a norm's shift is the folded bias in the bias-only and sparse mo
 from __future__ import annotations
 
 from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.precision import Precision
 from poetsim.graph.training import Training
 from poetsim.zoo import layers as L
 from poetsim.zoo.mobilenet import _conv_bn, inverted_residual
@@ -57,7 +58,8 @@ MCUNET_IN1_SPARSE_UPDATE = _sparse_update()
 
 
 def mcunet_in1(*, batch_size: int = 1, classes: int = 1000, image_size: int = 128,
-               training: Training | None = None) -> TrainingGraph:
+               training: Training | None = None,
+               precision: Precision | None = None) -> TrainingGraph:
     """MCUNet-in1 at 128x128 as Lin et al. train it (see the module docstring).
 
     At ``image_size=96`` it is the published ImageNet model: 12.8 M MACs, 0.64 M
@@ -65,7 +67,8 @@ def mcunet_in1(*, batch_size: int = 1, classes: int = 1000, image_size: int = 12
     """
     L.check_option(image_size >= MIN_IMAGE_SIZE, "image_size", image_size,
                    f"must be at least {MIN_IMAGE_SIZE}")
-    fg = L.new_graph("mcunet_in1", batch_size, training=training, classes=classes,
+    fg = L.new_graph("mcunet_in1", batch_size, training=training,
+                     precision=precision, classes=classes,
                      image_size=image_size)
     x = L.Tensor(fg.input("input", 3 * image_size * image_size), (3, image_size, image_size))
     x = _conv_bn(fg, "stem", x, 16, 3, stride=2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from poetsim.graph.autograd import ForwardGraph
 from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.precision import Precision
 from poetsim.graph.training import Training
 from poetsim.zoo import layers as L
 
@@ -53,13 +54,14 @@ def inverted_residual(fg: ForwardGraph, prefix: str, x: L.Tensor, channels: int,
 
 
 def _mobilenet_v2(name: str, batch_size: int, classes: int, image_size: int,
-                  width_percent: int, training: Training | None) -> TrainingGraph:
+                  width_percent: int, training: Training | None,
+                  precision: Precision | None = None) -> TrainingGraph:
     L.check_option(image_size >= MIN_IMAGE_SIZE, "image_size", image_size,
                    f"must be at least {MIN_IMAGE_SIZE}")
     L.check_option(width_percent <= 400, "width_percent", width_percent,
                    "must be at most 400 (a width multiplier of 4)")
     width = width_percent / 100
-    fg = L.new_graph(name, batch_size, training=training, classes=classes,
+    fg = L.new_graph(name, batch_size, training=training, precision=precision, classes=classes,
                      image_size=image_size, width_percent=width_percent)
     x = L.Tensor(fg.input("input", 3 * image_size * image_size), (3, image_size, image_size))
     x = _conv_bn(fg, "stem", x, make_divisible(32 * width), 3, stride=2)
@@ -76,7 +78,8 @@ def _mobilenet_v2(name: str, batch_size: int, classes: int, image_size: int,
 
 
 def mobilenet_v2(*, batch_size: int = 1, classes: int = 1000, image_size: int = 224,
-                 width_percent: int = 100, training: Training | None = None) -> TrainingGraph:
+                 width_percent: int = 100, training: Training | None = None,
+                 precision: Precision | None = None) -> TrainingGraph:
     """MobileNetV2 with width multiplier ``width_percent / 100``.
 
     ``stem`` (3x3/2 convolution to 32 x width channels, batch norm, ReLU6), 17 inverted
@@ -86,11 +89,12 @@ def mobilenet_v2(*, batch_size: int = 1, classes: int = 1000, image_size: int = 
     ``classes`` (dropout omitted). Defaults: 3.50 M parameters, 0.30 G MACs.
     """
     return _mobilenet_v2("mobilenet_v2", batch_size, classes, image_size, width_percent,
-                         training)
+                         training, precision)
 
 
 def mobilenet_v2_w035(*, batch_size: int = 1, classes: int = 1000, image_size: int = 128,
                       width_percent: int = 35, training: Training | None = None,
+                      precision: Precision | None = None,
                       ) -> TrainingGraph:
     """MobileNetV2 0.35 at 128x128, the smallest of the reference family.
 
@@ -100,4 +104,4 @@ def mobilenet_v2_w035(*, batch_size: int = 1, classes: int = 1000, image_size: i
     train a w0.35 MobileNetV2 without the 1280-channel head on microcontrollers.
     """
     return _mobilenet_v2("mobilenet_v2_w035", batch_size, classes, image_size, width_percent,
-                         training)
+                         training, precision)

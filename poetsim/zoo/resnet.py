@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from poetsim.graph.autograd import ForwardGraph
 from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.precision import Precision
 from poetsim.graph.training import Training
 from poetsim.zoo import layers as L
 
@@ -71,7 +72,8 @@ def _head(fg: ForwardGraph, x: L.Tensor, classes: int) -> TrainingGraph:
 
 
 def resnet18_cifar(*, batch_size: int = 1, classes: int = 10,
-                   training: Training | None = None) -> TrainingGraph:
+                   training: Training | None = None,
+                   precision: Precision | None = None) -> TrainingGraph:
     """ResNet-18 for 32x32x3 images, as in Kuang Liu's pytorch-cifar.
 
     3x3 stem convolution with 64 channels (no max pooling), four stages of two basic blocks
@@ -79,7 +81,8 @@ def resnet18_cifar(*, batch_size: int = 1, classes: int = 10,
     projection shortcuts, global average pooling (``avg_pool2d(4)`` at 4x4) and
     ``fc`` 512 -> ``classes``. Defaults: 11.17 M parameters, 0.557 G MACs.
     """
-    fg = L.new_graph("resnet18_cifar", batch_size, training=training, classes=classes)
+    fg = L.new_graph("resnet18_cifar", batch_size, training=training,
+                     precision=precision, classes=classes)
     x = L.Tensor(fg.input("input", 3 * 32 * 32), (3, 32, 32))
     x = L.conv2d(fg, "conv1", x, 64, 3)
     x = L.relu(fg, "relu", L.batchnorm(fg, "bn1", x))
@@ -87,10 +90,11 @@ def resnet18_cifar(*, batch_size: int = 1, classes: int = 10,
 
 
 def _imagenet(name: str, block, depths: tuple[int, ...], batch_size: int, classes: int,
-              image_size: int, training: Training | None) -> TrainingGraph:
+              image_size: int, training: Training | None,
+              precision: Precision | None = None) -> TrainingGraph:
     L.check_option(image_size >= MIN_IMAGE_SIZE, "image_size", image_size,
                    f"must be at least {MIN_IMAGE_SIZE}")
-    fg = L.new_graph(name, batch_size, training=training, classes=classes,
+    fg = L.new_graph(name, batch_size, training=training, precision=precision, classes=classes,
                      image_size=image_size)
     x = L.Tensor(fg.input("input", 3 * image_size * image_size), (3, image_size, image_size))
     x = L.conv2d(fg, "conv1", x, 64, 7, stride=2, padding=3)
@@ -100,17 +104,19 @@ def _imagenet(name: str, block, depths: tuple[int, ...], batch_size: int, classe
 
 
 def resnet18(*, batch_size: int = 1, classes: int = 1000, image_size: int = 224,
-             training: Training | None = None) -> TrainingGraph:
+             training: Training | None = None,
+             precision: Precision | None = None) -> TrainingGraph:
     """Torchvision's ResNet-18: 7x7/2 stem convolution, batch norm, ReLU, 3x3/2 max
     pooling, basic blocks [2, 2, 2, 2], global average pooling, ``fc`` 512 -> ``classes``.
     Defaults: 11.69 M parameters, 1.81 G MACs."""
     return _imagenet("resnet18", basic_block, (2, 2, 2, 2), batch_size, classes, image_size,
-                     training)
+                     training, precision)
 
 
 def resnet50(*, batch_size: int = 1, classes: int = 1000, image_size: int = 224,
-             training: Training | None = None) -> TrainingGraph:
+             training: Training | None = None,
+             precision: Precision | None = None) -> TrainingGraph:
     """Torchvision's ResNet-50 (v1.5): the ResNet-18 stem, bottleneck blocks [3, 4, 6, 3]
     with expansion 4, ``fc`` 2048 -> ``classes``. Defaults: 25.56 M parameters, 4.09 G MACs."""
     return _imagenet("resnet50", bottleneck, (3, 4, 6, 3), batch_size, classes, image_size,
-                     training)
+                     training, precision)

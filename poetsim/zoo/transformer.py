@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from poetsim.graph.autograd import ForwardGraph
 from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.precision import Precision
 from poetsim.graph.training import Training
 from poetsim.zoo import layers as L
 
@@ -42,12 +43,14 @@ def encoder_block(fg: ForwardGraph, prefix: str, x: L.Tensor, heads: int,
 
 def _encoder(name: str, *, batch_size: int, blocks: int, seq_len: int, hidden: int,
              heads: int, intermediate: int | None, classes: int,
-             blocks_option: bool = True, training: Training | None = None) -> TrainingGraph:
+             blocks_option: bool = True, training: Training | None = None,
+             precision: Precision | None = None) -> TrainingGraph:
     L.check_option(hidden % heads == 0, "heads", heads, f"must divide hidden = {hidden}")
     if intermediate is None:
         intermediate = 4 * hidden
     options = {"blocks": blocks} if blocks_option else {}
-    fg = L.new_graph(name, batch_size, training=training, **options, seq_len=seq_len, hidden=hidden,
+    fg = L.new_graph(name, batch_size, training=training,
+                     precision=precision, **options, seq_len=seq_len, hidden=hidden,
                      heads=heads, intermediate=intermediate, classes=classes)
     x = L.Tensor(fg.input("input", seq_len * hidden), (seq_len, hidden))
     for i in range(1, blocks + 1):
@@ -59,7 +62,8 @@ def _encoder(name: str, *, batch_size: int, blocks: int, seq_len: int, hidden: i
 
 def bert(*, batch_size: int = 1, blocks: int = 12, seq_len: int = 128, hidden: int = 768,
          heads: int = 12, intermediate: int | None = None, classes: int = 2,
-         training: Training | None = None) -> TrainingGraph:
+         training: Training | None = None,
+         precision: Precision | None = None) -> TrainingGraph:
     """A BERT encoder (BERT-base by default) with a sequence classifier.
 
     ``intermediate`` defaults to ``4 * hidden``. BERT-base's 12 blocks have 85.05 M
@@ -67,16 +71,17 @@ def bert(*, batch_size: int = 1, blocks: int = 12, seq_len: int = 128, hidden: i
     """
     return _encoder("bert", batch_size=batch_size, blocks=blocks, seq_len=seq_len,
                     hidden=hidden, heads=heads, intermediate=intermediate, classes=classes,
-                    training=training)
+                    training=training, precision=precision)
 
 
 def transformer_block(*, batch_size: int = 1, seq_len: int = 64, hidden: int = 128,
                       heads: int = 4, intermediate: int | None = None,
-                      classes: int = 10, training: Training | None = None) -> TrainingGraph:
+                      classes: int = 10, training: Training | None = None,
+                      precision: Precision | None = None) -> TrainingGraph:
     """One small encoder block (the BERT block) with a classifier on the first token.
 
     ``intermediate`` defaults to ``4 * hidden``.
     """
     return _encoder("transformer_block", batch_size=batch_size, blocks=1, seq_len=seq_len,
                     hidden=hidden, heads=heads, intermediate=intermediate, classes=classes,
-                    blocks_option=False, training=training)
+                    blocks_option=False, training=training, precision=precision)

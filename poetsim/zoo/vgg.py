@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from poetsim.graph.autograd import ForwardGraph
 from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.precision import Precision
 from poetsim.graph.training import Training
 from poetsim.zoo import layers as L
 
@@ -30,13 +31,15 @@ def _features(fg: ForwardGraph, x: L.Tensor) -> L.Tensor:
 
 
 def vgg16_cifar(*, batch_size: int = 1, classes: int = 10,
-                training: Training | None = None) -> TrainingGraph:
+                training: Training | None = None,
+                precision: Precision | None = None) -> TrainingGraph:
     """VGG-16 for 32x32x3 images, as in POET and common CIFAR code (no batch norm).
 
     The features end at 1x1x512; the classifier is a single linear layer
     ``classifier`` 512 -> ``classes``. Defaults: 14.72 M parameters, 0.313 G MACs.
     """
-    fg = L.new_graph("vgg16_cifar", batch_size, training=training, classes=classes)
+    fg = L.new_graph("vgg16_cifar", batch_size, training=training,
+                     precision=precision, classes=classes)
     x = L.Tensor(fg.input("input", 3 * 32 * 32), (3, 32, 32))
     x = _features(fg, x)
     logits = L.linear(fg, "classifier", L.flatten(x), classes)
@@ -45,7 +48,8 @@ def vgg16_cifar(*, batch_size: int = 1, classes: int = 10,
 
 
 def vgg16(*, batch_size: int = 1, classes: int = 1000,
-          training: Training | None = None) -> TrainingGraph:
+          training: Training | None = None,
+          precision: Precision | None = None) -> TrainingGraph:
     """Torchvision's VGG-16 for 224x224x3 images (no batch norm).
 
     The features end at 7x7x512; torchvision's ``AdaptiveAvgPool2d(7)`` is the identity at
@@ -54,7 +58,7 @@ def vgg16(*, batch_size: int = 1, classes: int = 1000,
     ``classifier.relu2``, ``classifier.fc3`` 4096 -> ``classes``.
     Defaults: 138.36 M parameters, 15.47 G MACs.
     """
-    fg = L.new_graph("vgg16", batch_size, training=training, classes=classes)
+    fg = L.new_graph("vgg16", batch_size, training=training, precision=precision, classes=classes)
     x = L.Tensor(fg.input("input", 3 * 224 * 224), (3, 224, 224))
     x = L.flatten(_features(fg, x))
     x = L.relu(fg, "classifier.relu1", L.linear(fg, "classifier.fc1", x, 4096))
