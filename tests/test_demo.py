@@ -100,6 +100,8 @@ def test_demo_command(tmp_path, capsys):
     text = capsys.readouterr().out
     assert status == 0
     assert f"{demo.DEMO_MODEL} on {demo.DEMO_BOARD}: PASS [physical accounting]" in text
+    # the main job is deterministic: bounded by SCIP nodes, the time limit only a cap
+    assert f"effort {demo.DEMO_SETTINGS.effort} nodes" in text
     assert "capuchin" in text and str(out) in text
     assert (out / "summary.md").is_file()
     mlp = ["demo", "--model", "mlp", "--set", "layers=4", "--set", "width=64", "--ram", "90%",

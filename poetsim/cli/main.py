@@ -24,7 +24,14 @@ from poetsim.boards.spec import Board
 from poetsim.cli import sweep_commands, torch_commands
 from poetsim.compare import compare, format_table, write_outcomes
 from poetsim.costs import op_costs
-from poetsim.demo import DEMO_BOARD, DEMO_DEADLINE, DEMO_MODEL, DEMO_MODEL_OPTIONS, DEMO_RAM
+from poetsim.demo import (
+    DEMO_BOARD,
+    DEMO_DEADLINE,
+    DEMO_MODEL,
+    DEMO_MODEL_OPTIONS,
+    DEMO_RAM,
+    DEMO_SETTINGS,
+)
 from poetsim.errors import InputError, InternalError, PoetsimError
 from poetsim.graph import TrainingGraph, read_graph, write_graph
 from poetsim.methods import SolverSettings, seeded_solve
@@ -748,8 +755,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=_cmd_costs)
         if name == "demo":
             _add_request_options(p, ram=DEMO_RAM, deadline=DEMO_DEADLINE)
-            p.add_argument("--time-limit", type=float, default=20.0, metavar="S",
-                           help="solver time limit (default 20 s)")
+            p.add_argument("--time-limit", type=float, default=DEMO_SETTINGS.time_limit_s,
+                           metavar="S", help="solver time limit, a safety cap (default "
+                           f"{DEMO_SETTINGS.time_limit_s:g} s)")
+            p.add_argument("--effort", type=int, default=DEMO_SETTINGS.effort, metavar="NODES",
+                           help="deterministic work limit of each MILP solve (SCIP nodes; "
+                           f"default {DEMO_SETTINGS.effort}: the same schedule on any machine)")
             p.add_argument("--out", metavar="DIR", help="output folder (must not exist; "
                            "default ./poetsim-demo-YYYYmmdd-HHMMSS)")
             p.set_defaults(func=_cmd_demo)
