@@ -52,9 +52,7 @@ def _ds_cnn(name: str, batch_size: int, classes: int, channels: int,
     for i, stride in enumerate(ds_strides, start=1):
         x = _conv_bn_relu(fg, f"ds{i}.dw", x, channels, (3, 3), stride, groups=channels)
         x = _conv_bn_relu(fg, f"ds{i}.pw", x, channels, (1, 1), (1, 1))
-    logits = L.linear(fg, "fc", L.avgpool(fg, "avgpool", x), classes)
-    fg.loss("loss", logits.name)
-    return fg.build()
+    return L.pooled_classifier(fg, x, classes)
 
 
 def ds_cnn_s(*, batch_size: int = 1, classes: int = 12,

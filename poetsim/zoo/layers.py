@@ -38,6 +38,7 @@ import attrs
 
 from poetsim.errors import InputError
 from poetsim.graph.autograd import ForwardGraph
+from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.precision import Precision
 from poetsim.graph.training import Training
 
@@ -244,6 +245,15 @@ def avgpool(fg: ForwardGraph, name: str, x: Tensor) -> Tensor:
     fg.op(name, "avgpool", [x.name], output_elements=_batch(fg, out.elements),
           flops=1.0 * _batch(fg, x.elements))
     return out
+
+
+def pooled_classifier(fg: ForwardGraph, x: Tensor, classes: int, *,
+                      name: str = "fc") -> TrainingGraph:
+    """The usual CNN head: global average pooling, a linear classifier ``name`` and the
+    cross-entropy loss; returns the built training graph."""
+    logits = linear(fg, name, avgpool(fg, "avgpool", x), classes)
+    fg.loss("loss", logits.name)
+    return fg.build()
 
 
 # ----------------------------------------------------------------------- attention

@@ -75,6 +75,4 @@ def mcunet_in1(*, batch_size: int = 1, classes: int = 1000, image_size: int = 12
     for index, (hidden, kernel, stride, channels) in enumerate(MCUNET_IN1_BLOCKS, start=1):
         x = inverted_residual(fg, f"block{index}", x, channels, stride, 1, kernel=kernel,
                               hidden=hidden)
-    logits = L.linear(fg, "classifier", L.avgpool(fg, "avgpool", x), classes)
-    fg.loss("loss", logits.name)
-    return fg.build()
+    return L.pooled_classifier(fg, x, classes, name="classifier")

@@ -72,9 +72,7 @@ def _mobilenet_v2(name: str, batch_size: int, classes: int, image_size: int,
             x = inverted_residual(fg, f"block{index}", x, make_divisible(channels * width),
                                   first_stride if r == 0 else 1, expand)
     x = _conv_bn(fg, "head", x, make_divisible(1280 * max(1.0, width)), 1)
-    logits = L.linear(fg, "classifier", L.avgpool(fg, "avgpool", x), classes)
-    fg.loss("loss", logits.name)
-    return fg.build()
+    return L.pooled_classifier(fg, x, classes, name="classifier")
 
 
 def mobilenet_v2(*, batch_size: int = 1, classes: int = 1000, image_size: int = 224,

@@ -65,12 +65,6 @@ def _stages(fg: ForwardGraph, x: L.Tensor, block, depths: tuple[int, ...]) -> L.
     return x
 
 
-def _head(fg: ForwardGraph, x: L.Tensor, classes: int) -> TrainingGraph:
-    logits = L.linear(fg, "fc", L.avgpool(fg, "avgpool", x), classes)
-    fg.loss("loss", logits.name)
-    return fg.build()
-
-
 def resnet18_cifar(*, batch_size: int = 1, classes: int = 10,
                    training: Training | None = None,
                    precision: Precision | None = None) -> TrainingGraph:
@@ -86,7 +80,7 @@ def resnet18_cifar(*, batch_size: int = 1, classes: int = 10,
     x = L.Tensor(fg.input("input", 3 * 32 * 32), (3, 32, 32))
     x = L.conv2d(fg, "conv1", x, 64, 3)
     x = L.relu(fg, "relu", L.batchnorm(fg, "bn1", x))
-    return _head(fg, _stages(fg, x, basic_block, (2, 2, 2, 2)), classes)
+    return L.pooled_classifier(fg, _stages(fg, x, basic_block, (2, 2, 2, 2)), classes)
 
 
 def _imagenet(name: str, block, depths: tuple[int, ...], batch_size: int, classes: int,
@@ -100,7 +94,7 @@ def _imagenet(name: str, block, depths: tuple[int, ...], batch_size: int, classe
     x = L.conv2d(fg, "conv1", x, 64, 7, stride=2, padding=3)
     x = L.relu(fg, "relu", L.batchnorm(fg, "bn1", x))
     x = L.maxpool(fg, "maxpool", x, 3, stride=2, padding=1)
-    return _head(fg, _stages(fg, x, block, depths), classes)
+    return L.pooled_classifier(fg, _stages(fg, x, block, depths), classes)
 
 
 def resnet18(*, batch_size: int = 1, classes: int = 1000, image_size: int = 224,
