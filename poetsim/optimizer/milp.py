@@ -132,6 +132,7 @@ class MilpModel:
         self.T: dict[int, Any] = {}
         self.moves: dict[int, Any] = {}
         self.wake: dict[int, Any] = {}
+        self.moved_before: dict[int, Any] = {}
         self.near = storage_near(costs)
         self.priced = costs.wait.prices_time
         # times in units of the deadline (or of the plain time when there is none)
@@ -419,11 +420,22 @@ class MilpModel:
             reads.setdefault(i, []).append(v)
         for i, written in writes.items():
             m.addCons(quicksum(written) <= quicksum(reads.get(i, [])), name=f"read_{i}")
+        # moved_before[t] = sum_{s < t} W_s, so that the stages since near[t] that transfer
+        # count as moved_before[t] - moved_before[near[t]]: four terms a row, not the window
+        moved_before: list[Any] = [0]
+        for t in range(self.n):
+            if t in self.moves:
+                total = m.addVar(vtype="C", lb=0.0, name=f"moved_{t + 1}")
+                m.addCons(total == moved_before[t] + self.moves[t], name=f"moved_{t + 1}")
+                self.moved_before[t + 1] = total
+                moved_before.append(total)
+            else:
+                moved_before.append(moved_before[t])
         for t, w in self.moves.items():
-            earlier = [self.moves[s] for s in range(self.near[t], t) if s in self.moves]
+            earlier = moved_before[t] - moved_before[self.near[t]]
             wake = m.addVar(vtype="C", lb=0.0, ub=1.0, name=f"wake_{t}",
                             obj=self.energy_scale * self._wake_j())
-            m.addCons(wake >= w - quicksum(earlier), name=f"wake_{t}")
+            m.addCons(wake >= w - earlier, name=f"wake_{t}")
             self.wake[t] = wake
 
     # ------------------------------------------------------------------ solutions
@@ -526,6 +538,9 @@ class MilpModel:
                         else 0.0)
         for t, var in self.wake.items():
             m.setSolVal(sol, var, 1.0 if timeline.wakes[t] else 0.0)
+        moves = np.cumsum(plan.page_in.any(axis=1) | plan.page_out.any(axis=1))
+        for t, var in self.moved_before.items():
+            m.setSolVal(sol, var, float(moves[t - 1]))
         return sol
 
     def fix_outside(self, plan: StagePlan, first: int, last: int) -> int:
