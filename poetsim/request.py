@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import enum
 import math
-import re
 from typing import Any
 
 import attrs
@@ -35,7 +34,7 @@ from poetsim.costs import OpCosts, op_costs
 from poetsim.errors import InputError
 from poetsim.graph.graph import TrainingGraph, resident_memory
 from poetsim.graph.memory import plain_peak
-from poetsim.units import format_bytes, parse_bytes
+from poetsim.units import format_bytes, parse_bytes, split_quantity
 
 __all__ = ["BOARD_RAM", "MAX_BUDGET_BYTES", "MAX_DEADLINE_S", "Accounting", "Request",
            "parse_deadline", "parse_deadline_margin", "resolve_request"]
@@ -173,12 +172,12 @@ def parse_deadline(deadline: str | float | None, plain_time_s: float) -> float |
     if deadline is None:
         return None
     text = str(deadline).strip()
-    match = re.fullmatch(r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(x|s)?", text)
-    if not match:
+    quantity = split_quantity(text)
+    if quantity is None or quantity[1] not in ("", "x", "s"):
         raise InputError(f"deadline = {text!r}: expected a factor such as 1.5x or seconds such "
                          "as 2.5s")
-    value = float(match.group(1))
-    seconds = value * plain_time_s if match.group(2) == "x" else value
+    value, unit = quantity
+    seconds = value * plain_time_s if unit == "x" else value
     if not (value > 0) or not math.isfinite(seconds):
         raise InputError(f"deadline = {text!r}: must be a positive, finite time")
     if seconds > MAX_DEADLINE_S:
@@ -193,17 +192,17 @@ def parse_deadline_margin(margin: str | float | None, deadline_s: float | None) 
     if margin is None:
         return 0.0
     text = str(margin).strip()
-    match = re.fullmatch(r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(%|s)?", text)
-    if not match:
+    quantity = split_quantity(text)
+    if quantity is None or quantity[1] not in ("", "%", "s"):
         raise InputError(f"deadline margin = {text!r}: expected a share of the deadline such "
                          "as 10% or seconds such as 0.5s")
-    value = float(match.group(1))
+    value, unit = quantity
     if deadline_s is None:
         if value == 0:
             return 0.0
         raise InputError(f"deadline margin = {text!r}: needs a deadline to keep a margin "
                          "below (give --deadline)")
-    if match.group(2) == "%":
+    if unit == "%":
         if not (0 <= value < 100):
             raise InputError(f"deadline margin = {text!r}: a share must be in [0%, 100%)")
         seconds = deadline_s * value / 100

@@ -7,7 +7,7 @@ import re
 
 from poetsim.errors import InputError
 
-__all__ = ["format_bytes", "format_quantity", "parse_bytes"]
+__all__ = ["format_bytes", "format_quantity", "parse_bytes", "split_quantity"]
 
 _BYTE_UNITS = {
     "": 1, "b": 1,
@@ -16,16 +16,26 @@ _BYTE_UNITS = {
 }
 
 
+_QUANTITY = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z%]*)\s*")
+
+
+def split_quantity(text: str) -> tuple[float, str] | None:
+    """``"1.5x"`` -> ``(1.5, "x")``, ``"256 KiB"`` -> ``(256.0, "KiB")``: a non-negative
+    number and the unit written after it (``""`` without one); None if it is not that."""
+    match = _QUANTITY.fullmatch(text)
+    return None if match is None else (float(match.group(1)), match.group(2))
+
+
 def parse_bytes(text: str, *, what: str = "size") -> int:
     """``"256KiB"`` -> 262144, ``"1.5 MB"`` -> 1500000, ``"4096"`` -> 4096.
 
     KB, MB and GB are powers of 1000; KiB, MiB and GiB powers of 1024.
     """
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", text)
-    if not match or match.group(2).lower() not in _BYTE_UNITS:
+    quantity = split_quantity(text)
+    if quantity is None or quantity[1].lower() not in _BYTE_UNITS:
         raise InputError(f"{what} = {text!r}: expected a number of bytes such as 4096, 256KiB "
                          "or 1.5MB")
-    value = float(match.group(1)) * _BYTE_UNITS[match.group(2).lower()]
+    value = quantity[0] * _BYTE_UNITS[quantity[1].lower()]
     if value <= 0 or not math.isfinite(value):
         raise InputError(f"{what} = {text!r}: must be a positive number of bytes")
     return math.ceil(value)
