@@ -18,6 +18,7 @@ from the method's internal model.
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -142,7 +143,8 @@ def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule 
     peak = max(ram, default=0)
     wait = costs.wait
     written: dict[int, float] = {}  # tensor -> when its page-out ends
-    held: list[tuple[float, int]] = []  # (write end, bytes) of tensors freed while written
+    held: list[tuple[float, int]] = []  # heap of (write end, bytes) of tensors freed while written
+    held_bytes = 0
     e_compute = e_transfer = 0.0
     overlap = board.dma.present
     cpu = lane = 0.0
@@ -168,9 +170,9 @@ def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule 
             start = max([cpu] + [ready.get(u, 0.0) for u in graph.predecessors(k)])
             # a freed tensor's RAM returns when its write ends: wait for as many writes as
             # the schedule's own peak needs
-            held.sort()
-            while held and (held[0][0] <= start or ram[number] + sum(b for _, b in held) > peak):
-                start = max(start, held.pop(0)[0])
+            while held and (held[0][0] <= start or ram[number] + held_bytes > peak):
+                end, nbytes = heapq.heappop(held)
+                start, held_bytes = max(start, end), held_bytes - nbytes
             cpu = start + float(costs.compute_time_s[k])
             busy_cpu += float(costs.compute_time_s[k])
             ready[k] = cpu
@@ -188,7 +190,8 @@ def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule 
             else:
                 ready[k] = lane if overlap else cpu
         elif step.action is Action.FREE and written.get(k, 0.0) > cpu:
-            held.append((written[k], int(costs.output_bytes[k])))
+            heapq.heappush(held, (written[k], int(costs.output_bytes[k])))
+            held_bytes += int(costs.output_bytes[k])
     makespan = max(cpu, lane)
     e_wait = wait.energy_j(makespan_s=makespan, cpu_busy_s=busy_cpu,
                            storage_busy_s=busy_storage, wakeups=wakeups)
