@@ -146,7 +146,7 @@ def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule 
     held: list[tuple[float, int]] = []  # heap of (write end, bytes) of tensors freed while written
     held_bytes = 0
     e_compute = e_transfer = 0.0
-    overlap = board.dma.present
+    overlap = not costs.cpu_moves  # the cost model says who moves the bytes
     cpu = lane = 0.0
     busy_cpu = busy_storage = 0.0
     wakeups = 0
