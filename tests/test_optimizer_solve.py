@@ -1063,3 +1063,35 @@ def test_effort_makes_the_search_independent_of_the_clock(monkeypatch):
     assert calm.effort == 40 and "time" not in calm.limits_hit
     with pytest.raises(InputError, match="effort = 0"):
         solve(request, effort=0)
+
+
+def test_graphs_beyond_stage_form_get_the_best_checked_op_list(monkeypatch):
+    """Past ``_STAGE_MAX_OPS`` no n x n matrix is built: the answer is the cheapest of
+    checkpoint-all and the warm starts that the checker accepts, against every op once."""
+    import sys
+
+    from poetsim.baselines import dtr
+    from poetsim.baselines.base import predict
+    from poetsim.boards import get_board
+    from poetsim.optimizer import SolveStatus
+
+    monkeypatch.setattr(sys.modules["poetsim.optimizer.solve"], "_STAGE_MAX_OPS", 10)
+    graph, board = build_model("mlp", layers=4, width=64), get_board("rpi4")
+    request = paper_request(graph, board, "80%", "3x")
+    budget = request.activation_budget_bytes
+    warm = dtr(graph, board, request.costs, budget, deadline_s=request.deadline_s).schedule
+    result = solve(request, time_limit_s=10, warm_starts=[warm])
+    assert result.status is SolveStatus.FEASIBLE and result.plan is None
+    assert "more than the 10 the stage MILP can take" in result.message and "dtr" in result.message
+    assert check_schedule(graph, result.schedule, budget_bytes=budget).valid
+    assert result.schedule.steps == warm.steps
+    assert result.metrics.energy_j == predict(graph, board, request.costs, warm).energy_j
+    assert result.metrics.recomputations > 0 and result.metrics.peak_stage == -1
+    assert result.bound_j == request.plain_energy_j
+    assert result.gap == pytest.approx(1 - request.plain_energy_j / result.objective_j)
+    # DTR recomputes: a paging-only solve may not return it, and nothing else fits
+    paging_only = solve(request, remat=False, time_limit_s=10, warm_starts=[warm])
+    assert paging_only.status is SolveStatus.NO_SOLUTION and paging_only.schedule is None
+    # with room for every activation, checkpoint-all is proven optimal
+    roomy = solve(paper_request(graph, board, "100%"), time_limit_s=10)
+    assert roomy.status is SolveStatus.OPTIMAL and roomy.metrics.recomputations == 0

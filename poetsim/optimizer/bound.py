@@ -46,6 +46,7 @@ from pyscipopt import Model, quicksum
 
 from poetsim.costs import OpCosts
 from poetsim.graph.graph import TrainingGraph
+from poetsim.optimizer.effort import WorkLimit
 
 __all__ = ["relaxation_bound_j"]
 
@@ -83,9 +84,10 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
     """A lower bound (joules) on the energy of every stage plan within the budget and
     deadline, or None when the relaxation is infeasible (then no plan exists).
 
-    ``node_limit`` bounds SCIP's branch-and-bound nodes (deterministic work); the time
-    limit is then a safety cap. ``limits_hit`` gets ``"time"`` appended when the time limit
-    ended the search (its bound then depends on the machine's speed).
+    ``node_limit`` bounds SCIP's work (deterministic effort, see
+    :mod:`poetsim.optimizer.effort`); the time limit is then a safety cap. ``limits_hit``
+    gets ``"time"`` appended when the time limit ended the search (its bound then depends
+    on the machine's speed).
     """
     n = len(graph)
     mem = [int(b) for b in costs.output_bytes]
@@ -110,7 +112,7 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
     model.setParam("randomization/randomseedshift", int(seed))
     model.setParam("limits/time", max(0.1, float(time_limit_s)))
     if node_limit is not None:
-        model.setParam("limits/totalnodes", int(node_limit))
+        WorkLimit(model).set(node_limit)
 
     written: dict[int, Any] = {}
     recomputes: list[tuple[int, Any]] = []

@@ -25,11 +25,13 @@ import attrs
 import numpy as np
 from pyscipopt import SCIP_PARAMSETTING
 
+from poetsim.baselines.base import predict
 from poetsim.costs import OpCosts
 from poetsim.errors import BuildTimeout, InputError
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.memory import minimum_ram_bytes
 from poetsim.optimizer.bound import relaxation_bound_j
+from poetsim.optimizer.effort import WorkLimit
 from poetsim.optimizer.heuristic import greedy_plan, plain_plan
 from poetsim.optimizer.milp import Formulation, MilpModel, build_milp
 from poetsim.optimizer.plan import (
@@ -42,11 +44,15 @@ from poetsim.optimizer.plan import (
 )
 from poetsim.optimizer.rounding import RoundingHeuristic
 from poetsim.request import Request
-from poetsim.schedule import Schedule, check_schedule
+from poetsim.schedule import Action, Schedule, check_schedule, plain_schedule
 
 __all__ = ["SolveResult", "SolveStatus", "solve"]
 
 
+#: Graphs with more ops than this are not put in stage form: its n x n decision matrices
+#: (125 MB at this size, and the MILP's variables with them) are out of reach; the solve
+#: returns the best of the given op-list schedules instead (:func:`_best_op_list`).
+_STAGE_MAX_OPS = 5000
 #: Models larger than this use SCIP's fast presolve.
 _FAST_PRESOLVE_BINARIES = 5000
 #: Models larger than this first improve the incumbent by a window search, with this share
@@ -82,7 +88,7 @@ _SAME_ENERGY = 1e-10
 def _window_search(milp: Any, graph: TrainingGraph, costs: OpCosts, plan: StagePlan,
                    metrics: PlanMetrics, budget: int, deadline_s: float | None,
                    *, time_budget: float, gap_limit: float, window_nodes: int | None = None,
-                   limits_hit: list[str] | None = None
+                   work: WorkLimit | None = None, limits_hit: list[str] | None = None
                    ) -> tuple[StagePlan, PlanMetrics, int]:
     """Large-neighbourhood search: re-optimize overlapping windows of stages exactly, with
     every decision outside the window fixed to the incumbent's. Each window is a much
@@ -92,7 +98,8 @@ def _window_search(milp: Any, graph: TrainingGraph, costs: OpCosts, plan: StageP
     optimality for the current incumbent is done, and the time the easy windows leave over
     goes to the ones that ran out of time, in the next pass.
 
-    With ``window_nodes`` (deterministic effort) each window gets that many nodes and the
+    With ``window_nodes`` and ``work`` (deterministic effort) each window gets the work of
+    that many nodes and the
     search makes at most :data:`_WINDOW_PASSES` passes; ``time_budget`` is then a safety
     cap, and ``limits_hit`` gets ``"time"`` when it ends the search.
     """
@@ -126,11 +133,11 @@ def _window_search(milp: Any, graph: TrainingGraph, costs: OpCosts, plan: StageP
             model.freeTransform()
             milp.fix_outside(plan, first, min(n - 1, first + 2 * step - 1))
             milp.add_warm_start(plan)
-            if window_nodes is None:
+            if window_nodes is None or work is None:
                 model.setParam("limits/time", remaining / (len(pending) - position))
             else:
                 model.setParam("limits/time", remaining)
-                model.setParam("limits/totalnodes", int(window_nodes))
+                work.set(window_nodes)
             model.optimize()
             if model.getStatus() == "timelimit" and window_nodes is not None \
                     and limits_hit is not None:
@@ -147,7 +154,8 @@ def _window_search(milp: Any, graph: TrainingGraph, costs: OpCosts, plan: StageP
     model.freeTransform()
     milp.unfix()
     model.setParam("limits/gap", gap_limit)
-    model.setParam("limits/totalnodes", -1)
+    if work is not None:
+        work.set(None)
     return plan, metrics, improved
 
 
@@ -336,7 +344,10 @@ def solve(request: Request, *, remat: bool = True, paging: bool = True,
                      deadline_s=deadline_s, time_limit_s=time_limit_s, gap_limit=gap_limit,
                      threads=threads, seed=seed, progress=progress,
                      warm_starts=tuple(warm_starts), effort=effort)
-    answer = _refuse_at_once(search) or _start(search)
+    answer = _refuse_at_once(search)
+    if answer is None and len(request.graph) > _STAGE_MAX_OPS:
+        return _best_op_list(search)
+    answer = answer or _start(search)
     if answer is not None:
         return answer
     if search.within_gap():
@@ -373,6 +384,8 @@ class _Search:
     lower_j: float = 0.0
     build_time_s: float = 0.0
     warm_start: str | None = None
+    #: the MILP's work limit under deterministic effort (set when the MILP is built)
+    work: WorkLimit | None = None
 
     @property
     def restricted(self) -> bool:
@@ -437,6 +450,77 @@ def _refuse_at_once(search: _Search) -> SolveResult | None:
             f"the deadline {search.deadline_s:.6g} s is shorter than computing every op once "
             f"({plain_time:.6g} s), the shortest possible time"))
     return None
+
+
+def _op_list_metrics(request: Request, schedule: Schedule, check: Any) -> PlanMetrics:
+    """:class:`PlanMetrics` of an op list under the op-list cost model
+    (:func:`poetsim.baselines.base.predict`); an op list has no stages (``peak_stage`` -1)."""
+    costs = request.costs
+    figures = predict(request.graph, request.board, costs, schedule)
+    ops = {action: [s.op for s in schedule.steps if s.action is action]
+           for action in (Action.COMPUTE, Action.PAGE_IN, Action.PAGE_OUT)}
+    peak_step = schedule.steps[check.peak_step] if check.peak_step >= 0 else None
+    return PlanMetrics(
+        energy_j=figures.energy_j, compute_energy_j=figures.compute_energy_j,
+        pagein_energy_j=float(costs.pagein_energy_j[ops[Action.PAGE_IN]].sum()),
+        pageout_energy_j=float(costs.pageout_energy_j[ops[Action.PAGE_OUT]].sum()),
+        wait_energy_j=figures.wait_energy_j, storage_wakeups=figures.storage_wakeups,
+        time_s=figures.time_s,
+        compute_time_s=float(costs.compute_time_s[ops[Action.COMPUTE]].sum()),
+        transfer_time_s=float(costs.pagein_time_s[ops[Action.PAGE_IN]].sum()
+                              + costs.pageout_time_s[ops[Action.PAGE_OUT]].sum()),
+        peak_ram_bytes=check.peak_ram_bytes, peak_stage=-1,
+        peak_op=peak_step.op if peak_step is not None else -1,
+        recomputations=check.recomputes, page_ins=check.page_ins, page_outs=check.page_outs,
+        peak_storage_bytes=check.peak_storage_bytes)
+
+
+def _best_op_list(search: _Search) -> SolveResult:
+    """For graphs beyond stage form: the least-energy schedule among checkpoint-all and the
+    given op lists (the fast baselines' under :func:`poetsim.methods.seeded_solve`) that
+    the checker accepts within the budget and storage, that meet the deadline and that use
+    only the mechanisms the formulation allows. Its gap is against every op once."""
+    request, formulation = search.request, search.formulation
+    graph, board = request.graph, request.board
+    budget = request.activation_budget_bytes
+    best: tuple[Schedule, PlanMetrics, str] | None = None
+    for schedule in (plain_schedule(graph), *search.warm_starts):
+        check = check_schedule(graph, schedule, budget_bytes=budget,
+                               storage_capacity_bytes=board.storage.capacity_bytes)
+        if not check.valid or (check.recomputes and not formulation.remat) or (
+                check.page_outs and not formulation.paging):
+            continue
+        metrics = _op_list_metrics(request, schedule, check)
+        if search.deadline_s is not None and metrics.time_s > search.deadline_s:
+            continue
+        if best is None or metrics.energy_j < best[1].energy_j:
+            best = (schedule, metrics, str(schedule.metadata.get("method", "checkpoint-all")))
+    timing = {"build_time_s": 0.0, "solve_time_s": search.elapsed_s}
+    beyond = (f"the graph has {len(graph)} ops, more than the {_STAGE_MAX_OPS} the stage "
+              "MILP can take")
+    if best is None:
+        return search.answer(SolveStatus.NO_SOLUTION, (
+            f"no schedule: {beyond}, and neither checkpoint-all nor any warm-start baseline "
+            "meets the request"), bound_j=request.plain_energy_j, **timing)
+    schedule, metrics, name = best
+    bound = request.plain_energy_j
+    gap = max(0.0, (metrics.energy_j - bound) / metrics.energy_j) if metrics.energy_j else 0.0
+    if metrics.energy_j <= bound * (1 + 1e-12):
+        status, message = SolveStatus.OPTIMAL, (
+            "optimal (proven: every op runs once and nothing is paged, the least any "
+            "schedule can spend)")
+    else:
+        status, message = SolveStatus.FEASIBLE, (
+            f"feasible, gap {gap:.2%} to the every-op-once bound ({beyond}: the best "
+            f"warm-start schedule, {name})")
+    schedule = attrs.evolve(schedule, metadata={}).with_metadata(
+        **request.metadata(), method=search.base["method"], status=status.value,
+        restricted=search.restricted, solver_deadline_s=search.deadline_s,
+        predicted_energy_j=metrics.energy_j, predicted_time_s=metrics.time_s,
+        predicted_peak_ram_bytes=metrics.peak_ram_bytes, gap=gap, bound_j=bound)
+    return SolveResult(status, message, **search.base, schedule=schedule, metrics=metrics,
+                       objective_j=metrics.energy_j, bound_j=bound, gap=gap,
+                       warm_start=name, **timing)
 
 
 def _start(search: _Search) -> SolveResult | None:
@@ -520,6 +604,8 @@ def _build(search: _Search) -> MilpModel | SolveResult:
                        timing={"binaries": 0, "build_time_s": build_time, "solve_time_s": 0.0,
                                "warm_start": search.heuristic})
     search.build_time_s = search.elapsed_s
+    if search.effort is not None:
+        search.work = WorkLimit(milp.model)
     RoundingHeuristic(milp, costs, budget, search.deadline_s, board.storage.capacity_bytes,
                       max_runs=None if search.effort is None else _EFFORT_ROUNDING_RUNS
                       ).include()
@@ -556,11 +642,11 @@ def _search_and_conclude(search: _Search, milp: MilpModel) -> SolveResult:
             milp, graph, costs, search.plan, search.metrics, budget, search.deadline_s,
             time_budget=remaining * (_WINDOW_SEARCH_SHARE if search.effort is None else 1.0),
             gap_limit=search.gap_limit, window_nodes=search.share(_EFFORT_WINDOW_SHARE),
-            limits_hit=search.limits_hit)
+            work=search.work, limits_hit=search.limits_hit)
         model.setParam("limits/time", max(0.1, search.time_limit_s - search.elapsed_s))
         milp.add_warm_start(search.plan)
-    if search.effort is not None:
-        model.setParam("limits/totalnodes", int(search.effort))
+    if search.work is not None:
+        search.work.set(search.effort)
     # Attached only now: the window sub-problems' incumbents are not the problem's.
     _stop_within_gap(model, milp.energy_scale, search.lower_j, search.gap_limit)
     if search.progress is not None:
@@ -595,6 +681,8 @@ def _search_and_conclude(search: _Search, milp: MilpModel) -> SolveResult:
             search.plan, search.metrics = best_plan, best_metrics
     if scip_status == "userinterrupt" and search.within_gap():
         scip_status = "gaplimit"  # our interrupt (_stop_within_gap), not the user's
+    elif scip_status == "userinterrupt" and search.work is not None and search.work.spent:
+        scip_status = "lpiterlimit"
     warm = search.warm_start
     if improved_by_windows:
         warm = f"{warm or 'none'} + {improved_by_windows} window improvement(s)"
@@ -656,6 +744,7 @@ def _finish(base: dict[str, Any], plan: StagePlan, metrics: PlanMetrics, restric
         why = {"timelimit": f"time limit {time_limit_s:g} s", "gaplimit": "gap limit",
                "nodelimit": f"effort limit {effort} nodes",
                "totalnodelimit": f"effort limit {effort} nodes",
+               "lpiterlimit": f"effort limit {effort} nodes' LP iterations",
                "optimal-for-approximation": "optimal only for the restricted or "
                                             "memory-rounded model",
                "infeasible": "SCIP found the approximate model infeasible; greedy schedule",
