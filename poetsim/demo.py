@@ -57,10 +57,10 @@ DEMO_MODEL_OPTIONS = {"train_last": 2}
 DEMO_BOARD = "nrf52840"
 DEMO_RAM = "board"
 DEMO_DEADLINE = "2x"
-#: The demo's solver settings unless given: a deterministic effort (SCIP nodes; it proves
-#: the demo's job optimal) so that every run gives the same schedule and numbers on any
+#: The demo's solver settings unless given: the default deterministic effort (it proves
+#: the demo's job optimal), so that every run gives the same schedule and numbers on any
 #: machine, with the time limit only a safety cap.
-DEMO_SETTINGS = SolverSettings(time_limit_s=60.0, effort=300)
+DEMO_SETTINGS = SolverSettings(time_limit_s=60.0)
 
 
 @attrs.frozen

@@ -39,8 +39,8 @@ from poetsim.optimizer import SolveResult, SolveStatus, solve
 from poetsim.request import Request
 from poetsim.schedule import Schedule
 
-__all__ = ["FAST_BASELINES", "METHODS", "SOLVER_METHODS", "MethodStatus", "Produced",
-           "SolverSettings", "produce", "seeded_solve"]
+__all__ = ["DEFAULT_EFFORT", "FAST_BASELINES", "METHODS", "SOLVER_METHODS", "MethodStatus",
+           "Produced", "SolverSettings", "produce", "seeded_solve"]
 
 #: Baselines fast enough to run before every POET solve, as its warm starts.
 FAST_BASELINES = (dtr, chen_greedy, chen_sqrt_n, capuchin, revolve, pofo)
@@ -95,6 +95,18 @@ def _count(low: int, high: int) -> Callable[[Any, Any, int], None]:
     return check
 
 
+#: The effort of a MILP search unless the user gives one: on this project's 2-core
+#: reference machine a solve of the zoo's CIFAR models ends by this effort well within the
+#: default 60 s time limit, even beside two busy processes, so by default the same
+#: request gives the same schedule anywhere.
+DEFAULT_EFFORT = 300
+
+
+def _no_effort_as_none(value: Any) -> Any:
+    """An effort of 0 means none: the time limit alone."""
+    return None if value == 0 and not isinstance(value, bool) else value
+
+
 @attrs.frozen
 class SolverSettings:
     """Settings of the MILP methods (``poet``, ``checkmate``, ``paging_only``)."""
@@ -103,10 +115,11 @@ class SolverSettings:
     gap_limit: float = attrs.field(default=0.0, validator=_gap)
     seed: int = attrs.field(default=0, validator=_count(0, _MAX_SEED))
     threads: int = attrs.field(default=1, validator=_count(1, 1024))
-    #: Deterministic work limit in SCIP nodes (see :func:`poetsim.optimizer.solve`); the
-    #: time limit is then a safety cap. None: the time limit alone bounds the search.
-    effort: int | None = attrs.field(default=None, validator=attrs.validators.optional(
-        _count(1, 10**9)))
+    #: Deterministic work limit in SCIP nodes and their LP iterations (see
+    #: :mod:`poetsim.optimizer.effort`); the time limit is then a safety cap. None (or 0):
+    #: the time limit alone bounds the search, and the result depends on the machine.
+    effort: int | None = attrs.field(default=DEFAULT_EFFORT, converter=_no_effort_as_none,
+                                     validator=attrs.validators.optional(_count(1, 10**9)))
 
     def for_method(self, method: str) -> dict[str, Any]:
         """The settings that decide ``method``'s result ({} for a heuristic baseline)."""

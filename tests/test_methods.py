@@ -87,3 +87,15 @@ def test_warm_starts_keep_within_the_time_limit():
     result = seeded_solve(request, SolverSettings(time_limit_s=2))
     assert time.perf_counter() - started < 20
     assert result.schedule is not None and "time" in result.limits_hit
+
+
+def test_searches_are_deterministic_by_default_and_an_effort_of_zero_is_the_clock_alone():
+    from poetsim.methods import DEFAULT_EFFORT
+
+    assert SolverSettings().effort == DEFAULT_EFFORT
+    assert SolverSettings(effort=0).effort is None and SolverSettings(effort=None).effort is None
+    with pytest.raises(InputError, match="effort = -1"):
+        SolverSettings(effort=-1)
+    request = paper_request(build_model("mlp", layers=3, width=32), get_board("rpi4"), "80%")
+    assert seeded_solve(request).effort == DEFAULT_EFFORT
+    assert seeded_solve(request, SolverSettings(time_limit_s=2, effort=0)).effort is None

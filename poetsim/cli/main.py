@@ -34,7 +34,7 @@ from poetsim.demo import (
 )
 from poetsim.errors import InputError, InternalError, PoetsimError
 from poetsim.graph import TrainingGraph, read_graph, write_graph
-from poetsim.methods import SolverSettings, seeded_solve
+from poetsim.methods import DEFAULT_EFFORT, SolverSettings, seeded_solve
 from poetsim.optimizer import SolveResult, SolveStatus
 from poetsim.report import plot_simulation
 from poetsim.request import Accounting, Request, resolve_request
@@ -154,7 +154,7 @@ def _write_all_or_nothing(written: list[str],
 def _solver_settings(args: argparse.Namespace) -> SolverSettings:
     return SolverSettings(time_limit_s=args.time_limit, gap_limit=getattr(args, "gap", 0.0),
                           seed=getattr(args, "seed", 0), threads=getattr(args, "threads", 1),
-                          effort=getattr(args, "effort", None))
+                          effort=getattr(args, "effort", DEFAULT_EFFORT))
 
 
 # ----------------------------------------------------------------------------- boards
@@ -684,10 +684,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gap", type=float, default=0.0, metavar="G",
                    help="stop at this relative gap, e.g. 0.01 (default 0: prove optimality)")
     p.add_argument("--threads", type=int, default=1, metavar="N")
-    p.add_argument("--effort", type=int, metavar="NODES",
-                   help="bound the search by deterministic work (SCIP nodes in all): the same "
-                        "schedule on any machine under any load, with --time-limit only a "
-                        "safety cap that the output reports when it binds")
+    p.add_argument("--effort", type=int, default=DEFAULT_EFFORT, metavar="NODES",
+                   help="bound the search by deterministic work (SCIP nodes and 100 LP "
+                        "iterations a node, in all): the same schedule on any machine under "
+                        "any load, with --time-limit only a safety cap that the output "
+                        f"reports when it binds (default {DEFAULT_EFFORT}; 0: the time limit "
+                        "alone)")
     p.add_argument("--seed", type=int, default=0, metavar="N")
     p.add_argument("--deadline-margin", metavar="10%|SECONDS",
                    help="plan against the deadline minus this margin (a share of the "
@@ -705,8 +707,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_request_options(p, ram="70%", deadline=None)
     p.add_argument("--time-limit", type=float, default=30.0, metavar="S",
                    help="time limit of each MILP solve (default 30 s)")
-    p.add_argument("--effort", type=int, metavar="NODES",
-                   help="deterministic work limit of each MILP solve (SCIP nodes)")
+    p.add_argument("--effort", type=int, default=DEFAULT_EFFORT, metavar="NODES",
+                   help="deterministic work limit of each MILP solve (SCIP nodes and their "
+                        f"LP iterations; default {DEFAULT_EFFORT}, 0: the time limit alone)")
     p.add_argument("--out", metavar="DIR",
                    help="write every method's schedule and comparison.json into DIR (new)")
     _add_model_options(p)

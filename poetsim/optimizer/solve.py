@@ -151,6 +151,11 @@ def _window_search(milp: Any, graph: TrainingGraph, costs: OpCosts, plan: StageP
                     improved += 1
             if model.getStatus() in ("optimal", "gaplimit", "infeasible"):
                 solved_for[first] = improved
+            if work is not None and work.spent and model.getNNodes() <= 1:
+                # a window's share of the effort did not even solve its root LP: the other
+                # windows, as large, would spend theirs the same way
+                starts = []
+                break
     model.freeTransform()
     milp.unfix()
     model.setParam("limits/gap", gap_limit)

@@ -20,7 +20,7 @@ A sweep file is TOML::
     time_limit_s = 30                      # paging_only); threads are always 1
     gap_limit = 0.0
     seed = 0
-    effort = 2000                          # optional: deterministic work (SCIP nodes)
+    effort = 2000                          # optional (default 300; 0: the time limit alone)
 
 The points are the cross product of models x boards x override values x ram x deadlines
 x methods, in that nesting order (the last varies fastest), which is also the order they
