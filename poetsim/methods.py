@@ -45,9 +45,9 @@ __all__ = ["DEFAULT_EFFORT", "FAST_BASELINES", "METHODS", "SOLVER_METHODS", "Met
 #: Baselines fast enough to run before every POET solve, as its warm starts.
 FAST_BASELINES = (dtr, chen_greedy, chen_sqrt_n, capuchin, revolve, pofo)
 
-#: The warm starts that search (and so take a ``stop_at``), and the share of the solve's
-#: time limit all warm starts together may use.
-_STOPPABLE = frozenset({chen_greedy, revolve, pofo})
+#: The warm starts that take a ``stop_at`` (all of them), and the share of the solve's time
+#: limit all warm starts together may use.
+_STOPPABLE = frozenset({dtr, chen_greedy, chen_sqrt_n, capuchin, revolve, pofo})
 _WARM_START_SHARE = 0.2
 
 #: The MILP methods: their result depends on the solver settings.

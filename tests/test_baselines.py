@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import math
+import sys
+import time
 from collections import Counter
 
 import numpy as np
@@ -25,9 +28,10 @@ from poetsim.baselines import (
     predict,
     revolve,
 )
+from poetsim.baselines.base import OUT_OF_TIME
 from poetsim.baselines.chen import chen_policy
 from poetsim.baselines.dtr import dtr_program
-from poetsim.baselines.program import chain_order, checkpoint_candidates, run_policy
+from poetsim.baselines.program import Program, chain_order, checkpoint_candidates, run_policy
 from poetsim.boards import get_board
 from poetsim.costs import op_costs
 from poetsim.errors import InputError
@@ -458,3 +462,195 @@ def test_seeded_solve_starts_from_the_best_fast_baseline():
     assert result.metrics is not None
     assert result.metrics.energy_j <= min(energies) * (1 + 1e-9)
     assert result.metrics.energy_j < dtr(graph, board, costs, budget).energy_j
+
+
+# ------------------------------------------------------------------ time limits, long chains
+
+#: The fast baselines by name, each of which takes a ``stop_at`` (see poetsim.methods).
+STOPPABLE = ("dtr", "chen_greedy", "chen_sqrt_n", "capuchin", "revolve", "pofo")
+#: A bound on "promptly" that no machine should miss, however loaded: the tests check that a
+#: deadline is honoured at all (several of these baselines take minutes on the long chain
+#: without one), not how fast.
+PROMPT_S = 10.0
+
+
+@pytest.fixture(scope="module")
+def long_mlp():
+    """A 3,001-op chain (750 linear + ReLU layers, 16 wide) and its request at 50 % RAM."""
+    graph = build_model("mlp", layers=750, width=16)
+    assert len(graph) == 3001
+    return paper_request(graph, get_board("rpi4"), "50%")
+
+
+def _timed(method: str, request, stop_at: float | None):
+    started = time.perf_counter()
+    result = BASELINES[method](request.graph, request.board, request.costs,
+                               request.activation_budget_bytes,
+                               deadline_s=request.planning_deadline_s, stop_at=stop_at)
+    return result, time.perf_counter() - started
+
+
+def _valid_or_out_of_time(result, request):
+    if result.status == OK:
+        check = check_schedule(request.graph, result.schedule,
+                               budget_bytes=request.activation_budget_bytes)
+        assert check.valid, check.violation
+    else:
+        assert result.status in (INFEASIBLE, NOT_APPLICABLE) and result.reason
+
+
+def test_every_warm_start_takes_a_deadline():
+    from poetsim.methods import _STOPPABLE, FAST_BASELINES
+
+    assert set(_STOPPABLE) == set(FAST_BASELINES)
+    assert {BASELINES[name] for name in STOPPABLE} == set(FAST_BASELINES)
+    for method in FAST_BASELINES:
+        assert "stop_at" in inspect.signature(method).parameters, method.__name__
+
+
+@pytest.mark.parametrize("method", STOPPABLE)
+def test_a_passed_deadline_stops_at_once_on_a_long_chain(long_mlp, method):
+    """With its time already up, every baseline says it ran out of it (on this chain each
+    one has thousands of steps of work before any schedule), promptly, and raises nothing."""
+    result, elapsed = _timed(method, long_mlp, time.perf_counter() - 1.0)
+    assert result.status == INFEASIBLE and result.schedule is None
+    assert result.reason.startswith(OUT_OF_TIME), result.reason
+    assert "budget" in result.reason and result.details["out_of_time"] is True
+    assert elapsed < PROMPT_S
+
+
+@pytest.mark.parametrize("method", STOPPABLE)
+@pytest.mark.parametrize("model", ["mlp", "resnet18_cifar"])
+def test_a_passed_deadline_on_a_small_graph_gives_a_valid_answer(graphs, board, model, method):
+    """On a small graph a baseline may finish before it first looks at the clock; whatever
+    it answers is valid."""
+    request = paper_request(graphs[model], board, "70%")
+    result, elapsed = _timed(method, request, time.perf_counter() - 1.0)
+    _valid_or_out_of_time(result, request)
+    assert elapsed < PROMPT_S
+
+
+@pytest.mark.parametrize("method", STOPPABLE)
+def test_a_near_deadline_is_honoured_on_a_long_chain(long_mlp, method):
+    """0.3 s to go: the searches (minutes without a deadline on this chain) return their
+    best schedule so far or say that they ran out of time."""
+    result, elapsed = _timed(method, long_mlp, time.perf_counter() + 0.3)
+    _valid_or_out_of_time(result, long_mlp)
+    if result.status != OK:
+        assert result.reason.startswith(OUT_OF_TIME), result.reason
+    assert elapsed < PROMPT_S
+
+
+@pytest.mark.parametrize("method", STOPPABLE)
+def test_a_long_chain_needs_no_deep_recursion(long_mlp, method):
+    """Every baseline on a 3,001-op chain with the interpreter's recursion limit a hundred
+    frames above the caller's: any recursion over the chain would hit it. DTR, Chen's and
+    Revolve find a schedule in a second (Revolve's first tries are the snapshot counts
+    around the largest that fits, not zero snapshots, whose quadratic recomputation costs
+    over a hundred times the energy); Capuchin and POFO need longer on this chain."""
+    depth, frame = 0, sys._getframe()
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(depth + 100)
+    try:
+        result, _ = _timed(method, long_mlp, time.perf_counter() + 1.5)
+    finally:
+        sys.setrecursionlimit(limit)
+    _valid_or_out_of_time(result, long_mlp)
+    if method in ("dtr", "chen_sqrt_n", "chen_greedy", "revolve"):
+        assert result.status == OK, result.reason
+        sqrt_n = chen_sqrt_n(long_mlp.graph, long_mlp.board, long_mlp.costs,
+                             long_mlp.activation_budget_bytes)
+        assert result.energy_j < 2 * sqrt_n.energy_j
+
+
+def _reference_dtr(graph, costs, budget_bytes):
+    """DTR as first written: h(t) computed for every resident tensor at every eviction."""
+    n = len(graph)
+    prog = Program(graph)
+    size, ct = prog.size, [float(x) for x in costs.compute_time_s]
+    last_use = [max(graph.successors(i), default=i) for i in range(n)]
+    last_access = [0.0] * n
+    pins: Counter[int] = Counter()
+    clock = 0.0
+
+    def projected_cost(t):
+        total, seen, stack = ct[t], {t}, list(graph.predecessors(t))
+        while stack:
+            w = stack.pop()
+            if w in seen or prog.resident[w]:
+                continue
+            seen.add(w)
+            total += ct[w]
+            stack.extend(graph.predecessors(w))
+        return total
+
+    def compute_ready(k, p):
+        nonlocal clock
+        while prog.live + size[k] + prog.workspace[k] > budget_bytes:
+            best, best_h = None, None
+            for t in prog.in_ram:
+                if pins[t] or size[t] == 0:
+                    continue
+                h = projected_cost(t) / (size[t] * max(clock - last_access[t], 1e-12))
+                if best_h is None or h < best_h or (h == best_h and t < best):
+                    best, best_h = t, h
+            assert best is not None
+            prog.free(best)
+        prog.compute(k)
+        clock += ct[k]
+        for w in (*graph.predecessors(k), k):
+            last_access[w] = clock
+        for w in graph.predecessors(k):
+            pins[w] -= 1
+            if not pins[w] and prog.resident[w] and last_use[w] < p:
+                prog.free(w)
+
+    for p in range(n):
+        stack = [(p, -1)]
+        while stack:
+            k, nxt = stack[-1]
+            preds = graph.predecessors(k)
+            if nxt < 0:
+                for w in preds:
+                    pins[w] += 1
+                nxt = 0
+            while nxt < len(preds) and prog.resident[preds[nxt]]:
+                nxt += 1
+            if nxt < len(preds):
+                stack[-1] = (k, nxt + 1)
+                stack.append((preds[nxt], -1))
+                continue
+            stack.pop()
+            compute_ready(k, p)
+        for u in (*graph.predecessors(p), p):
+            if prog.resident[u] and last_use[u] <= p:
+                prog.free(u)
+    return prog.steps
+
+
+def _relu_chain(relus: int):
+    fg = ForwardGraph("relu_chain")
+    h = fg.op("fc", "linear", [fg.input("x", 4)], output_elements=4, flops=32, param_count=20)
+    for i in range(relus):
+        h = fg.op(f"relu{i}", "relu", [h], output_elements=4, flops=4)
+    fg.loss("loss", h)
+    return fg.build()
+
+
+@pytest.mark.parametrize("model,share", [
+    ("resnet18_cifar", 0.5), ("resnet18_cifar", 0.3), ("mlp", 0.4), ("bert", 0.3),
+    ("mobilenet_v2", 0.3), ("transformer_block", 0.7), ("relu_chain", None)])
+def test_dtr_chooses_as_a_full_scan_does(board, model, share):
+    """DTR's numpy eviction scan (projected costs summed for all candidates at once, the
+    exact walk only where a bound leaves a doubt) evicts exactly what scanning every
+    resident tensor does, on chains (the ReLU chain in room for 30 tensors: walks back
+    through hundreds of evicted ones, past the scan's walk) and on residual and attention
+    graphs."""
+    graph = _relu_chain(600) if model == "relu_chain" else build_model(model)
+    costs = op_costs(graph, board)
+    budget = 30 * 16 if share is None else int(share * plain_peak(graph).bytes)
+    program, evictions = dtr_program(graph, costs, budget)
+    assert evictions > 0
+    assert program.steps == _reference_dtr(graph, costs, budget)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import itertools
 import random
+from pathlib import Path
 
 import pytest
 from conftest import residual_graph
 
+import poetsim.baselines
+from poetsim.baselines.base import GRACE_S, OutOfTime, Ticker, _fingerprint, finish_estimate_s
 from poetsim.baselines.program import (
     DROP,
     KEEP,
@@ -18,9 +22,9 @@ from poetsim.baselines.program import (
     forward_indices,
     run_policy,
 )
-from poetsim.baselines.revolve import binomial_advances, revolve_program
+from poetsim.baselines.revolve import _plan, _slot_order, binomial_advances, revolve_program
 from poetsim.graph import ForwardGraph, TrainingGraph, plain_peak
-from poetsim.schedule import Schedule, check_schedule
+from poetsim.schedule import Schedule, Step, check_schedule, plain_schedule
 from poetsim.zoo import build_model
 
 MODES = [(k, h) for k in (True, False) for h in (True, False)]
@@ -178,3 +182,125 @@ def test_revolve_on_a_long_chain(long_chain, slots):
         assert binomial_advances(steps, slots) == steps - 1
     else:
         assert steps - 1 < binomial_advances(steps, slots) < binomial_advances(steps, 1)
+
+
+def test_binomial_plan_is_the_recursions_optimum():
+    """Revolve's closed form (advances and the smallest best first split) against the
+    recursion ``advances(s, c) = min over 0 < m < s of m + advances(s - m, c - 1) +
+    advances(m, c)`` itself, for every step count to 120 and slot count to 12."""
+    steps_max, slots_max = 120, 12
+    advances = [[0] * (steps_max + 1) for _ in range(slots_max + 1)]
+    for s in range(steps_max + 1):
+        advances[0][s] = s * (s - 1) // 2 if s > 1 else 0
+    for c in range(1, slots_max + 1):
+        for s in range(2, steps_max + 1):
+            costs = [m + advances[c - 1][s - m] + advances[c][m] for m in range(1, s)]
+            advances[c][s] = min(costs)
+            if c < s - 1:
+                assert _plan(s, c) == (advances[c][s], costs.index(advances[c][s]) + 1), (s, c)
+            assert binomial_advances(s, c) == advances[c][s], (s, c)
+
+
+def _slot_orders(counts, peak, budget):
+    peaks: dict[int, int] = {}
+    order = []
+    for slots in _slot_order(counts, budget, peaks):
+        order.append(slots)
+        peaks[slots] = peak(slots)
+    return order
+
+
+@pytest.mark.parametrize("counts", [1, 2, 3, 10, 101, 1500])
+def test_revolve_tries_every_slot_count_once_the_largest_that_fits_early(counts):
+    rng = random.Random(counts)
+    for budget in (0, 1, 50, 10 * counts, 10**9):
+        order = _slot_orders(counts, lambda c: 10 * c + 7, budget)
+        assert sorted(order) == list(range(counts))
+        fits = [c for c in range(counts) if 10 * c + 7 <= budget]
+        if fits:  # found after a few probes, however many counts there are
+            assert max(fits) in order[:2 + 2 * max(1, counts).bit_length()]
+        # a peak that does not grow with the count: still every count, once
+        noise = [rng.randrange(100) for _ in range(counts)]
+        assert sorted(_slot_orders(counts, noise.__getitem__, budget)) == list(range(counts))
+
+
+def test_no_recursion_in_the_baselines():
+    """No function of poetsim.baselines calls itself, directly or through other functions
+    of its module (by name: functions are told apart by name only, so a false alarm is
+    possible, a miss is not, methods called on other objects aside): an op list over a
+    long chain must not need one Python frame per op."""
+    package = Path(poetsim.baselines.__file__).parent
+    for path in sorted(package.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        calls: dict[str, set[str]] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                called = calls.setdefault(node.name, set())
+                for inner in ast.walk(node):
+                    if isinstance(inner, ast.Call):
+                        f = inner.func  # a function of the module, or a method of self
+                        if isinstance(f, ast.Name):
+                            called.add(f.id)
+                        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) \
+                                and f.value.id == "self":
+                            called.add(f.attr)
+        for start in calls:
+            seen, todo = set(), [start]
+            while todo:
+                for callee in calls.get(todo.pop(), ()):
+                    assert callee != start, f"{path.name}: {start} calls itself (via {todo})"
+                    if callee in calls and callee not in seen:
+                        seen.add(callee)
+                        todo.append(callee)
+
+
+def test_ticker_looks_at_the_clock_every_so_often(monkeypatch):
+    from poetsim.baselines import base
+
+    now = [0.0]
+    reads = []
+
+    def clock():
+        reads.append(now[0])
+        return now[0]
+
+    monkeypatch.setattr(base.time, "perf_counter", clock)
+    ticker = Ticker(stop_at=10.0, every=100)
+    for _ in range(250):
+        ticker.tick()
+    assert len(reads) == 2
+    now[0] = 10.5
+    with pytest.raises(OutOfTime):
+        for _ in range(100):
+            ticker.tick()
+    ticker = Ticker(stop_at=20.0, every=100)
+    ticker.reserve(4.0)  # 4 s kept to finish a schedule: stops at 16
+    now[0] = 15.0
+    ticker.tick(100)
+    assert ticker.can_finish(4.0) and ticker.can_finish(5.0 + GRACE_S)
+    assert not ticker.can_finish(5.0 + 2 * GRACE_S)
+    now[0] = 16.5
+    with pytest.raises(OutOfTime):
+        ticker.tick(100)
+    never = Ticker(stop_at=None)
+    for _ in range(10_000):
+        never.tick()
+    never.reserve(5.0)
+    never.tick(10**9)
+    assert never.can_finish(1e9)
+
+
+def test_finishing_takes_longer_before_the_graph_is_hashed():
+    graph = build_model("mlp", layers=5)
+    unhashed = finish_estimate_s(graph, 1.0)
+    _fingerprint(graph)
+    assert finish_estimate_s(graph, 1.0) < unhashed
+
+
+def test_program_steps_are_made_on_demand_and_kept():
+    graph = build_model("mlp")
+    program = run_policy(graph, [KEEP] * len(graph))
+    steps = program.steps
+    assert len(steps) == len(program) and program.steps is steps
+    assert all(isinstance(s, Step) for s in steps)
+    assert Schedule.for_graph(graph, steps).steps == plain_schedule(graph).steps

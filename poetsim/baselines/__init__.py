@@ -3,7 +3,8 @@
 One module per method, each a plain function
 ``method(graph, board, costs, budget_bytes, *, deadline_s=None) -> BaselineResult``
 (``costs`` may be ``None``; ``budget_bytes`` is the activation budget, as
-``poetsim.request.Request.activation_budget_bytes``):
+``poetsim.request.Request.activation_budget_bytes``; all but checkpoint-all also take a
+``stop_at``, see :func:`poetsim.baselines.base.out_of_time`):
 
 ==================  ====================================================================
 ``checkpoint_all``  PyTorch's default: every op once, everything kept (the plain schedule)

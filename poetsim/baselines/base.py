@@ -2,13 +2,16 @@
 
 A baseline is a plain function::
 
-    method(graph, board, costs, budget_bytes, *, deadline_s=None) -> BaselineResult
+    method(graph, board, costs, budget_bytes, *, deadline_s=None, stop_at=None) -> BaselineResult
 
 ``budget_bytes`` is the *activation* budget (the request's ``activation_budget_bytes``:
 activations and working buffers; parameters, gradients and optimizer state live beside
 it). ``costs`` is :func:`poetsim.costs.op_costs` of the graph on the board (``None``
 computes it). ``deadline_s`` is recorded in the schedule's metadata; no heuristic
-optimises against it (the MILP methods in :mod:`poetsim.methods` do).
+optimises against it (the MILP methods in :mod:`poetsim.methods` do). ``stop_at`` (every
+baseline but checkpoint-all takes it) is a :func:`time.perf_counter` instant by which the
+method returns, with its best schedule so far or ``infeasible`` saying that it ran out of
+its time (:func:`out_of_time`).
 
 Every schedule a baseline returns passes :func:`poetsim.schedule.check_schedule` at the
 budget (``finish`` asserts it) and carries metadata ``{"method", "budget_activation_bytes",
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import time
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,9 +38,10 @@ from poetsim.graph.io import graph_fingerprint
 from poetsim.schedule import Action, Schedule, Step, check_schedule
 from poetsim.schedule.ops import ram_during_steps
 
-__all__ = ["INFEASIBLE", "NOT_APPLICABLE", "OK", "STATUSES", "BaselineResult", "OpListFigures",
-           "check_budget", "costs_for", "finish", "infeasible", "not_applicable", "out_of_time",
-           "predict"]
+__all__ = ["INFEASIBLE", "NOT_APPLICABLE", "OK", "OUT_OF_TIME", "STATUSES", "BaselineResult",
+           "OpListFigures", "OutOfTime", "Ticker", "check_budget", "costs_for", "finish",
+           "finish_estimate_s", "infeasible", "not_applicable", "out_of_time", "predict",
+           "ran_out_of_time"]
 
 OK = "ok"
 INFEASIBLE = "infeasible"
@@ -201,6 +206,26 @@ def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule 
                          peak_ram_bytes=peak)
 
 
+#: id(graph) -> (a weak reference to the graph, its fingerprint), see :func:`_fingerprint`.
+_FINGERPRINTS: dict[int, tuple[weakref.ref, str]] = {}
+
+
+def _fingerprint(graph: TrainingGraph) -> str:
+    """:func:`~poetsim.graph.io.graph_fingerprint`, remembered while the graph lives.
+
+    The warm starts of one solve finish their schedules on the same (immutable) graph, and
+    hashing a 50,000-op graph takes a good part of a second.
+    """
+    key = id(graph)
+    known = _FINGERPRINTS.get(key)
+    if known is not None and known[0]() is graph:
+        return known[1]
+    fingerprint = graph_fingerprint(graph)
+    _FINGERPRINTS[key] = (weakref.ref(graph, lambda _: _FINGERPRINTS.pop(key, None)),
+                          fingerprint)
+    return fingerprint
+
+
 def not_applicable(method: str, reason: str, budget_bytes: int,
                    deadline_s: float | None = None) -> BaselineResult:
     return BaselineResult(method=method, status=NOT_APPLICABLE, reason=reason,
@@ -226,7 +251,7 @@ def finish(method: str, graph: TrainingGraph, board: Board, costs: OpCosts, budg
     """
     raw = list(steps.steps if isinstance(steps, Schedule) else steps)
     capacity = board.storage.capacity_bytes
-    schedule = Schedule(graph.name, graph_fingerprint(graph), raw, {})
+    schedule = Schedule(graph.name, _fingerprint(graph), raw, {})
     check = check_schedule(graph, schedule, storage_capacity_bytes=capacity)
     if not check.valid and check.violation.rule == "storage_full":
         # like a schedule over the RAM budget: the method's plan does not fit this board
@@ -251,10 +276,9 @@ def finish(method: str, graph: TrainingGraph, board: Board, costs: OpCosts, budg
     if deadline_s is not None:
         meta["deadline_s"] = float(deadline_s)
     meta.update(metadata or {})
+    # The check above is the check at the budget too (its peak is within it): a second
+    # replay of the stamped schedule, metadata aside the same, would only cost time
     schedule = schedule.with_metadata(**meta)
-    final = check_schedule(graph, schedule, budget_bytes=budget_bytes,
-                           storage_capacity_bytes=capacity)
-    assert final.valid, final.violation
     return BaselineResult(
         method=method, status=OK, schedule=schedule, budget_bytes=budget_bytes,
         deadline_s=deadline_s, energy_j=figures.energy_j, time_s=figures.time_s,
@@ -265,11 +289,90 @@ def finish(method: str, graph: TrainingGraph, board: Board, costs: OpCosts, budg
 def out_of_time(stop_at: float | None) -> bool:
     """Whether ``stop_at`` (a :func:`time.perf_counter` instant, or None: never) has passed.
 
-    The searching baselines (Chen's greedy, Revolve, POFO) take ``stop_at`` when they run
-    as POET's warm starts, so that they keep within the solve's time limit: they then
-    return the best schedule found so far, or ``infeasible`` saying they ran out of time.
+    Every baseline but checkpoint-all takes ``stop_at``, so that it keeps within a solve's
+    time limit when it runs as one of POET's warm starts: it then returns the best schedule
+    found so far, or ``infeasible`` saying that it ran out of its time
+    (:func:`ran_out_of_time`), by ``stop_at`` or a fraction of a second later: the searches
+    look at the clock inside their loops every few thousand steps of work (:class:`Ticker`),
+    not only between the candidates they try, and keep the time to finish their best
+    schedule.
     """
     return stop_at is not None and time.perf_counter() > stop_at
+
+
+#: What a baseline that ran out of its time without a schedule says (the start of its reason).
+OUT_OF_TIME = "ran out of its time"
+
+
+class OutOfTime(Exception):  # noqa: N818 - a signal inside a baseline, not an error
+    """``stop_at`` passed in the middle of a piece of work (raised by :meth:`Ticker.tick`).
+
+    The baselines catch it: a caller never sees it.
+    """
+
+
+#: Finishing a schedule (:func:`finish`: making its steps, checking it, predicting its
+#: figures) takes up to this many times as long as building its program did, and this many
+#: when it hashes the graph as well (the first schedule finished on a graph).
+FINISH_COST = 2.5
+FINISH_COST_UNHASHED = 5.0
+#: A baseline finishes its schedule when that should end at most this long after its
+#: ``stop_at``; else it answers that it ran out of its time.
+GRACE_S = 0.25
+
+
+def finish_estimate_s(graph: TrainingGraph, built_s: float) -> float:
+    """How long :func:`finish` may take on a program of ``graph`` built in ``built_s``."""
+    known = _FINGERPRINTS.get(id(graph))
+    hashed = known is not None and known[0]() is graph
+    return built_s * (FINISH_COST if hashed else FINISH_COST_UNHASHED)
+
+
+class Ticker:
+    """Counts work and looks at the clock every ``every`` units of it.
+
+    :meth:`tick` raises :class:`OutOfTime` once ``stop_at`` (a :func:`time.perf_counter`
+    instant, or None: never) has passed. A unit is a step of a program or a state of a
+    dynamic program (about a microsecond), so the clock is read every millisecond or so and
+    a search stops well within a tenth of a second of ``stop_at``. A search that builds
+    programs keeps the time to finish one (:meth:`reserve`): it stops that much earlier,
+    and finishes its best one only if that ends in time (:meth:`can_finish`).
+    """
+
+    __slots__ = ("every", "left", "stop_at", "until")
+
+    def __init__(self, stop_at: float | None, every: int = 2048) -> None:
+        self.stop_at = stop_at
+        self.until = stop_at
+        self.every = every
+        self.left = every
+
+    def tick(self, work: int = 1) -> None:
+        if self.until is None:
+            return
+        self.left -= work
+        if self.left <= 0:
+            self.left = self.every
+            if time.perf_counter() > self.until:
+                raise OutOfTime
+
+    def reserve(self, seconds: float) -> None:
+        """From now on, stop ``seconds`` before ``stop_at`` (the time to finish a schedule,
+        :func:`finish_estimate_s`)."""
+        if self.stop_at is not None:
+            self.until = self.stop_at - seconds
+
+    def can_finish(self, seconds: float) -> bool:
+        """Whether work of ``seconds`` started now ends by ``stop_at`` (and :data:`GRACE_S`)."""
+        return self.stop_at is None or time.perf_counter() + seconds <= self.stop_at + GRACE_S
+
+
+def ran_out_of_time(method: str, budget_bytes: int, deadline_s: float | None = None,
+                    details: Mapping[str, Any] | None = None, why: str = "") -> BaselineResult:
+    """``infeasible``: the method's ``stop_at`` passed before it found a schedule that fits."""
+    reason = f"{OUT_OF_TIME} {why}".strip() + f" (budget {budget_bytes} B)"
+    return infeasible(method, reason, budget_bytes, deadline_s,
+                      {**(details or {}), "out_of_time": True})
 
 
 def check_budget(budget_bytes: Any) -> int:

@@ -34,9 +34,21 @@ a recomputation goes back to the nearest tensor still resident.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
-from poetsim.baselines.base import BaselineResult, check_budget, costs_for, finish, infeasible
+from poetsim.baselines.base import (
+    BaselineResult,
+    OutOfTime,
+    Ticker,
+    check_budget,
+    costs_for,
+    finish,
+    finish_estimate_s,
+    infeasible,
+    ran_out_of_time,
+)
 from poetsim.baselines.program import DROP, KEEP, OFFLOAD, run_policy, saved_tensors
 from poetsim.boards.spec import Board
 from poetsim.costs import OpCosts
@@ -49,10 +61,23 @@ METHOD = "capuchin"
 
 
 def capuchin(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_bytes: int, *,
-             deadline_s: float | None = None) -> BaselineResult:
-    """Capuchin's hybrid swap/recompute policy, iterated until the peak fits."""
+             deadline_s: float | None = None, stop_at: float | None = None) -> BaselineResult:
+    """Capuchin's hybrid swap/recompute policy, iterated until the peak fits (``infeasible``,
+    saying so, when ``stop_at`` passes first, see
+    :func:`~poetsim.baselines.base.out_of_time`: every plan before the last is over the
+    budget)."""
     budget_bytes = check_budget(budget_bytes)
     costs = costs_for(graph, board, costs)
+    ticker = Ticker(stop_at)
+    try:
+        return _capuchin(graph, board, costs, budget_bytes, deadline_s, ticker)
+    except OutOfTime:
+        return ran_out_of_time(METHOD, budget_bytes, deadline_s,
+                               why="before its plan fit the budget")
+
+
+def _capuchin(graph: TrainingGraph, board: Board, costs: OpCosts, budget_bytes: int,
+              deadline_s: float | None, ticker: Ticker) -> BaselineResult:
     n = len(graph)
     ops = graph.ops
     ct = np.asarray(costs.compute_time_s, dtype=float)
@@ -100,6 +125,7 @@ def capuchin(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_b
         """The candidate with the most memory saved per second of overhead, and how."""
         best = None
         for t in candidates:
+            ticker.tick(4)
             recompute = recompute_time(t)
             swap = np.inf
             if can_page:
@@ -117,8 +143,10 @@ def capuchin(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_b
         return t, action, ("swap {} (MSPS)" if action == OFFLOAD else "recompute {} (MSPS)")
 
     rejected: set[int] = set()
-    prog = run_policy(graph, policy, keep_rebuilt_ancestors=False,
-                          hold_checkpoints=False)
+    started = time.perf_counter()
+    prog = run_policy(graph, policy, keep_rebuilt_ancestors=False, hold_checkpoints=False,
+                      ticker=ticker)
+    built_s = time.perf_counter() - started
     while prog.peak > budget_bytes:
         p = prog.peak_stage
         busy = {prog.peak_op, *graph.predecessors(prog.peak_op)}
@@ -131,6 +159,7 @@ def capuchin(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_b
                 f"{ops[prog.peak_op].name!r}) has no tensor left to swap or recompute; the "
                 f"budget is {budget_bytes} B"), budget_bytes, deadline_s,
                 {"decisions": decisions})
+        ticker.tick(ticker.every)  # looks at the clock before scoring the candidates
         hideable = [(free_time(t), t) for t in candidates] if hidden_possible else []
         hideable = [(ft, t) for ft, t in hideable if ft >= 0]
         if hideable:
@@ -139,8 +168,11 @@ def capuchin(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_b
         else:
             t, action, why = by_msps(candidates)
         policy[t] = action
-        trial = run_policy(graph, policy, keep_rebuilt_ancestors=False,
-                          hold_checkpoints=False)
+        ticker.tick(len(candidates))
+        started = time.perf_counter()
+        trial = run_policy(graph, policy, keep_rebuilt_ancestors=False, hold_checkpoints=False,
+                           ticker=ticker)
+        built_s = time.perf_counter() - started
         if trial.peak > prog.peak:
             # Feedback: the eviction made the peak worse (its recomputation or page-in
             # lands on a new peak); undo it and do not consider the tensor again.
@@ -151,6 +183,9 @@ def capuchin(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_b
         if action == OFFLOAD:
             swaps.append(t)
         decisions.append(why.format(ops[t].name))
+    if not ticker.can_finish(finish_estimate_s(graph, built_s)):
+        return ran_out_of_time(METHOD, budget_bytes, deadline_s,
+                               why="before it could check its plan")
     return finish(METHOD, graph, board, costs, budget_bytes, prog.steps, deadline_s=deadline_s,
                   details={"decisions": decisions,
                            "swapped": sum(1 for x in policy if x == OFFLOAD),

@@ -35,18 +35,22 @@ best DP objective is returned. Not applicable to graphs that are not chains.
 
 from __future__ import annotations
 
+import time
 from typing import NamedTuple
 
 import numpy as np
 
 from poetsim.baselines.base import (
     BaselineResult,
+    OutOfTime,
+    Ticker,
     check_budget,
     costs_for,
     finish,
+    finish_estimate_s,
     infeasible,
     not_applicable,
-    out_of_time,
+    ran_out_of_time,
 )
 from poetsim.baselines.program import (
     DROP,
@@ -142,56 +146,76 @@ def pofo_policy(graph: TrainingGraph, board: Board, costs: OpCosts, chain: list[
     """The DP's policy (op index -> keep / offload / drop) and its objective
     (extra time over one plain pass, energy of that extra work), or None (also when
     ``stop_at`` passes first)."""
+    try:
+        return _policy(graph, board, costs, chain, budget_bytes, Ticker(stop_at))
+    except OutOfTime:
+        return None
+
+
+def _policy(graph: TrainingGraph, board: Board, costs: OpCosts, chain: list[int],
+            budget_bytes: int, ticker: Ticker) -> tuple[list[str], tuple[float, float]] | None:
+    """:func:`pofo_policy`, raising :class:`~poetsim.baselines.base.OutOfTime` when the
+    ``ticker``'s time is up."""
     c = _Chain(graph, board, costs, chain)
     m, last = c.m, c.m - 1
     can_page = board.storage.capacity_bytes > 0
     unit = max(1, budget_bytes // FRONT_RESOLUTION)
     kinds_of = [(KEEP, OFFLOAD) if can_page and b < last and c.size[b] > 0 else (KEEP,)
                 for b in range(m)]
-    # states[(anchor, kind)]; anchor -1 is "nothing before the chain".
-    states: dict[tuple[int, str], list[_State]] = {(-1, KEEP): [_State(0, (0.0, 0.0), None)]}
+    # states[a + 1]: the (kind, front) of anchor a that have any, in kind order; anchor -1
+    # is "nothing before the chain". The transitions visit them by anchor, then kind.
+    states: list[list[tuple[str, list[_State]]]] = [[] for _ in range(m + 1)]
+    states[0].append((KEEP, [_State(0, (0.0, 0.0), None)]))
+    prefix = c.prefix.tolist()
     for b in range(m):
-        if out_of_time(stop_at):
-            return None
-        # Working set of segment (a, b] without the kept anchors, for every a < b.
+        ticker.tick()
+        # Working set of segment (a, b] without the kept anchors, for every a < b, down to
+        # the first a whose ladder alone, prefix[b] - prefix[a + 1], is over the budget:
+        # every need from there down is, so no state of such an anchor leads to b.
         need: dict[int, int] = {}
         best_j = -1
         transient = 0
         for a in range(b - 1, -2, -1):
+            if prefix[b] - prefix[a + 1] > budget_bytes:
+                break
             j = a + 1  # backward op j joins the segment
-            best_j = max(best_j, int(c.prefix[j]) + c.running[j])
+            best_j = max(best_j, prefix[j] + c.running[j])
             if j < b:
                 transient = max(transient, c.transient(j, a))
             # xa is resident through the segment if a backward op reads it or the dropped
             # tensors are rebuilt from it; otherwise it was freed in the forward pass.
             s_a = c.size[a] if a >= 0 and (c.saved[a] or b > a + 1) else 0
-            base = s_a - int(c.prefix[a + 1])
+            base = s_a - prefix[a + 1]
             backward = base + best_j
-            recompute = (base + int(c.prefix[b]) + transient
+            recompute = (base + prefix[b] + transient
                          + (c.grad[b + 1] if b + 1 < m else 0)
                          + (c.size[b] if c.reads_self[b] else 0))
             need[a] = max(backward, recompute)
+        ticker.tick(len(need))
         for kind_b in kinds_of[b]:
             found: list[_State] = []
-            for (a, kind_a), front in states.items():
-                if a >= b:
-                    continue
-                extra_t = float(c.ct_prefix[b] - c.ct_prefix[a + 1])
-                extra_e = float(c.ce_prefix[b] - c.ce_prefix[a + 1])
-                if kind_b == OFFLOAD:
-                    dt, de = c.offload_cost[b]
-                    extra_t += dt
-                    extra_e += de
-                keeps_a = a >= 0 and kind_a == KEEP and (c.saved[a] or b > a + 1)
-                add = round(c.size[a] / unit) * unit if keeps_a else 0
-                for s in front:
-                    if s.kept + need[a] > budget_bytes:
-                        break  # the front is sorted by kept bytes
-                    found.append(_State(s.kept + add, (s.key[0] + extra_t, s.key[1] + extra_e),
-                                        (a, kind_a, s)))
+            for a in range(b - len(need), b):
+                for kind_a, front in states[a + 1]:
+                    extra_t = float(c.ct_prefix[b] - c.ct_prefix[a + 1])
+                    extra_e = float(c.ce_prefix[b] - c.ce_prefix[a + 1])
+                    if kind_b == OFFLOAD:
+                        dt, de = c.offload_cost[b]
+                        extra_t += dt
+                        extra_e += de
+                    keeps_a = a >= 0 and kind_a == KEEP and (c.saved[a] or b > a + 1)
+                    add = round(c.size[a] / unit) * unit if keeps_a else 0
+                    before = len(found)
+                    for s in front:
+                        if s.kept + need[a] > budget_bytes:
+                            break  # the front is sorted by kept bytes
+                        found.append(_State(s.kept + add,
+                                            (s.key[0] + extra_t, s.key[1] + extra_e),
+                                            (a, kind_a, s)))
+                    ticker.tick(1 + len(found) - before)
             if found:
-                states[(b, kind_b)] = _pareto(found)
-    finals = states.get((last, KEEP))
+                ticker.tick(len(found))
+                states[b + 1].append((kind_b, _pareto(found)))
+    finals = dict(states[last + 1]).get(KEEP)
     if not finals:
         return None
     best = min(finals, key=lambda s: s.key)
@@ -218,49 +242,60 @@ def pofo(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_bytes
     if chain is None:
         return not_applicable(METHOD, reason, budget_bytes, deadline_s)
     costs = costs_for(graph, board, costs)
+    ticker = Ticker(stop_at)
     tolerance = max(1, budget_bytes // 1000)
     step = max(tolerance, budget_bytes // 16)
     internal = budget_bytes
     up = down = None  # largest internal budget that asked for more, smallest for less
     best = None
+    best_to_finish = 0.0
     smallest = None
     rounds = 0
-    for rounds in range(1, MAX_ROUNDS + 1):  # noqa: B007 - reported after the loop
-        if out_of_time(stop_at):
-            break
-        found = pofo_policy(graph, board, costs, chain, internal, stop_at)
-        overshoot = 0
-        if found is None:
-            up = internal
-        else:
-            policy, key = found
-            prog = run_policy(graph, policy)
-            smallest = prog.peak if smallest is None else min(smallest, prog.peak)
-            if prog.peak <= budget_bytes:
+    try:
+        for rounds in range(1, MAX_ROUNDS + 1):  # noqa: B007 - reported after the loop
+            found = _policy(graph, board, costs, chain, internal, ticker)
+            overshoot = 0
+            if found is None:
                 up = internal
-                if best is None or key < best[0]:
-                    best = (key, internal, policy, prog)
             else:
-                down = internal
-                overshoot = prog.peak - budget_bytes
-        if best is not None and best[0] == (0.0, 0.0):
-            break  # nothing beyond one plain pass: no plan can do better
-        if down is None:
-            if internal > 4 * budget_bytes:
-                break
-            internal += step
-            step *= 2
-        elif up is None:
-            internal -= max(1, overshoot)
-            if internal <= 0:
-                break
-        else:
-            if down - up <= tolerance:
-                break
-            internal = (up + down) // 2
+                policy, key = found
+                started = time.perf_counter()
+                prog = run_policy(graph, policy, ticker=ticker)
+                to_finish = finish_estimate_s(graph, time.perf_counter() - started)
+                ticker.reserve(to_finish)  # the time to finish a program like it
+                smallest = prog.peak if smallest is None else min(smallest, prog.peak)
+                if prog.peak <= budget_bytes:
+                    up = internal
+                    if best is None or key < best[0]:
+                        best = (key, internal, policy, prog)
+                        best_to_finish = to_finish
+                else:
+                    down = internal
+                    overshoot = prog.peak - budget_bytes
+            if best is not None and best[0] == (0.0, 0.0):
+                break  # nothing beyond one plain pass: no plan can do better
+            if down is None:
+                if internal > 4 * budget_bytes:
+                    break
+                internal += step
+                step *= 2
+            elif up is None:
+                internal -= max(1, overshoot)
+                if internal <= 0:
+                    break
+            else:
+                if down - up <= tolerance:
+                    break
+                internal = (up + down) // 2
+    except OutOfTime:
+        if best is None:
+            return ran_out_of_time(METHOD, budget_bytes, deadline_s,
+                                   {"smallest_peak_bytes": smallest, "rounds": rounds})
+    if best is not None and not ticker.can_finish(best_to_finish):
+        return ran_out_of_time(METHOD, budget_bytes, deadline_s, {"rounds": rounds},
+                               why="before it could check its best schedule")
     if best is None:
-        why = ("it ran out of its time" if out_of_time(stop_at) else
-               "the dynamic program finds no plan whose estimated working sets fit"
+        why = ("the dynamic program finds no plan whose estimated working sets fit"
                if smallest is None else
                f"its best plan needs {smallest} B of activation RAM, over the budget")
         return infeasible(METHOD, f"{why} (budget {budget_bytes} B)", budget_bytes, deadline_s,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from poetsim.baselines.base import Ticker
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.ops import Phase
 from poetsim.schedule import Action, Step
@@ -32,10 +33,13 @@ class Program:
     """An op list under construction, checked step by step against the contract.
 
     ``stage`` of each step is the *frontier*: the highest op index computed for the first
-    time so far, so stages never decrease.
+    time so far, so stages never decrease. With a ``ticker``
+    (:class:`~poetsim.baselines.base.Ticker`), every step counts as a unit of work: building
+    the program raises :class:`~poetsim.baselines.base.OutOfTime` once its ``stop_at`` has
+    passed.
     """
 
-    def __init__(self, graph: TrainingGraph) -> None:
+    def __init__(self, graph: TrainingGraph, ticker: Ticker | None = None) -> None:
         self.graph = graph
         n = len(graph)
         self.n = n
@@ -52,7 +56,12 @@ class Program:
         self.peak_step = -1
         self._peak_resident: frozenset[int] | None = frozenset()
         self.frontier = 0
-        self.steps: list[Step] = []
+        # (action, op, stage) of every step; the Step objects are made when ``steps`` is
+        # first read: a search that only looks at the peak of most of the programs it
+        # builds does not pay for them
+        self._raw: list[tuple[Action, int, int]] = []
+        self._steps: list[Step] = []
+        self._tick = ticker.tick if ticker is not None and ticker.stop_at is not None else None
 
     # ------------------------------------------------------------------ steps
 
@@ -61,16 +70,18 @@ class Program:
             self.peak = amount
             self.peak_stage = self.frontier
             self.peak_op = op
-            self.peak_step = len(self.steps) - 1
+            self.peak_step = len(self._raw) - 1
             self._peak_resident = None  # rebuilt on demand: a copy per new peak is quadratic
 
     def compute(self, k: int) -> None:
         for u in self.graph.predecessors(k):
             assert self.resident[u], f"compute {k}: input {u} not resident"
         assert not self.resident[k], f"compute {k}: already resident"
+        if self._tick is not None:
+            self._tick()
         if not self.computed[k]:
             self.frontier = max(self.frontier, k)
-        self.steps.append(Step(Action.COMPUTE, k, self.frontier))
+        self._raw.append((Action.COMPUTE, k, self.frontier))
         self._note(self.live + self.size[k] + self.workspace[k], k)
         self.resident[k] = True
         self.in_ram.add(k)
@@ -79,12 +90,14 @@ class Program:
 
     def page_out(self, k: int) -> None:
         assert self.resident[k] and not self.stored[k], f"page_out {k}"
-        self.steps.append(Step(Action.PAGE_OUT, k, self.frontier))
+        self._raw.append((Action.PAGE_OUT, k, self.frontier))
         self.stored[k] = True
 
     def page_in(self, k: int) -> None:
         assert self.stored[k] and not self.resident[k], f"page_in {k}"
-        self.steps.append(Step(Action.PAGE_IN, k, self.frontier))
+        if self._tick is not None:
+            self._tick()
+        self._raw.append((Action.PAGE_IN, k, self.frontier))
         self.resident[k] = True
         self.in_ram.add(k)
         self.live += self.size[k]
@@ -92,12 +105,24 @@ class Program:
 
     def free(self, k: int) -> None:
         assert self.resident[k], f"free {k}: not resident"
-        self.steps.append(Step(Action.FREE, k, self.frontier))
+        self._raw.append((Action.FREE, k, self.frontier))
         self.resident[k] = False
         self.in_ram.discard(k)
         self.live -= self.size[k]
 
     # ------------------------------------------------------------------ queries
+
+    @property
+    def steps(self) -> list[Step]:
+        """The op list so far."""
+        if len(self._steps) < len(self._raw):
+            self._steps.extend(Step(action, k, stage)
+                               for action, k, stage in self._raw[len(self._steps):])
+        return self._steps
+
+    def __len__(self) -> int:
+        """The number of steps so far."""
+        return len(self._raw)
 
     @property
     def peak_resident(self) -> frozenset[int]:
@@ -107,20 +132,27 @@ class Program:
         chain the peak grows with every forward op and the copies would cost O(n^2).
         """
         if self._peak_resident is None:
+            if self._tick is not None:
+                self._tick(self.peak_step // 4)
             in_ram: set[int] = set()
-            for step in self.steps[:self.peak_step]:
-                if step.action is Action.FREE:
-                    in_ram.discard(step.op)
-                elif step.action is not Action.PAGE_OUT:
-                    in_ram.add(step.op)
-            if self.steps[self.peak_step].action is Action.PAGE_IN:
-                in_ram.add(self.steps[self.peak_step].op)
+            for action, k, _ in self._raw[:self.peak_step]:
+                if action is Action.FREE:
+                    in_ram.discard(k)
+                elif action is not Action.PAGE_OUT:
+                    in_ram.add(k)
+            action, k, _ = self._raw[self.peak_step]
+            if action is Action.PAGE_IN:
+                in_ram.add(k)
             self._peak_resident = frozenset(in_ram)
         return self._peak_resident
 
     @property
     def recomputations(self) -> int:
-        return sum(1 for s in self.steps if s.action is Action.COMPUTE) - sum(self.computed)
+        return sum(1 for s in self._raw if s[0] is Action.COMPUTE) - sum(self.computed)
+
+    def compute_sum(self, values: Sequence[float]) -> float:
+        """``values[op]`` summed over the COMPUTE steps, in step order (say, their energy)."""
+        return float(sum(values[k] for action, k, _ in self._raw if action is Action.COMPUTE))
 
 
 def forward_indices(graph: TrainingGraph) -> list[int]:
@@ -205,7 +237,8 @@ def checkpoint_candidates(graph: TrainingGraph) -> list[int]:
 
 
 def run_policy(graph: TrainingGraph, policy: Sequence[str], *,
-               keep_rebuilt_ancestors: bool = True, hold_checkpoints: bool = True) -> Program:
+               keep_rebuilt_ancestors: bool = True, hold_checkpoints: bool = True,
+               ticker: Ticker | None = None) -> Program:
     """Run every op once in graph order under a per-tensor policy for forward tensors.
 
     * ``keep``: the tensor stays in RAM until its last reader (the plain schedule).
@@ -225,11 +258,12 @@ def run_policy(graph: TrainingGraph, policy: Sequence[str], *,
     recomputed from it is still needed; without, kept tensors live exactly as in the plain
     schedule and a recomputation goes back to whatever is resident. Every tensor is freed
     after its last use. Rebuilding runs from an explicit stack, so chains of any length
-    work.
+    work. With a ``ticker`` (:class:`~poetsim.baselines.base.Ticker`) it raises
+    :class:`~poetsim.baselines.base.OutOfTime` once the ticker's ``stop_at`` has passed.
     """
     n = len(graph)
     ops = graph.ops
-    prog = Program(graph)
+    prog = Program(graph, ticker)
     fwd = [op.phase is not Phase.BACKWARD for op in ops]
     last_use = [max(graph.successors(i), default=i) for i in range(n)]
     last_fwd_use = [max((s for s in graph.successors(i) if fwd[s]), default=i)

@@ -14,10 +14,13 @@ The forward ops form a chain ``x0 -> x1 -> ... -> xN`` (``xN`` the loss); revers
   ``c-1`` slots, release the snapshot and reverse ``s+1..s+m`` with ``c`` slots.
 
 ``m`` minimises the number of forward advances for unit-cost steps (the binomial optimum,
-computed by the recursion's own dynamic program), as Revolve assumes; the actual per-op
-costs and sizes are *not* used to place snapshots. The number of slots is the only knob:
-every ``c`` from 0 (least memory) to ``N-1`` is lowered, checked, and the feasible
-schedule with the least predicted energy is returned. Intermediate tensors are freed as
+the smallest such ``m``, in Griewank and Walther's closed form), as Revolve assumes; the
+actual per-op costs and sizes are *not* used to place snapshots. The number of slots is
+the only knob: every ``c`` from 0 (least memory) to ``N-1`` is lowered, checked, and the
+feasible schedule with the least predicted energy is returned (ties: fewer slots). The
+counts are tried the likely best first, the largest that fits (:func:`_slot_order`), so
+that a search cut short by its ``stop_at`` returns a sensible schedule rather than the
+quadratic recomputation of no snapshot at all. Intermediate tensors are freed as
 soon as the advance has moved past them; backward tensors as soon as their last reader
 has run. Because every reverse step recomputes what it reads beyond ``x(j-1)``, Revolve
 recomputes at every budget (ReLU outputs, the loss), unlike checkpoint-all.
@@ -25,74 +28,52 @@ recomputes at every budget (ReLU outputs, the loss), unlike checkpoint-all.
 
 from __future__ import annotations
 
+import math
+import time
 from collections import Counter
-
-import numpy as np
+from collections.abc import Iterator
 
 from poetsim.baselines.base import (
     BaselineResult,
+    OutOfTime,
+    Ticker,
     check_budget,
     costs_for,
     finish,
+    finish_estimate_s,
     infeasible,
     not_applicable,
-    out_of_time,
+    ran_out_of_time,
 )
 from poetsim.baselines.program import Program, backward_op_of, chain_order
 from poetsim.boards.spec import Board
 from poetsim.costs import OpCosts
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.ops import Phase
-from poetsim.schedule import Action
 
 __all__ = ["binomial_advances", "revolve", "revolve_program"]
 
 METHOD = "revolve"
 
 
-#: Per number of free slots ``c``: (least forward advances, best first split) for
-#: 0, 1, 2, ... unit steps. Filled on demand and kept between calls.
-_TABLE: list[tuple[np.ndarray, np.ndarray]] = []
-
-
-def _fill(steps: int, slots: int) -> None:
-    """Fill the dynamic program for every ``c <= slots`` up to ``steps`` steps.
-
-    Bottom-up (by slots, then steps) instead of the recursion
-    ``advances(s, c) = min over 0 < m < s of m + advances(s - m, c - 1) + advances(m, c)``,
-    so any chain length works; the split is the smallest of the best ``m``.
-    """
-    for c in range(slots + 1):
-        filled = len(_TABLE[c][0]) if c < len(_TABLE) else 0
-        if filled > steps:
-            continue
-        advances = np.zeros(steps + 1, dtype=np.int64)
-        splits = np.zeros(steps + 1, dtype=np.int64)
-        if c == 0:
-            s = np.arange(steps + 1, dtype=np.int64)
-            advances[:] = s * (s - 1) // 2  # no slot: restart from x0 for every step
-        else:
-            if filled:
-                advances[:filled], splits[:filled] = _TABLE[c]
-            # Up to c + 1 steps: one sweep with a snapshot per step (see _plan).
-            sweep = np.arange(filled, min(c + 1, steps) + 1, dtype=np.int64)
-            advances[sweep] = np.maximum(sweep - 1, 0)
-            splits[sweep] = np.minimum(sweep, 1)
-            fewer = _TABLE[c - 1][0]
-            m = np.arange(1, steps + 1, dtype=np.int64)
-            for s in range(max(c + 2, filled), steps + 1):
-                cost = m[:s - 1] + fewer[s - 1:0:-1] + advances[1:s]
-                best = int(np.argmin(cost))  # the first of the least, as a strict < scan
-                advances[s] = cost[best]
-                splits[s] = best + 1
-        if c < len(_TABLE):
-            _TABLE[c] = (advances, splits)
-        else:
-            _TABLE.append((advances, splits))
+def _beta(c: int, r: int) -> int:
+    """``C(c + r, c)``: the most steps ``c`` checkpoints reverse with ``r`` sweeps (0 for
+    ``r < 0``)."""
+    return math.comb(c + r, c) if r >= 0 else 0
 
 
 def _plan(steps: int, slots: int) -> tuple[int, int]:
-    """(least forward advances, best first split) to reverse ``steps`` unit steps."""
+    """(least forward advances, smallest best first split) to reverse ``steps`` unit steps.
+
+    The optimum of the recursion ``advances(s, c) = min over 0 < m < s of
+    m + advances(s - m, c - 1) + advances(m, c)`` (``advances(s, 0) = s (s - 1) / 2``), in
+    closed form (Griewank and Walther): with ``c = slots + 1`` checkpoints, x0 included, and
+    ``r`` the repetition number, ``beta(c, r - 1) < steps <= beta(c, r)``, it is
+    ``r * steps - beta(c + 1, r - 1)``, and the smallest ``m`` reaching it is
+    ``max(1, steps - beta(c - 1, r), beta(c, r - 2))``. The test suite checks both against
+    the recursion itself; the closed form spares the dynamic program's
+    O(slots * steps^2) table on long chains.
+    """
     if steps <= 1:
         return 0, 0
     if slots == 0:
@@ -101,9 +82,13 @@ def _plan(steps: int, slots: int) -> tuple[int, int]:
         # A snapshot for every step: one sweep of steps - 1 advances, the least possible
         # (each of x1 .. x(steps-1) must be computed once), reached first at m = 1.
         return steps - 1, 1
-    _fill(steps, slots)
-    advances, splits = _TABLE[slots]
-    return int(advances[steps]), int(splits[steps])
+    c = slots + 1
+    r, reach = 0, 1  # reach = beta(c, r)
+    while reach < steps:
+        r += 1
+        reach = reach * (c + r) // r
+    return (r * steps - _beta(c + 1, r - 1),
+            max(1, steps - _beta(c - 1, r), _beta(c, r - 2)))
 
 
 def binomial_advances(steps: int, slots: int) -> int:
@@ -111,9 +96,12 @@ def binomial_advances(steps: int, slots: int) -> int:
     return _plan(steps, slots)[0]
 
 
-def revolve_program(graph: TrainingGraph, chain: list[int], slots: int) -> Program:
-    """The op list of binomial checkpointing with ``slots`` free snapshot slots."""
-    prog = Program(graph)
+def revolve_program(graph: TrainingGraph, chain: list[int], slots: int,
+                    ticker: Ticker | None = None) -> Program:
+    """The op list of binomial checkpointing with ``slots`` free snapshot slots (raises
+    :class:`~poetsim.baselines.base.OutOfTime` once the ``ticker``'s ``stop_at`` passes)."""
+    prog = Program(graph, ticker)
+    tick = ticker.tick if ticker is not None and ticker.stop_at is not None else None
     ops = graph.ops
     bwd = backward_op_of(graph)
     position = {op: j for j, op in enumerate(chain)}
@@ -141,7 +129,9 @@ def revolve_program(graph: TrainingGraph, chain: list[int], slots: int) -> Progr
         for u in graph.predecessors(b):
             if ops[u].phase is not Phase.BACKWARD and not prog.resident[u]:
                 pos = position[u]
-                base = max(i for i in range(pos) if prog.resident[x(i)])
+                base = pos - 1  # the nearest state still resident (x0 always is)
+                while not prog.resident[x(base)]:
+                    base -= 1
                 advance(base, pos)
         if x(j - 1) not in graph.predecessors(b):
             release(j - 1)  # the state was only needed to recompute xj
@@ -165,6 +155,8 @@ def revolve_program(graph: TrainingGraph, chain: list[int], slots: int) -> Progr
         """
         tasks = [("reverse", s0, e0, c0)]
         while tasks:
+            if tick is not None:
+                tick()
             task, s, e, c = tasks.pop()
             if task == "release":
                 held[s] -= 1
@@ -198,7 +190,13 @@ def revolve_program(graph: TrainingGraph, chain: list[int], slots: int) -> Progr
 def revolve(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_bytes: int, *,
             deadline_s: float | None = None, stop_at: float | None = None) -> BaselineResult:
     """Binomial checkpointing with the number of snapshots searched for the budget (the
-    best so far at ``stop_at``, see :func:`~poetsim.baselines.base.out_of_time`)."""
+    best so far at ``stop_at``, see :func:`~poetsim.baselines.base.out_of_time`).
+
+    Every slot count is tried (the least energy wins, ties: fewer slots), the likely best
+    first (:func:`_slot_order`), so that a search cut short by ``stop_at`` still returns
+    a sensible schedule: on a long chain a small slot count costs quadratic recomputation,
+    in energy and in the time it takes to lower.
+    """
     budget_bytes = check_budget(budget_bytes)
     chain, reason = chain_order(graph)
     if chain is None:
@@ -206,27 +204,77 @@ def revolve(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_by
     costs = costs_for(graph, board, costs)
     energy = costs.compute_energy_j
     steps = len(chain) - 1
-    best = None
-    smallest = None
-    for slots in range(max(1, steps)):
-        if out_of_time(stop_at):
-            break
-        prog = revolve_program(graph, chain, slots)
-        smallest = prog.peak if smallest is None else min(smallest, prog.peak)
-        if prog.peak > budget_bytes:
-            continue
-        e = float(sum(energy[s.op] for s in prog.steps if s.action is Action.COMPUTE))
-        if best is None or e < best[0]:
-            best = (e, slots, prog)
-    if best is None and out_of_time(stop_at):
-        return infeasible(METHOD, "ran out of its time before a snapshot count fit the budget",
-                          budget_bytes, deadline_s)
+    ticker = Ticker(stop_at)
+    best: tuple[tuple[float, int], Program] | None = None
+    best_to_finish = 0.0
+    peaks: dict[int, int] = {}
+    order = _slot_order(max(1, steps), budget_bytes, peaks)
+    try:
+        for slots in order:
+            ticker.tick(ticker.every)  # looks at the clock
+            started = time.perf_counter()
+            prog = revolve_program(graph, chain, slots, ticker)
+            to_finish = finish_estimate_s(graph, time.perf_counter() - started)
+            ticker.reserve(to_finish)  # the time to finish a program like it
+            peaks[slots] = prog.peak
+            if prog.peak > budget_bytes:
+                continue
+            key = (prog.compute_sum(energy), slots)
+            if best is None or key < best[0]:
+                best = (key, prog)
+                best_to_finish = to_finish
+    except OutOfTime:
+        if best is None:
+            return ran_out_of_time(METHOD, budget_bytes, deadline_s, {
+                "snapshot_counts_tried": len(peaks),
+                "smallest_peak_bytes": min(peaks.values(), default=None)},
+                why="before a snapshot count fit the budget")
+    if best is not None and not ticker.can_finish(best_to_finish):
+        return ran_out_of_time(METHOD, budget_bytes, deadline_s, {
+            "snapshot_counts_tried": len(peaks)}, why="before it could check its best schedule")
     if best is None:
+        smallest = min(peaks.values())
         return infeasible(METHOD, (
             f"even with no snapshot (quadratic recomputation) it needs {smallest} B of "
             f"activation RAM, over the budget of {budget_bytes} B"), budget_bytes, deadline_s,
             {"smallest_peak_bytes": smallest})
-    _, slots, prog = best
+    (_, slots), prog = best
     return finish(METHOD, graph, board, costs, budget_bytes, prog.steps, deadline_s=deadline_s,
                   details={"snapshots": slots, "chain_steps": steps,
-                           "unit_cost_advances": binomial_advances(steps, slots)})
+                           "unit_cost_advances": binomial_advances(steps, slots),
+                           "snapshot_counts_tried": len(peaks)})
+
+
+def _slot_order(counts: int, budget_bytes: int, peaks: dict[int, int]) -> Iterator[int]:
+    """Every slot count in ``range(counts)`` once, the likely best first.
+
+    More snapshots mean fewer advances and a higher peak, so the best is most likely the
+    largest count that fits. It is searched first, assuming the peak grows with the count
+    (a count that fits below one that does not; the interpolated count between them,
+    alternating with the midpoint when that converges slowly; before any count fits, one
+    aimed a tenth under the budget, so that a search cut short soon has a schedule), from
+    the peaks the caller records in ``peaks`` as it lowers each count; then the counts
+    below it, then those above. Without the assumption the search still tries every count,
+    only in a worse order.
+    """
+    top = counts - 1
+    yield top
+    lo, hi = (top, counts) if peaks[top] <= budget_bytes else (-1, top)
+    bisect = False
+    while hi - lo > 1:
+        if bisect:
+            probe = (lo + hi) // 2
+        elif lo < 0:  # the peak taken as proportional to the count, aiming a little low:
+            probe = hi * (9 * budget_bytes // 10) // max(1, peaks[hi])  # a fit comes first
+        else:
+            probe = lo + (budget_bytes - peaks[lo]) * (hi - lo) // max(1, peaks[hi] - peaks[lo])
+        probe = min(max(probe, lo + 1), hi - 1)
+        yield probe
+        width = hi - lo
+        if peaks[probe] <= budget_bytes:
+            lo = probe
+        else:
+            hi = probe
+        bisect = not bisect and 2 * (hi - lo) > width  # halve the bracket at least every other time
+    rest = [*range(lo - 1, -1, -1), *range(hi + 1, counts)]
+    yield from (slots for slots in rest if slots not in peaks)
