@@ -49,6 +49,7 @@ FAST_BASELINES = (dtr, chen_greedy, chen_sqrt_n, capuchin, revolve, pofo)
 #: limit all warm starts together may use.
 _STOPPABLE = frozenset({dtr, chen_greedy, chen_sqrt_n, capuchin, revolve, pofo})
 _WARM_START_SHARE = 0.2
+_FINISH_RESERVE = 0.05
 
 #: The MILP methods: their result depends on the solver settings.
 SOLVER_METHODS = frozenset({"poet", "checkmate", "paging_only"})
@@ -181,7 +182,10 @@ def seeded_solve(request: Request, settings: SolverSettings = SolverSettings(), 
             cut_short = cut_short or out_of_time(stop_at)
             if result.schedule is not None:
                 schedules.append(result.schedule)
-    left_s = max(0.1, settings.time_limit_s - (time.perf_counter() - started))
+    # the solve's own limit keeps a reserve for lowering and checking the schedule and
+    # for freeing the MILP, so that the whole keeps within the time limit under load too
+    left_s = max(0.1, (1 - _FINISH_RESERVE) * settings.time_limit_s
+                 - (time.perf_counter() - started))
     solved = solve(request, remat=remat, paging=paging, restricted=restricted,
                    deadline_s=deadline_s, time_limit_s=left_s, gap_limit=settings.gap_limit,
                    threads=settings.threads, seed=settings.seed, progress=progress,

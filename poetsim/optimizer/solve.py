@@ -573,8 +573,12 @@ def _seed_with_remat_only(search: _Search) -> None:
     if search.effort is None and search.elapsed_s > _SEED_SHARE * search.time_limit_s:
         search.limits_hit.append("time")  # the heuristics took the seed's share already
         return
+    # under effort the seed's time limit is only a safety cap, but one that leaves the
+    # integrated model time to be built when it binds
+    cap_s = (search.time_share_s(_SEED_SHARE) if search.effort is None
+             else max(0.1, 0.5 * (search.time_limit_s - search.elapsed_s)))
     seeded = solve(search.request, deadline_s=search.deadline_s, remat=True, paging=False,
-                   restricted=search.restricted, time_limit_s=search.time_share_s(_SEED_SHARE),
+                   restricted=search.restricted, time_limit_s=cap_s,
                    gap_limit=search.gap_limit, seed=search.seed, warm_starts=search.warm_starts,
                    effort=search.share(_EFFORT_SEED_SHARE))
     search.limits_hit.extend(seeded.limits_hit)
