@@ -35,7 +35,7 @@ from poetsim.baselines.pofo import pofo
 from poetsim.baselines.revolve import revolve
 from poetsim.errors import InputError, PoetsimError, PoetsimWarning
 from poetsim.graph.memory import minimum_ram_bytes
-from poetsim.optimizer import SolveResult, SolveStatus, solve
+from poetsim.optimizer import STAGE_MAX_OPS, SolveResult, SolveStatus, solve
 from poetsim.request import Request
 from poetsim.schedule import Schedule
 
@@ -49,6 +49,8 @@ FAST_BASELINES = (dtr, chen_greedy, chen_sqrt_n, capuchin, revolve, pofo)
 #: limit all warm starts together may use.
 _STOPPABLE = frozenset({dtr, chen_greedy, chen_sqrt_n, capuchin, revolve, pofo})
 _WARM_START_SHARE = 0.2
+#: Their share when the graph is beyond the stage MILP: they are then the whole search.
+_WARM_START_SHARE_BEYOND_STAGES = 0.8
 _FINISH_RESERVE = 0.05
 
 #: The MILP methods: their result depends on the solver settings.
@@ -158,7 +160,9 @@ def seeded_solve(request: Request, settings: SolverSettings = SolverSettings(), 
     ``limits_hit`` says so (``"time"``).
     """
     started = time.perf_counter()
-    stop_at = started + _WARM_START_SHARE * settings.time_limit_s
+    share = (_WARM_START_SHARE if len(request.graph) <= STAGE_MAX_OPS
+             else _WARM_START_SHARE_BEYOND_STAGES)
+    stop_at = started + share * settings.time_limit_s
     cut_short = False
     deadline_s = request.planning_deadline_s if deadline_s is None else deadline_s
     schedules = []

@@ -339,3 +339,18 @@ def test_simulate_prints_the_storage_lifetime(capsys):
     status, out, _ = run(capsys, "simulate", "schedules/poet-mlp-rpi5-70.json",
                          "--board", "rpi5")
     assert status == 0 and "storage lifetime" not in out and "storage wear" not in out
+
+
+def test_the_time_limit_holds_for_the_whole_command_on_a_3000_op_chain(capsys, tmp_path):
+    """Reading the model, the warm starts, the greedy plans, the MILP build and writing the
+    schedule all count against --time-limit (issue 13: within T + 10% + 2 s)."""
+    import time
+
+    path = tmp_path / "chain.json"
+    started = time.perf_counter()
+    status, _, _ = run(capsys, "solve", "--model", "mlp", "--set", "layers=750", "--set",
+                       "width=16", "--board", "rpi4", "--ram", "50%", "--deadline", "1.5x",
+                       "--time-limit", "4", "--out", str(path))
+    seconds = time.perf_counter() - started
+    assert status == 0 and path.exists()
+    assert seconds < 4 * 1.1 + 2 + 3  # generous: CI machines are shared

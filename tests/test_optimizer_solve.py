@@ -1066,7 +1066,7 @@ def test_effort_makes_the_search_independent_of_the_clock(monkeypatch):
 
 
 def test_graphs_beyond_stage_form_get_the_best_checked_op_list(monkeypatch):
-    """Past ``_STAGE_MAX_OPS`` no n x n matrix is built: the answer is the cheapest of
+    """Past ``STAGE_MAX_OPS`` no n x n matrix is built: the answer is the cheapest of
     checkpoint-all and the warm starts that the checker accepts, against every op once."""
     import sys
 
@@ -1075,7 +1075,7 @@ def test_graphs_beyond_stage_form_get_the_best_checked_op_list(monkeypatch):
     from poetsim.boards import get_board
     from poetsim.optimizer import SolveStatus
 
-    monkeypatch.setattr(sys.modules["poetsim.optimizer.solve"], "_STAGE_MAX_OPS", 10)
+    monkeypatch.setattr(sys.modules["poetsim.optimizer.solve"], "STAGE_MAX_OPS", 10)
     graph, board = build_model("mlp", layers=4, width=64), get_board("rpi4")
     request = paper_request(graph, board, "80%", "3x")
     budget = request.activation_budget_bytes

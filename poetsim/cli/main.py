@@ -13,10 +13,13 @@ import argparse
 import json
 import os
 import sys
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
+
+import attrs
 
 from poetsim import __version__
 from poetsim.boards import DEFAULT_BOARD, board_to_dict, builtin_board_names, get_board, load_board
@@ -349,7 +352,12 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     graph = _graph_from_args(args)
     board = get_board(args.board)
     request = _request_from_args(args, graph, board)
-    result = seeded_solve(request, _solver_settings(args), remat=not args.no_remat,
+    # --time-limit holds for the whole command: reading and costing a large graph counts
+    settings = _solver_settings(args)
+    spent_s = time.perf_counter() - args.started
+    settings = attrs.evolve(settings, time_limit_s=max(0.1 * settings.time_limit_s,
+                                                       settings.time_limit_s - spent_s))
+    result = seeded_solve(request, settings, remat=not args.no_remat,
                           paging=not args.no_paging, restricted=args.restricted,
                           progress=_progress_printer(args.json))
     written: list[str] = []
@@ -808,6 +816,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _one_line_warning  # type: ignore[assignment]
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.started = time.perf_counter()
     try:
         status = args.func(args)
     except InternalError as err:

@@ -16,9 +16,10 @@ from poetsim.optimizer.plan import (
     lower_plan,
     plan_violations,
 )
-from poetsim.optimizer.solve import SolveResult, SolveStatus, solve
+from poetsim.optimizer.solve import STAGE_MAX_OPS, SolveResult, SolveStatus, solve
 
 __all__ = [
-    "Formulation", "PlanMetrics", "SolveResult", "SolveStatus", "StagePlan", "build_milp",
-    "evaluate_plan", "greedy_plan", "lower_plan", "plain_plan", "plan_violations", "solve",
+    "STAGE_MAX_OPS", "Formulation", "PlanMetrics", "SolveResult", "SolveStatus", "StagePlan",
+    "build_milp", "evaluate_plan", "greedy_plan", "lower_plan", "plain_plan", "plan_violations",
+    "solve",
 ]

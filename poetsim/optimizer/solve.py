@@ -46,13 +46,13 @@ from poetsim.optimizer.rounding import RoundingHeuristic
 from poetsim.request import Request
 from poetsim.schedule import Action, Schedule, check_schedule, plain_schedule
 
-__all__ = ["SolveResult", "SolveStatus", "solve"]
+__all__ = ["STAGE_MAX_OPS", "SolveResult", "SolveStatus", "solve"]
 
 
 #: Graphs with more ops than this are not put in stage form: its n x n decision matrices
 #: (125 MB at this size, and the MILP's variables with them) are out of reach; the solve
 #: returns the best of the given op-list schedules instead (:func:`_best_op_list`).
-_STAGE_MAX_OPS = 5000
+STAGE_MAX_OPS = 5000
 #: Models larger than this use SCIP's fast presolve.
 _FAST_PRESOLVE_BINARIES = 5000
 #: Models larger than this first improve the incumbent by a window search, with this share
@@ -254,17 +254,31 @@ def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline:
     """The cheapest plan that meets budget and deadline among the greedy variants, the
     given schedules lifted into stage form, and the greedy variants guided by each lifted
     schedule's keep decisions (a baseline that drops and recomputes within a stage has no
-    stage form within the budget, but what it chose to keep still guides the greedy well)."""
-    candidates: list[tuple[str, StagePlan | None]] = [("plain", plain_plan(graph))]
-    guides: list[tuple[str, np.ndarray | None]] = [("", None)]
-    for schedule in warm_starts:
-        plan = plan_from_schedule(graph, schedule)
+    stage form within the budget, but what it chose to keep still guides the greedy well).
+    Past ``stop_at`` no further candidate is made (the plain plan and the first greedy
+    plan always are). Of equal energies the first in the order plain, lifted schedules,
+    greedy, guided greedy wins, whatever order they were made in."""
+    best: tuple[StagePlan | None, PlanMetrics | None, str | None] = (None, None, None)
+    best_rank = math.inf
+    count = len(warm_starts)
+
+    def consider(rank: float, name: str, plan: StagePlan | None) -> None:
+        nonlocal best, best_rank
         if plan is None:
-            continue
-        name = str(schedule.metadata.get("method", "given schedule"))
-        guides.append((f"-guided-by-{name}", plan.keep.astype(float)))
-        if _allowed(plan, formulation):
-            candidates.append((name, plan))
+            return
+        metrics = evaluate_plan(graph, costs, plan)
+        if not metrics.fits(budget, deadline, storage_capacity):
+            return
+        if best[1] is None or (metrics.energy_j, rank) < (best[1].energy_j, best_rank):
+            best, best_rank = (plan, metrics, name), rank
+
+    def out_of_time() -> bool:
+        if stop_at is None or time.perf_counter() <= stop_at:
+            return False
+        if limits_hit is not None:
+            limits_hit.append("time")
+        return True
+
     variants = []
     if formulation.remat and formulation.paging:
         variants.append((True, True))
@@ -272,29 +286,49 @@ def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline:
         variants.append((False, True))
     if formulation.remat:
         variants.append((True, False))
-    runs = [(suffix, guide, remat, paging, by_time, cascade)
-            for suffix, guide in guides for remat, paging in variants
-            for by_time in (False, True) for cascade in ((False, True) if remat else (False,))]
-    for number, (suffix, guide, remat, paging, by_time, cascade) in enumerate(runs):
-        if number > 0 and stop_at is not None and time.perf_counter() > stop_at:
-            if limits_hit is not None:
-                limits_hit.append("time")  # the first greedy plan always runs
-            break
-        name = (f"greedy-{_method(remat, paging)}{'-time' if by_time else ''}"
-                f"{'-cascade' if cascade else ''}{suffix}")
-        candidates.append((name, greedy_plan(
-            graph, costs, budget, remat=remat, paging=paging, by_time=by_time,
-            cascade=cascade, keep_guide=guide)))
-    best: tuple[StagePlan | None, PlanMetrics | None, str | None] = (None, None, None)
-    for name, plan in candidates:
+
+    def greedy_runs(suffix: str, guide: np.ndarray | None) -> list[tuple]:
+        return [(suffix, guide, remat, paging, by_time, cascade)
+                for remat, paging in variants for by_time in (False, True)
+                for cascade in ((False, True) if remat else (False,))]
+
+    # the cheap candidates first, so that a time limit leaves out the costlier ones
+    consider(0, "plain", plain_plan(graph))
+    runs = greedy_runs("", None)
+    after_lifted = 1 + count
+    consider(after_lifted, *_greedy_run(graph, costs, budget, *runs[0]))
+    lifted: list[tuple[int, str, StagePlan]] = []
+    for position, schedule in enumerate(warm_starts):
+        if out_of_time():
+            return best
+        plan = plan_from_schedule(graph, schedule)
         if plan is None:
             continue
-        metrics = evaluate_plan(graph, costs, plan)
-        if not metrics.fits(budget, deadline, storage_capacity):
-            continue
-        if best[1] is None or metrics.energy_j < best[1].energy_j:
-            best = (plan, metrics, name)
+        name = str(schedule.metadata.get("method", "given schedule"))
+        lifted.append((position, name, plan))
+        if _allowed(plan, formulation):
+            consider(1 + position, name, plan)
+    for number, run in enumerate(runs[1:], start=1):
+        if out_of_time():
+            return best
+        consider(after_lifted + number, *_greedy_run(graph, costs, budget, *run))
+    for position, name, plan in lifted:
+        guided_from = after_lifted + len(runs) * (1 + position)
+        for number, run in enumerate(greedy_runs(f"-guided-by-{name}", plan.keep)):
+            if out_of_time():
+                return best
+            consider(guided_from + number, *_greedy_run(graph, costs, budget, *run))
     return best
+
+
+def _greedy_run(graph: TrainingGraph, costs: OpCosts, budget: int, suffix: str,
+                guide: np.ndarray | None, remat: bool, paging: bool, by_time: bool,
+                cascade: bool) -> tuple[str, StagePlan | None]:
+    """One greedy variant, named, and its plan (None when it finds none)."""
+    name = (f"greedy-{_method(remat, paging)}{'-time' if by_time else ''}"
+            f"{'-cascade' if cascade else ''}{suffix}")
+    return name, greedy_plan(graph, costs, budget, remat=remat, paging=paging,
+                             by_time=by_time, cascade=cascade, keep_guide=guide)
 
 
 def _allowed(plan: StagePlan, formulation: Formulation) -> bool:
@@ -350,7 +384,7 @@ def solve(request: Request, *, remat: bool = True, paging: bool = True,
                      threads=threads, seed=seed, progress=progress,
                      warm_starts=tuple(warm_starts), effort=effort)
     answer = _refuse_at_once(search)
-    if answer is None and len(request.graph) > _STAGE_MAX_OPS:
+    if answer is None and len(request.graph) > STAGE_MAX_OPS:
         return _best_op_list(search)
     answer = answer or _start(search)
     if answer is not None:
@@ -501,7 +535,7 @@ def _best_op_list(search: _Search) -> SolveResult:
         if best is None or metrics.energy_j < best[1].energy_j:
             best = (schedule, metrics, str(schedule.metadata.get("method", "checkpoint-all")))
     timing = {"build_time_s": 0.0, "solve_time_s": search.elapsed_s}
-    beyond = (f"the graph has {len(graph)} ops, more than the {_STAGE_MAX_OPS} the stage "
+    beyond = (f"the graph has {len(graph)} ops, more than the {STAGE_MAX_OPS} the stage "
               "MILP can take")
     if best is None:
         return search.answer(SolveStatus.NO_SOLUTION, (
