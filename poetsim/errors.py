@@ -11,6 +11,7 @@ from typing import Any
 
 __all__ = [
     "PoetsimError",
+    "OutOfTime",
     "InputError",
     "GraphError",
     "GraphFileError",
@@ -99,6 +100,12 @@ class TorchMissingError(InputError):
 class BuildTimeout(PoetsimError):
     """Internal: building the MILP took longer than the time allowed for the whole solve
     (the solver catches it and answers with its best plan so far)."""
+
+
+class OutOfTime(PoetsimError):  # noqa: N818 - a signal inside a baseline, not an error
+    """Internal: a searching baseline's ``stop_at`` passed in the middle of a piece of work
+    (raised by :meth:`poetsim.baselines.base.Ticker.tick`; the baselines catch it, a
+    caller never sees it)."""
 
 
 class InternalError(PoetsimError):

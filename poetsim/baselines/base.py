@@ -32,7 +32,7 @@ import numpy as np
 
 from poetsim.boards.spec import Board
 from poetsim.costs import OpCosts, op_costs
-from poetsim.errors import InputError
+from poetsim.errors import InputError, OutOfTime
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
 from poetsim.schedule import Action, Schedule, Step, check_schedule
@@ -304,11 +304,6 @@ def out_of_time(stop_at: float | None) -> bool:
 OUT_OF_TIME = "ran out of its time"
 
 
-class OutOfTime(Exception):  # noqa: N818 - a signal inside a baseline, not an error
-    """``stop_at`` passed in the middle of a piece of work (raised by :meth:`Ticker.tick`).
-
-    The baselines catch it: a caller never sees it.
-    """
 
 
 #: Finishing a schedule (:func:`finish`: making its steps, checking it, predicting its
