@@ -37,7 +37,7 @@ from poetsim.schedule.metadata import parse_metadata
 from poetsim.verdict import Verdict, check_on_board
 
 __all__ = ["CASES_FILE", "DEFAULT_TOLERANCE", "Case", "CaseCheck", "Change", "check_goldens",
-           "load_cases", "make_goldens", "update_goldens"]
+           "load_cases", "make_goldens", "trained_on", "update_goldens"]
 
 #: The list of cases in a goldens folder.
 CASES_FILE = "cases.toml"
@@ -291,6 +291,31 @@ def _check_one(path: Path, tolerance: float, resolve: bool) -> CaseCheck:
     status = ("regressed" if any(c.worse for c in changes)
               else "improved" if changes else "ok")
     return CaseCheck(name, path, status, found, changes, resolved=resolved)
+
+
+def trained_on(board: str, folder: str | Path) -> list[dict[str, Any]]:
+    """The golden training jobs of ``folder`` that physically pass on ``board``, each
+    simulated again now (the figures are the simulator's, not the file's): case, model
+    and its options, method, RAM budget, deadline, energy and time per iteration, peak RAM
+    and storage lifetime. Goldens judged under the paper's accounting do not count."""
+    found = []
+    for path in _goldens(Path(folder)):
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        meta = parse_metadata(raw.get("metadata", {}), source=str(path))
+        if meta.board != board or meta.accounting != Accounting.PHYSICAL.value:
+            continue
+        request = _request(meta.model, dict(meta.model_options or {}), meta.board, meta.ram,
+                           meta.deadline, meta.accounting)
+        report, verdict = check_on_board(request, read_schedule(path, request.graph))
+        if not verdict.passed:
+            continue
+        found.append({"case": meta.case or path.stem, "model": meta.model,
+                      "model_options": dict(meta.model_options or {}), "method": meta.method,
+                      "ram": meta.ram, "deadline": meta.deadline,
+                      "energy_j": report.energy_j, "makespan_s": verdict.makespan_s,
+                      "peak_total_bytes": verdict.peak_total_bytes,
+                      "storage_lifetime_iterations": report.storage_lifetime_iterations})
+    return found
 
 
 def _goldens(folder: Path) -> list[Path]:

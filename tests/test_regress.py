@@ -118,3 +118,31 @@ def test_the_landed_goldens_pass():
     assert {c.name for c in checks} == cases and len(cases) >= 20
     bad = [c.line() for c in checks if c.status in ("regressed", "error")]
     assert not bad, "\n".join(bad)
+
+
+def test_every_mcu_board_has_a_golden_training_job_that_passes_physically():
+    """Issue 15's target, kept by the goldens: boards show lists them, simulated again."""
+    from poetsim.boards import builtin_board_names, get_board
+    from poetsim.regress import trained_on
+
+    mcu = [name for name in builtin_board_names()
+           if get_board(name).profile.value == "physical" and get_board(name).ram.bytes <= 2**20]
+    assert {"nrf52840", "mkr1000", "rp2040", "esp32s3", "stm32h743"} <= set(mcu)
+    for name in mcu:
+        jobs = trained_on(name, LANDED)
+        assert jobs, f"no golden training job passes physically on {name}"
+        for job in jobs:
+            assert job["peak_total_bytes"] <= get_board(name).ram.usable_bytes
+            assert job["energy_j"] > 0 and job["makespan_s"] > 0
+    # paper-accounting goldens do not count: on the paper profiles nothing trains physically
+    assert trained_on("poet_nrf52840", LANDED) == []
+
+
+def test_boards_show_lists_the_training_jobs(capsys):
+    status = main(["boards", "show", "nrf52840", "--goldens", str(LANDED)])
+    out = capsys.readouterr().out
+    assert status in (None, 0)
+    assert "trains (golden schedules in" in out and "ds_cnn_s (train_last=2) by poet" in out
+    main(["boards", "show", "mkr1000", "--goldens", str(LANDED), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["trains"] and doc["trains"][0]["model"] == "mlp"

@@ -207,11 +207,28 @@ def _print_board(board: Board) -> None:
 
 
 def _cmd_boards_show(args: argparse.Namespace) -> None:
+    from poetsim.regress import trained_on
+
     board = get_board(args.board)
+    # the golden training jobs that run on this board, simulated again now
+    folder = Path(args.goldens)
+    trains = trained_on(board.name, folder) if folder.is_dir() else []
     if args.json:
-        _emit_json(board_to_dict(board))
-    else:
-        _print_board(board)
+        _emit_json({**board_to_dict(board), "trains": trains})
+        return
+    _print_board(board)
+    print(f"trains (golden schedules in {folder}/ that PASS physically, simulated now)")
+    if not trains:
+        print("  none")
+    for job in trains:
+        options = ",".join(f"{k}={v}" for k, v in job["model_options"].items())
+        lifetime = job["storage_lifetime_iterations"]
+        print(f"  {job['model']}{f' ({options})' if options else ''} by {job['method']}, RAM "
+              f"{job['ram']}, deadline {job['deadline'] or 'none'}: "
+              f"{format_quantity(job['energy_j'], 'J')} and "
+              f"{format_quantity(job['makespan_s'], 's')} per iteration, peak "
+              f"{format_bytes(job['peak_total_bytes'])}"
+              + (f", storage lifetime {lifetime:.3g} iterations" if lifetime else ""))
 
 
 def _cmd_boards_validate(args: argparse.Namespace) -> int:
@@ -659,6 +676,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = with_json(boards_sub.add_parser("show", help="print one board with the source of "
                                                      "every number"))
     p.add_argument("board", metavar="NAME|FILE")
+    p.add_argument("--goldens", default="schedules", metavar="DIR",
+                   help="folder of golden schedules whose training jobs on this board are "
+                        "listed (default schedules/)")
     p.set_defaults(func=_cmd_boards_show)
     p = with_json(boards_sub.add_parser("validate", help="check board files"))
     p.add_argument("files", nargs="+", metavar="FILE")
