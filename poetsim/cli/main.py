@@ -37,7 +37,7 @@ from poetsim.demo import (
 )
 from poetsim.errors import InputError, InternalError, PoetsimError
 from poetsim.graph import TrainingGraph, read_graph, write_graph
-from poetsim.methods import DEFAULT_EFFORT, SolverSettings, seeded_solve
+from poetsim.methods import DEFAULT_EFFORT, DEFAULT_TIME_LIMIT_S, SolverSettings, seeded_solve
 from poetsim.optimizer import SolveResult, SolveStatus
 from poetsim.report import plot_simulation
 from poetsim.request import Accounting, Request, resolve_request
@@ -708,7 +708,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--restricted", action="store_true",
                    help="faster restricted formulation (backward ops once, forward ops at most "
                         "twice); its result is labelled and never reported optimal")
-    p.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="default 60 s")
+    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, metavar="S",
+                   help=f"safety cap on the whole command (default {DEFAULT_TIME_LIMIT_S:g} s; "
+                        "the effort normally ends the search first)")
     p.add_argument("--gap", type=float, default=0.0, metavar="G",
                    help="stop at this relative gap, e.g. 0.01 (default 0: prove optimality)")
     p.add_argument("--threads", type=int, default=1, metavar="N")
@@ -733,8 +735,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "all simulated on the board"))
     _add_graph_and_board(p)
     _add_request_options(p, ram="70%", deadline=None)
-    p.add_argument("--time-limit", type=float, default=30.0, metavar="S",
-                   help="time limit of each MILP solve (default 30 s)")
+    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, metavar="S",
+                   help=f"safety cap on each MILP solve (default {DEFAULT_TIME_LIMIT_S:g} s)")
     p.add_argument("--effort", type=int, default=DEFAULT_EFFORT, metavar="NODES",
                    help="deterministic work limit of each MILP solve (SCIP nodes and their "
                         f"LP iterations; default {DEFAULT_EFFORT}, 0: the time limit alone)")

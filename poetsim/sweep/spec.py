@@ -17,7 +17,7 @@ A sweep file is TOML::
     "dma.channels" = [0, 1]
 
     [solver]                               # the MILP methods' settings (poet, checkmate,
-    time_limit_s = 30                      # paging_only); threads are always 1
+    time_limit_s = 120                     # paging_only); threads are always 1
     gap_limit = 0.0
     seed = 0
     effort = 2000                          # optional (default 300; 0: the time limit alone)
