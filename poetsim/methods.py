@@ -52,7 +52,7 @@ _STOPPABLE = frozenset({dtr, chen_greedy, chen_sqrt_n, capuchin, revolve, pofo})
 _WARM_START_SHARE = 0.2
 #: Their share when the graph is beyond the stage MILP: they are then the whole search.
 _WARM_START_SHARE_BEYOND_STAGES = 0.8
-_FINISH_RESERVE = 0.05
+_FINISH_RESERVE = 0.1
 
 #: The MILP methods: their result depends on the solver settings.
 SOLVER_METHODS = frozenset({"poet", "checkmate", "paging_only"})
