@@ -24,8 +24,8 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 
     The bytes go to a temporary file in the same folder, which is then renamed over the
     target; an interruption leaves no half-written file behind. A path that cannot be
-    written (a folder, a missing or read-only folder) is a one-line
-    :class:`~poetsim.errors.InputError` naming it.
+    written (a folder, a read-only folder, a folder that cannot be made or is a file) is a
+    one-line :class:`~poetsim.errors.InputError` naming it.
     """
     path = Path(path)
     if path.is_dir():
@@ -34,6 +34,10 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as err:
+        existing = next((p for p in path.parents if p.exists()), None)
+        if existing is not None and not existing.is_dir():
+            raise InputError(f"{path}: cannot write: {existing} is a file, not a folder"
+                             ) from None
         raise InputError(f"{path}: cannot write: {err.strerror or err}") from None
     try:
         # mkstemp creates the file private (0600); give it the usual umask-based mode.

@@ -37,7 +37,7 @@ from poetsim.graph.memory import plain_peak
 from poetsim.units import format_bytes, parse_bytes, split_quantity
 
 __all__ = ["BOARD_RAM", "MAX_BUDGET_BYTES", "MAX_DEADLINE_S", "Accounting", "Request",
-           "parse_deadline", "parse_deadline_margin", "resolve_request"]
+           "check_request_words", "parse_deadline", "parse_deadline_margin", "resolve_request"]
 
 #: The budget word for "all of the board's usable RAM".
 BOARD_RAM = "board"
@@ -232,6 +232,15 @@ def _budget_figure(text: str, reference_bytes: int) -> int:
         raise InputError(f"ram = {text!r}: {figure} B is over the plausible maximum of "
                          f"{MAX_BUDGET_BYTES} B (1 PiB)")
     return figure
+
+
+def check_request_words(ram: str | None = None, deadline: str | None = None) -> None:
+    """Check a budget (``"50%"``, ``"256KiB"``, bytes, ``"board"``) and a deadline
+    (``"1.5x"``, seconds) as a user or a schedule file words them, without a graph: every
+    rule of :func:`resolve_request` that needs none. Raises a one-line :class:`InputError`."""
+    if ram is not None and str(ram).strip() != BOARD_RAM:
+        _budget_figure(str(ram).strip(), 0)
+    parse_deadline(deadline, 0.0)
 
 
 def resolve_request(graph: TrainingGraph, board: Board, *, ram: str | int = "100%",

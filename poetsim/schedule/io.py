@@ -186,7 +186,7 @@ def _steps_from_list(raw_steps: Any, index: dict[str, int]) -> list[Step]:
             raise _Problem(where, f"{_short(raw)}: must be [action, op name, stage]",
                            "bad_step", i)
         action, name, stage = raw
-        if action not in actions:
+        if not isinstance(action, str) or action not in actions:
             raise _Problem(where, f"action {_short(action)}: must be one of "
                                   f"{', '.join(actions)}", "unknown_action", i)
         if not isinstance(name, str) or name not in index:
@@ -284,6 +284,11 @@ def read_schedule(path: str | Path, graph: TrainingGraph | None = None) -> Sched
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
+        raise ScheduleFileError(f"{path}: not valid JSON: {err} [not_json]", "not_json") from None
+    except RecursionError:
+        raise ScheduleFileError(f"{path}: not valid JSON: arrays or objects nested too deeply "
+                                "[not_json]", "not_json") from None
+    except ValueError as err:  # a number of thousands of digits
         raise ScheduleFileError(f"{path}: not valid JSON: {err} [not_json]", "not_json") from None
     return schedule_from_dict(data, graph, source=str(path))
 

@@ -113,6 +113,13 @@ def parse_metadata(raw: Mapping[str, Any], *, source: str | None = None) -> Sche
                 fields[name] = _expected(value)
             else:
                 extra[name] = value
+        # the words are resolved again on the graph: they must be words poetsim reads
+        from poetsim.request import check_request_words
+
+        try:
+            check_request_words(fields.get("ram"), fields.get("deadline"))
+        except InputError as err:
+            raise InputError(f"metadata.{err}") from None
     except InputError as err:
         if source is None:
             raise
