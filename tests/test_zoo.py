@@ -346,7 +346,9 @@ def test_unknown_model() -> None:
     ("resnet50", {"image_size": 16}, "image_size = 16"),
     ("mobilenet_v2", {"image_size": 31}, "image_size = 31"),
     ("mobilenet_v2", {"width_percent": 0}, "width_percent = 0: must be a positive integer"),
-    ("mlp", {"train_last": -1}, "option train_last = -1: must be a whole number >= 0"),
+    ("mlp", {"layers": 100_000_000_000}, "layers = 100000000000: must be a positive integer up "
+                                         "to 100000"),
+    ("mlp", {"train_last": -1}, r"option train_last = -1: must be a whole number in \[0, "),
     ("mlp", {"train_last": 11}, "option train_last = 11: must be at most 10, the number of "
                                 "layers with parameters"),
     ("mlp", {"bias_only": 2}, "option bias_only = 2: must be 0 or 1"),

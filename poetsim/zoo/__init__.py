@@ -204,6 +204,12 @@ def precision_from_options(name: str, given: dict[str, int]) -> Precision:
                      given.get("gradient_bytes", 4))
 
 
+#: The largest value of any model option (layers, widths, sizes, counts): far beyond every
+#: published model, and small enough that a graph built from it fits in memory (100,000
+#: MLP layers are 400,001 ops).
+_OPTION_MAX = 100_000
+
+
 def _as_int(name: str, option: str, value: Any, minimum: int) -> int:
     """``value`` as an int of at least ``minimum``; integral floats and decimal strings are
     accepted."""
@@ -219,9 +225,9 @@ def _as_int(name: str, option: str, value: Any, minimum: int) -> int:
             number = int(value.strip())
         except ValueError:
             number = None
-    if number is None or number < minimum:
-        rule = ("must be a positive integer" if minimum == 1
-                else f"must be a whole number >= {minimum}")
+    if number is None or not (minimum <= number <= _OPTION_MAX):
+        rule = (f"must be a positive integer up to {_OPTION_MAX}" if minimum == 1
+                else f"must be a whole number in [{minimum}, {_OPTION_MAX}]")
         raise InputError(f"model {name}: option {option} = {value!r}: {rule}")
     return number
 
