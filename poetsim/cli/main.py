@@ -154,10 +154,22 @@ def _write_all_or_nothing(written: list[str],
         raise
 
 
+#: The flag of each solver setting, for messages that name what the user typed.
+_SETTING_FLAGS = {"time_limit_s": "--time-limit", "gap_limit": "--gap", "seed": "--seed",
+                  "threads": "--threads", "effort": "--effort"}
+
+
 def _solver_settings(args: argparse.Namespace) -> SolverSettings:
-    return SolverSettings(time_limit_s=args.time_limit, gap_limit=getattr(args, "gap", 0.0),
-                          seed=getattr(args, "seed", 0), threads=getattr(args, "threads", 1),
-                          effort=getattr(args, "effort", DEFAULT_EFFORT))
+    try:
+        return SolverSettings(time_limit_s=args.time_limit, gap_limit=getattr(args, "gap", 0.0),
+                              seed=getattr(args, "seed", 0),
+                              threads=getattr(args, "threads", 1),
+                              effort=getattr(args, "effort", DEFAULT_EFFORT))
+    except InputError as err:
+        field, _, rest = str(err).partition(" = ")
+        if field in _SETTING_FLAGS:
+            raise InputError(f"{_SETTING_FLAGS[field]} {rest}") from None
+        raise
 
 
 # ----------------------------------------------------------------------------- boards
