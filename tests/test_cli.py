@@ -354,3 +354,17 @@ def test_the_time_limit_holds_for_the_whole_command_on_a_3000_op_chain(capsys, t
     seconds = time.perf_counter() - started
     assert status == 0 and path.exists()
     assert seconds < 4 * 1.1 + 2 + 3  # generous: CI machines are shared
+
+
+def test_a_schedule_that_breaks_the_contract_is_named_in_the_error(capsys, tmp_path):
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    run(capsys, "solve", "--model", "mlp", "--set", "layers=2", "--board", "rpi4", "--ram",
+        "100%", "--out", str(good))
+    doc = json.loads(good.read_text())
+    doc["steps"].insert(1, ["free", doc["steps"][1][1], 1])  # free before it is computed
+    bad.write_text(json.dumps(doc))
+    status, out, err = run(capsys, "simulate", str(bad), "--model", "mlp", "--set", "layers=2",
+                           "--board", "rpi4")
+    assert status == 2 and not out and err.count("\n") == 1
+    assert err.startswith(f"poetsim: error: {bad}: cannot simulate: step 1")
+    assert "[not_resident]" in err

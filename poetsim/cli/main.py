@@ -35,7 +35,7 @@ from poetsim.demo import (
     DEMO_RAM,
     DEMO_SETTINGS,
 )
-from poetsim.errors import InputError, InternalError, PoetsimError
+from poetsim.errors import InputError, InternalError, PoetsimError, ScheduleError
 from poetsim.graph import TrainingGraph, read_graph, write_graph
 from poetsim.methods import DEFAULT_EFFORT, DEFAULT_TIME_LIMIT_S, SolverSettings, seeded_solve
 from poetsim.optimizer import SolveResult, SolveStatus
@@ -575,8 +575,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     request = resolve_request(graph, board, ram=ram, deadline=deadline,
                               accounting=args.accounting)
     notes = disagreements(meta, request.metadata())
-    report, verdict = check_on_board(request, schedule, trace=bool(args.trace or args.plot),
-                                     notes=notes)
+    try:
+        report, verdict = check_on_board(request, schedule, trace=bool(args.trace or args.plot),
+                                         notes=notes)
+    except ScheduleError as err:  # a rule of the op-list contract: say which file broke it
+        raise ScheduleError(f"{args.schedule}: {err}") from None
     mc = None
     if variance is not None:
         mc = monte_carlo(graph, board, schedule, runs=variance[0], seed=variance[1],
