@@ -16,6 +16,16 @@ Two accountings (:class:`Accounting`):
   is of the plain schedule's activation peak, with the resident state added on top. The
   activation budget the methods plan against is what is left of the budget after the
   resident state, and never more than what the board leaves.
+  Frozen weights are the exception: on a board with memory-mapped flash (``[flash]``,
+  :class:`~poetsim.boards.spec.Flash`) they stay in flash and are read in place, as real
+  MCU training does (Lin et al., NeurIPS 2022: "frozen int8 weights stay in flash and are
+  read in place"), whenever they fit its usable bytes (all of them, or none: they stay in
+  RAM). :attr:`Request.flash_weight_bytes` carries them and :attr:`Request.resident_bytes`
+  leaves them out; the solver, the checker, the simulator and the verdict take both from
+  the request, so this is the one place where the placement is decided. Reading in place
+  costs no extra time: the boards' compute figures are for code running from flash
+  (CoreMark from flash), wait states and cache included. Trained weights, gradients and
+  optimizer state always stay in RAM (they are written).
 * ``paper``: POET's mu_RAM. The budget covers activations and working buffers only, as in
   the paper's experiments, which assume parameters and gradients live in a separate
   region. Verdicts still say what is physically needed and whether it fits the board.
@@ -37,7 +47,8 @@ from poetsim.graph.memory import plain_peak
 from poetsim.units import format_bytes, parse_bytes, split_quantity
 
 __all__ = ["BOARD_RAM", "MAX_BUDGET_BYTES", "MAX_DEADLINE_S", "Accounting", "Request",
-           "check_request_words", "parse_deadline", "parse_deadline_margin", "resolve_request"]
+           "check_request_words", "flash_weight_placement", "parse_deadline",
+           "parse_deadline_margin", "resolve_request"]
 
 #: The budget word for "all of the board's usable RAM".
 BOARD_RAM = "board"
@@ -70,7 +81,9 @@ class Request:
     ``physical``, activations under ``paper``). ``activation_budget_bytes`` is what the
     methods plan activations and working buffers against: under ``physical`` the budget
     minus the resident state, capped by what the board leaves (never negative).
-    ``resident_bytes`` (parameters, gradients, optimizer state) comes from the graph.
+    ``resident_bytes`` (parameters, gradients, optimizer state) comes from the graph, less
+    ``flash_weight_bytes``: the frozen weights read in place from the board's memory-mapped
+    flash (physical accounting on a board with ``[flash]`` they fit; 0 otherwise).
     ``deadline_s`` is the user's deadline. ``ram`` / ``deadline`` keep the user's words.
 
     ``deadline_margin_s`` is slack the methods keep below the deadline (0: none): they
@@ -93,6 +106,17 @@ class Request:
     optimizer: str = "sgd"
     deadline_margin_s: float = 0.0
     deadline_margin: str | None = None
+    flash_weight_bytes: int = 0
+
+    @property
+    def frozen_weight_bytes(self) -> int:
+        """Bytes of the graph's frozen weights (wherever they live)."""
+        return self.graph.param_bytes - self.graph.trained_param_bytes
+
+    @property
+    def board_flash_bytes(self) -> int | None:
+        """The usable bytes of the board's memory-mapped flash, or None without one."""
+        return None if self.board.flash is None else self.board.flash.usable_bytes
 
     @property
     def planning_deadline_s(self) -> float | None:
@@ -150,7 +174,8 @@ class Request:
                "ram": self.ram, "deadline": self.deadline, "optimizer": self.optimizer,
                "budget_bytes": self.budget_bytes,
                "budget_activation_bytes": self.activation_budget_bytes,
-               "resident_bytes": self.resident_bytes, "deadline_s": self.deadline_s}
+               "resident_bytes": self.resident_bytes,
+               "flash_weight_bytes": self.flash_weight_bytes, "deadline_s": self.deadline_s}
         if self.deadline_margin is not None:
             out.update(deadline_margin=self.deadline_margin,
                        planning_deadline_s=self.planning_deadline_s)
@@ -164,7 +189,20 @@ class Request:
                     "parameters, gradients and optimizer state beside it)")
         return (f"{format_bytes(self.budget_bytes)} in all (physical accounting): "
                 f"{format_bytes(self.resident_bytes)} resident state + "
-                f"{format_bytes(self.activation_budget_bytes)} for activations and buffers")
+                f"{format_bytes(self.activation_budget_bytes)} for activations and buffers"
+                + self._describe_flash())
+
+    def _describe_flash(self) -> str:
+        """Where the frozen weights live, for :meth:`describe_budget` (physical only)."""
+        frozen = self.frozen_weight_bytes
+        if self.flash_weight_bytes:
+            return (f"; {format_bytes(self.flash_weight_bytes)} of frozen weights read in "
+                    f"place from flash (of {format_bytes(self.board_flash_bytes or 0)} "
+                    "usable), not in RAM")
+        if frozen and self.board_flash_bytes is not None:
+            return (f"; {format_bytes(frozen)} of frozen weights stay in RAM: over the "
+                    f"{format_bytes(self.board_flash_bytes)} of usable flash")
+        return ""
 
 
 def parse_deadline(deadline: str | float | None, plain_time_s: float) -> float | None:
@@ -268,6 +306,8 @@ def resolve_request(graph: TrainingGraph, board: Board, *, ram: str | int = "100
     usable = board.ram.usable_bytes
     text = str(ram).strip()
     physical = accounting is Accounting.PHYSICAL
+    flash_weights = flash_weight_placement(graph, board) if physical else 0
+    resident -= flash_weights
     if text == BOARD_RAM:
         budget = usable
         activations = usable - resident if physical else usable
@@ -287,5 +327,16 @@ def resolve_request(graph: TrainingGraph, board: Board, *, ram: str | int = "100
                    deadline=None if deadline is None else str(deadline).strip(),
                    optimizer=optimizer, deadline_margin_s=margin_s,
                    deadline_margin=None if deadline_margin is None
-                   else str(deadline_margin).strip())
+                   else str(deadline_margin).strip(), flash_weight_bytes=flash_weights)
+
+
+def flash_weight_placement(graph: TrainingGraph, board: Board) -> int:
+    """Bytes of frozen weights that live in ``board``'s memory-mapped flash, read in
+    place: all of the graph's frozen weights when the board has ``[flash]`` and they fit
+    its usable bytes, else 0 (they stay in RAM). Used by :func:`resolve_request` under
+    physical accounting; call that, not this, to decide a request."""
+    frozen = graph.param_bytes - graph.trained_param_bytes
+    if board.flash is None or frozen <= 0 or frozen > board.flash.usable_bytes:
+        return 0
+    return frozen
 

@@ -16,6 +16,7 @@ from poetsim.graph.graph import TrainingGraph, resident_memory
 from poetsim.graph.memory import plain_peak
 from poetsim.graph.ops import Phase
 from poetsim.graph.precision import DTYPE_NAMES, compute_widths, precision_of
+from poetsim.request import Request, resolve_request
 
 __all__ = ["CostSummary", "GraphSummary", "cost_summary", "graph_summary"]
 
@@ -85,6 +86,9 @@ class CostSummary:
     ram_bytes: int
     ram_usable_bytes: int
     resident_bytes: int
+    #: Frozen weights read in place from the board's memory-mapped flash, not in
+    #: ``resident_bytes`` (the request's placement, :func:`poetsim.request.resolve_request`).
+    flash_weight_bytes: int
     plain_peak_bytes: int
     plain_total_bytes: int
     fits_without_remat_or_paging: bool
@@ -108,12 +112,16 @@ class CostSummary:
 
 
 def cost_summary(graph: TrainingGraph, board: Board, costs: OpCosts | None = None, *,
-                 gradients: bool = True, optimizer: str = "sgd", top: int = 5) -> CostSummary:
+                 gradients: bool = True, optimizer: str = "sgd", top: int = 5,
+                 request: Request | None = None) -> CostSummary:
     """Totals of ``graph`` on ``board``.
 
     ``page_all_*`` is what paging every forward activation out once and back in once
     would cost (a yardstick for paging versus recomputing). ``resident_bytes`` holds the
-    parameters, their gradients (``gradients``) and the optimizer state.
+    parameters, their gradients (``gradients``) and the optimizer state in RAM, less the
+    frozen weights the request reads in place from flash (``flash_weight_bytes``): the
+    placement of ``request`` when given (it must be for ``graph`` and ``board``), else of
+    the physical request :func:`~poetsim.request.resolve_request` makes for them.
     ``compute_rates`` says which CPU throughput each compute width used; on a physical
     board without a figure for a narrow dtype the fp32 one stands in and
     ``compute_rate_estimated`` is set. Paper-profile boards use fp32 figures throughout.
@@ -122,7 +130,11 @@ def cost_summary(graph: TrainingGraph, board: Board, costs: OpCosts | None = Non
     forward_idx = [i for i, op in enumerate(graph.ops) if op.phase is not Phase.BACKWARD]
     backward_idx = graph.indices(Phase.BACKWARD)
     paged = [i for i in forward_idx if graph.ops[i].phase is Phase.FORWARD]
-    resident = resident_memory(graph, gradients=gradients, optimizer=optimizer).total_bytes
+    if request is None:  # the placement is the request's, decided there and only there
+        request = resolve_request(graph, board, costs=costs, optimizer=optimizer)
+    flash_weights = request.flash_weight_bytes
+    resident = resident_memory(graph, gradients=gradients,
+                               optimizer=optimizer).total_bytes - flash_weights
     peak = plain_peak(graph).bytes
     usable = board.ram.usable_bytes
     order = sorted(range(len(graph)), key=lambda i: (-costs.compute_energy_j[i], i))[:top]
@@ -153,6 +165,7 @@ def cost_summary(graph: TrainingGraph, board: Board, costs: OpCosts | None = Non
         ram_bytes=board.ram.bytes,
         ram_usable_bytes=usable,
         resident_bytes=resident,
+        flash_weight_bytes=flash_weights,
         plain_peak_bytes=peak,
         plain_total_bytes=peak + resident,
         fits_without_remat_or_paging=peak + resident <= usable,

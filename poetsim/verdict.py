@@ -11,7 +11,10 @@
   mu_RAM); whether everything fits the board is still reported (``fits_board_ram``)
   and noted, but does not decide;
 * in both, the user's deadline (the request's, never a tightened one), the storage
-  capacity, and the flash endurance where the board file gives one.
+  capacity, and the flash endurance where the board file gives one;
+* the frozen weights the request placed in the board's memory-mapped flash
+  (``flash_weight_bytes``, decided by :func:`~poetsim.request.resolve_request`, judged
+  here, not re-made) within the flash's usable bytes.
 
 The resident state comes from the graph through the request, never from a schedule
 file; the simulation must have been run with it (:func:`judge` checks).
@@ -57,6 +60,8 @@ _REJUDGED = frozenset({"ram_overflow", "deadline_missed", "storage_full", "flash
 class Verdict:
     """PASS or FAIL with every figure that decided it, in bytes and seconds.
 
+    ``flash_weight_bytes`` are the frozen weights read in place from flash (not in
+    ``resident_bytes``), ``board_flash_bytes`` the flash's usable bytes (None: no flash).
     ``violations`` are one-line reasons for FAIL (empty on PASS); ``energy_j`` is simulated,
     ``model_energy_j`` the optimizer's op-list model of the same schedule (recomputed, not
     read from the file; it does not decide, see the module docstring); ``notes`` are one-line
@@ -82,6 +87,8 @@ class Verdict:
     notes: tuple[str, ...] = ()
     energy_j: float | None = None
     model_energy_j: float | None = None
+    flash_weight_bytes: int = 0
+    board_flash_bytes: int | None = None
 
     @property
     def label(self) -> str:
@@ -103,6 +110,8 @@ class Verdict:
                 f"{format_bytes(self.peak_activation_bytes)} activations) of "
                 f"{format_bytes(self.board_ram_bytes)} usable RAM: "
                 + ("fits the board" if self.fits_board_ram else "does not fit the board"))
+        if self.flash_weight_bytes:
+            need += f" ({format_bytes(self.flash_weight_bytes)} frozen weights in flash)"
         text = f"{self.label} [{self.accounting.value} accounting] {need}"
         if self.violations:
             text += "; " + "; ".join(self.violations)
@@ -174,6 +183,14 @@ def judge(request: Request, report: SimReport, *, notes: Iterable[str] = (),
         violations.append(
             f"a flash sector is erased {report.flash_max_erase_count} times in one iteration, "
             f"over its endurance of {report.flash_endurance_cycles} cycles")
+    flash_weights = request.flash_weight_bytes
+    board_flash = request.board_flash_bytes
+    if flash_weights and (board_flash is None or flash_weights > board_flash):
+        room = ("the board has no memory-mapped flash" if board_flash is None
+                else f"over the board's usable flash of {format_bytes(board_flash)} "
+                     f"({board_flash} B)")
+        violations.append(f"{format_bytes(flash_weights)} ({flash_weights} B) of frozen "
+                          f"weights placed in flash: {room}")
     violations += [v.message for v in report.violations if v.rule not in _REJUDGED]
     if predicted_energy_j and abs(report.energy_j / predicted_energy_j - 1) > ENERGY_NOTE_SHARE:
         notes.append(f"simulated energy {report.energy_j:.6g} J is "
@@ -189,7 +206,8 @@ def judge(request: Request, report: SimReport, *, notes: Iterable[str] = (),
         deadline_met=deadline_met, peak_storage_bytes=report.peak_storage_bytes,
         storage_capacity_bytes=report.storage_capacity_bytes,
         violations=tuple(violations), notes=tuple(notes), energy_j=report.energy_j,
-        model_energy_j=predicted_energy_j)
+        model_energy_j=predicted_energy_j, flash_weight_bytes=flash_weights,
+        board_flash_bytes=board_flash)
 
 
 def check_on_board(request: Request, schedule: Schedule, *, trace: bool = False,

@@ -114,7 +114,8 @@ def test_builtin_board_loads_and_is_fully_sourced(name):
     assert board == load_board(path) == get_board(str(path))
     assert board.title and board.notes
     known: set[str] = set()
-    tables = [(section, cls, getattr(board, section)) for section, cls in SECTIONS.items()]
+    tables = [(section, cls, getattr(board, section)) for section, cls in SECTIONS.items()
+              if getattr(board, section) is not None]  # [flash] is optional
     while tables:
         section, cls, spec = tables.pop()
         for sub in subsection_fields(cls):  # sub-tables such as [storage.write_busy]
@@ -689,3 +690,56 @@ def test_write_busy_shape_and_mean():
                                            + (1 - 0.9 ** 2) * 0.2)
     constant = WriteBusy(median_s=0.004, p99_s=0.004, block_stall_probability=0.0)
     assert constant.sigma == 0.0 and constant.mean_s(128) == 0.004
+
+
+# ----------------------------------------------------------------------------- flash
+
+FLASH_BOARDS = {"nrf52840": 1 << 20, "nrf52840_qspi_nor": 1 << 20, "stm32h743": 2 << 20,
+                "rp2040": 2 << 20, "esp32s3": 8 << 20, "mkr1000": 256 << 10}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_BOARDS))
+def test_mcu_boards_describe_their_memory_mapped_flash_and_others_do_not(name):
+    flash = get_board(name).flash
+    if name not in FLASH_BOARDS:
+        assert flash is None  # paper-profile and Linux boards: no [flash]
+        return
+    assert flash.bytes == FLASH_BOARDS[name]
+    assert 0 < flash.reserved_bytes < flash.bytes
+    assert flash.usable_bytes == flash.bytes - flash.reserved_bytes
+    board = get_board(name)
+    assert board.source_of("flash.bytes").kind is SourceKind.DATASHEET
+    assert board.source_of("flash.reserved_bytes").kind is SourceKind.ESTIMATE
+    assert "CoreMark from flash" in board.source_of("flash.bytes").ref  # the in-place rule
+
+
+def test_a_board_with_and_without_flash_round_trips():
+    with_flash = get_board("nrf52840")
+    doc = board_to_dict(with_flash)
+    assert doc["flash"]["bytes"]["value"] == 1 << 20
+    assert board_from_dict(doc) == with_flash
+    del doc["flash"]
+    without = board_from_dict(doc)
+    assert without.flash is None and "flash" not in board_to_dict(without)
+    assert attrs.evolve(with_flash, flash=None) == without
+
+
+def test_flash_reserved_at_or_over_its_size_is_a_one_line_error(tmp_path):
+    doc = builtin_doc("nrf52840")
+    doc["flash"]["reserved_bytes"]["value"] = doc["flash"]["bytes"]["value"]
+    assert_board_error(write_doc(tmp_path, doc), "flash.reserved_bytes", "must be below bytes")
+    doc["flash"]["bytes"]["value"] = 0
+    assert_board_error(write_doc(tmp_path, doc), "flash.bytes")
+    doc = builtin_doc("nrf52840")
+    doc["flash"]["size"] = doc["flash"].pop("bytes")
+    assert_board_error(write_doc(tmp_path, doc), "flash.size")
+
+
+def test_boards_show_prints_the_flash(capsys):
+    from poetsim.cli.main import main
+
+    assert main(["boards", "show", "stm32h743", "--goldens", "/nonexistent"]) in (0, None)
+    out = capsys.readouterr().out
+    assert "[flash]" in out and "flash usable (frozen weights)" in out
+    assert main(["boards", "show", "rpi4", "--goldens", "/nonexistent"]) in (0, None)
+    assert "[flash]" not in capsys.readouterr().out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from conftest import make_board
 
@@ -139,3 +140,71 @@ def test_without_a_margin_the_planning_deadline_is_the_deadline_and_metadata_is_
 def test_bad_deadline_margins_are_one_line_errors(residual, board, deadline, margin, message):
     with pytest.raises(InputError, match=message):
         resolve_request(residual, board, deadline=deadline, deadline_margin=margin)
+
+
+# ----------------------------------------------------------------------------- flash
+
+
+def _flash_board(board, usable: int | None):
+    """``board`` with memory-mapped flash of ``usable`` bytes for weights (None: none)."""
+    from poetsim.boards import Flash
+
+    flash = None if usable is None else Flash(bytes=usable + 4096, reserved_bytes=4096)
+    return attrs.evolve(board, flash=flash)
+
+
+def test_frozen_weights_live_in_flash_when_they_fit():
+    from poetsim.boards import get_board
+    from poetsim.zoo import build_model
+
+    graph = build_model("ds_cnn_s", train_last=2)
+    frozen = graph.param_bytes - graph.trained_param_bytes
+    assert frozen > 0
+    board = get_board("nrf52840")
+    in_ram = resolve_request(graph, _flash_board(board, None), ram="board")
+    in_flash = resolve_request(graph, board, ram="board")
+    assert in_ram.flash_weight_bytes == 0
+    assert in_ram.resident_bytes == resident_memory(graph).total_bytes
+    assert in_flash.flash_weight_bytes == frozen == in_flash.frozen_weight_bytes
+    assert in_flash.resident_bytes == in_ram.resident_bytes - frozen
+    assert in_flash.activation_budget_bytes == in_ram.activation_budget_bytes + frozen
+    assert in_flash.metadata()["flash_weight_bytes"] == frozen
+    assert in_ram.metadata()["flash_weight_bytes"] == 0
+    assert "frozen weights read in place from flash" in in_flash.describe_budget()
+    assert "flash" not in in_ram.describe_budget()
+    # a percentage budget is of activations: the whole is smaller by the frozen bytes
+    assert (resolve_request(graph, board, ram="50%").budget_bytes
+            == resolve_request(graph, _flash_board(board, None), ram="50%").budget_bytes
+            - frozen)
+
+
+def test_frozen_weights_that_do_not_fit_the_flash_stay_in_ram():
+    from poetsim.boards import get_board
+    from poetsim.zoo import build_model
+
+    graph = build_model("ds_cnn_s", train_last=2)
+    frozen = graph.param_bytes - graph.trained_param_bytes
+    board = get_board("nrf52840")
+    exact = resolve_request(graph, _flash_board(board, frozen), ram="board")
+    assert exact.flash_weight_bytes == frozen  # all of the usable flash is enough
+    small = resolve_request(graph, _flash_board(board, frozen - 1), ram="board")
+    assert small.flash_weight_bytes == 0
+    assert small.resident_bytes == resident_memory(graph).total_bytes
+    assert "frozen weights stay in RAM: over the" in small.describe_budget()
+
+
+def test_fully_trained_weights_and_paper_accounting_never_use_flash():
+    from poetsim.boards import get_board
+    from poetsim.zoo import build_model
+
+    board = get_board("nrf52840")
+    full = build_model("ds_cnn_s")
+    request = resolve_request(full, board, ram="board", optimizer="momentum")
+    assert request.flash_weight_bytes == 0  # every weight is written: all stay in RAM
+    assert request.resident_bytes == resident_memory(full, optimizer="momentum").total_bytes
+    last = build_model("ds_cnn_s", train_last=2)
+    paper = resolve_request(last, board, ram="board", accounting="paper")
+    assert paper.flash_weight_bytes == 0
+    assert paper.resident_bytes == resident_memory(last).total_bytes
+    assert paper.metadata()["flash_weight_bytes"] == 0
+    assert "flash" not in paper.describe_budget()

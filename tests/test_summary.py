@@ -38,3 +38,18 @@ def test_parameters_that_do_not_fit_are_reported():
     from poetsim.zoo import build_model
     s = cost_summary(build_model("resnet18_cifar"), get_board("nrf52840"))
     assert not s.resident_fits and not s.fits_without_remat_or_paging
+
+
+def test_cost_summary_takes_the_requests_flash_placement():
+    from poetsim.request import resolve_request
+    from poetsim.zoo import build_model
+
+    graph = build_model("ds_cnn_s", train_last=2)
+    board = get_board("nrf52840")
+    frozen = graph.param_bytes - graph.trained_param_bytes
+    s = cost_summary(graph, board)
+    assert s.flash_weight_bytes == frozen
+    assert s.resident_bytes == resolve_request(graph, board).resident_bytes
+    paper = resolve_request(graph, board, accounting="paper")
+    s = cost_summary(graph, board, request=paper)
+    assert s.flash_weight_bytes == 0 and s.resident_bytes == paper.resident_bytes

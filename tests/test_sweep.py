@@ -89,7 +89,7 @@ def test_apply_overrides_runs_every_validator():
      r"storage\.read_throughput_bytes_per_s = 4000000\.0: exceeds the wire rate"),
     ({"overrides": {"dma.chanels": [0]}}, r"'dma\.chanels': not a field of \[dma\] "
                                           r"\(did you mean 'dma\.channels'\?\)"),
-    ({"overrides": {"flash.bytes": [1]}}, r"unknown board section 'flash'"),
+    ({"overrides": {"psram.bytes": [1]}}, r"unknown board section 'psram'"),
     ({"overrides": {"ram.bytes": []}}, r"ram\.bytes = \[\]: must list at least one value"),
     ({"overrides": {"storage.kind": ["floppy"]}}, r"storage\.kind = 'floppy': must be one of"),
     ({"ram": ["50 percent"]}, r"ram"),

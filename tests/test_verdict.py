@@ -105,3 +105,63 @@ def test_energy_does_not_decide_but_a_gap_to_the_model_is_noted(residual):
     assert off.passed and any("+50.0% off the optimizer's op-list model" in n for n in off.notes)
     assert not any("optimizer's model" in n
                    for n in judge(request, report, predicted_energy_j=report.energy_j).notes)
+
+
+# ----------------------------------------------------------------------------- flash
+
+
+def test_frozen_weights_in_flash_solve_and_simulate_with_less_resident_ram():
+    """ds_cnn_s fine-tuning its last two layers on the nRF52840: the frozen weights are
+    read in place from flash, the resident RAM drops by exactly their bytes, and the
+    solver's schedule still PASSes on the board."""
+    from poetsim.boards import get_board
+    from poetsim.methods import SolverSettings, seeded_solve
+    from poetsim.zoo import build_model
+
+    graph = build_model("ds_cnn_s", train_last=2)
+    frozen = graph.param_bytes - graph.trained_param_bytes
+    board = get_board("nrf52840")
+    before = resolve_request(graph, attrs.evolve(board, flash=None), ram="board")
+    request = resolve_request(graph, board, ram="board")
+    assert request.resident_bytes == before.resident_bytes - frozen
+    assert request.flash_weight_bytes == frozen > 0
+    result = seeded_solve(request, SolverSettings(time_limit_s=20))
+    assert result.schedule is not None
+    report, verdict = check_on_board(request, result.schedule)
+    assert verdict.passed, verdict.line()
+    assert report.resident_bytes == verdict.resident_bytes == request.resident_bytes
+    doc = verdict.as_dict()
+    assert doc["flash_weight_bytes"] == frozen
+    assert doc["board_flash_bytes"] == board.flash.usable_bytes
+    assert "frozen weights in flash" in verdict.line()
+
+
+def test_frozen_weights_placed_in_more_flash_than_the_board_has_fail():
+    """The verdict judges the request's placement (never re-makes it)."""
+    from poetsim.boards import get_board
+    from poetsim.zoo import build_model
+
+    graph = build_model("ds_cnn_s", train_last=2)
+    board = get_board("nrf52840")
+    request = resolve_request(graph, board, ram="board")
+    report, verdict = check_on_board(request, plain_schedule(graph))
+    assert not any("flash" in v for v in verdict.violations)
+    over = attrs.evolve(request, flash_weight_bytes=board.flash.usable_bytes + 1)
+    verdict = judge(over, report)
+    assert not verdict.passed
+    [reason] = [v for v in verdict.violations if "flash" in v]
+    assert "\n" not in reason and "over the board's usable flash" in reason
+    none = attrs.evolve(over, board=attrs.evolve(board, flash=None))
+    assert any("has no memory-mapped flash" in v for v in judge(none, report).violations)
+    assert judge(request, report).as_dict()["flash_weight_bytes"] == request.flash_weight_bytes
+
+
+def test_paper_accounting_keeps_every_weight_in_the_resident_state():
+    from poetsim.boards import get_board
+    from poetsim.zoo import build_model
+
+    graph = build_model("ds_cnn_s", train_last=2)
+    request = resolve_request(graph, get_board("nrf52840"), ram="board", accounting="paper")
+    _, verdict = check_on_board(request, plain_schedule(graph))
+    assert verdict.resident_bytes == resident_memory(graph).total_bytes
+    assert verdict.flash_weight_bytes == 0

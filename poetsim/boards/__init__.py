@@ -9,6 +9,7 @@ from poetsim.boards.spec import (
     ContentionModel,
     Cpu,
     Dma,
+    Flash,
     Profile,
     Ram,
     Source,
@@ -19,7 +20,7 @@ from poetsim.boards.spec import (
 )
 
 __all__ = [
-    "DEFAULT_BOARD", "Board", "BoardFieldError", "Bus", "ContentionModel", "Cpu", "Dma",
+    "DEFAULT_BOARD", "Board", "BoardFieldError", "Bus", "ContentionModel", "Cpu", "Dma", "Flash",
     "Profile", "Ram", "Source", "SourceKind", "Storage", "StorageKind", "WriteBusy",
     "board_from_dict", "board_to_dict", "builtin_board_dir", "builtin_board_names", "get_board",
     "load_board",

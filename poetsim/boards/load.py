@@ -20,6 +20,7 @@ from poetsim.boards.spec import (
     Bus,
     Cpu,
     Dma,
+    Flash,
     Ram,
     Source,
     SourceKind,
@@ -30,15 +31,20 @@ from poetsim.boards.spec import (
 from poetsim.errors import BoardError
 from poetsim.fileio import read_toml
 
-__all__ = ["SCHEMA_VERSION", "SECTIONS", "board_from_dict", "board_to_dict", "load_board"]
+__all__ = ["OPTIONAL_SECTIONS", "SCHEMA_VERSION", "SECTIONS", "board_from_dict", "board_to_dict",
+           "load_board"]
 
 SCHEMA_VERSION = 1
 
 #: Section name -> spec class, in file order.
-SECTIONS: dict[str, type] = {"cpu": Cpu, "ram": Ram, "dma": Dma, "storage": Storage, "bus": Bus}
+SECTIONS: dict[str, type] = {"cpu": Cpu, "ram": Ram, "flash": Flash, "dma": Dma,
+                             "storage": Storage, "bus": Bus}
+#: Sections a board file may leave out (the board's attribute is then None).
+OPTIONAL_SECTIONS = frozenset({"flash"})
 
 _TOP_KEYS = ("schema_version", "name", "title", "profile", "notes", *SECTIONS)
-_REQUIRED_TOP = ("schema_version", "name", "title", "profile", *SECTIONS)
+_REQUIRED_TOP = ("schema_version", "name", "title", "profile",
+                 *(s for s in SECTIONS if s not in OPTIONAL_SECTIONS))
 _SOURCE_KEYS = ("value", "source", "ref")
 
 
@@ -130,7 +136,7 @@ def board_from_dict(data: dict[str, Any], origin: str = "<board>") -> Board:
         )
     sources: dict[str, Source] = {}
     sections = {name: _section(origin, name, cls, data[name], sources)
-                for name, cls in SECTIONS.items()}
+                for name, cls in SECTIONS.items() if name in data}
     for key in ("name", "title", "notes"):
         if key in data and not isinstance(data[key], str):
             raise BoardError(f"{origin}: {key} = {data[key]!r}: must be a string")
@@ -150,7 +156,8 @@ def board_to_dict(board: Board) -> dict[str, Any]:
     if board.notes:
         out["notes"] = board.notes
     for name, cls in SECTIONS.items():
-        out[name] = _table(board, name, cls, getattr(board, name))
+        if getattr(board, name) is not None:  # an optional section the board leaves out
+            out[name] = _table(board, name, cls, getattr(board, name))
     return out
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "ContentionModel",
     "Cpu",
     "Dma",
+    "Flash",
     "Profile",
     "Ram",
     "Source",
@@ -256,6 +257,35 @@ class Ram:
     @property
     def usable_bytes(self) -> int:
         """RAM left for training after the reserved part."""
+        return self.bytes - self.reserved_bytes
+
+
+@attrs.frozen
+class Flash:
+    """Memory-mapped flash the CPU reads in place: internal program flash, or QSPI/XIP
+    flash behind a cache.
+
+    Frozen weights can stay here and be read in place, as real MCU training does (Lin et
+    al., NeurIPS 2022: "frozen int8 weights stay in flash and are read in place"), so they
+    take no RAM (:func:`poetsim.request.resolve_request` decides it). Reading in place costs
+    no extra time in poetsim's model: the boards' compute figures are for code running from
+    flash (CoreMark from flash), wait states and cache included.
+    """
+
+    bytes: int = _number("B", "count", _BYTES)
+    reserved_bytes: int = _number("B", "count", _BYTES,
+                                  doc="the firmware image: not available to weights")
+
+    def __attrs_post_init__(self) -> None:
+        if self.bytes == 0:
+            raise BoardFieldError("bytes", self.bytes, "must be > 0 B")
+        if self.reserved_bytes >= self.bytes:
+            raise BoardFieldError("reserved_bytes", self.reserved_bytes,
+                                  f"must be below bytes = {self.bytes}")
+
+    @property
+    def usable_bytes(self) -> int:
+        """Flash left for frozen weights after the firmware image."""
         return self.bytes - self.reserved_bytes
 
 
@@ -496,6 +526,8 @@ class Board:
     """A complete board description.
 
     ``sources`` maps every dotted numeric key (``"cpu.clock_hz"``) to its :class:`Source`.
+    ``flash`` (optional) is memory-mapped flash that frozen weights can be read from in
+    place; None: the board has none (or the file does not describe it).
     """
 
     name: str = _typed(str, "a non-empty string")
@@ -506,6 +538,8 @@ class Board:
     dma: Dma = attrs.field(validator=attrs.validators.instance_of(Dma))
     storage: Storage = attrs.field(validator=attrs.validators.instance_of(Storage))
     bus: Bus = attrs.field(validator=attrs.validators.instance_of(Bus))
+    flash: Flash | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(Flash)))
     sources: Mapping[str, Source] = attrs.field(factory=dict, converter=_source_map,
                                                 eq=False, repr=False)
     notes: str = ""

@@ -203,11 +203,14 @@ def _print_board(board: Board) -> None:
         for key, value in nested.items():  # sub-tables such as [storage.write_busy]
             table(f"{name}.{key}", value)
 
-    for section in ("cpu", "ram", "dma", "storage", "bus"):
-        table(section, doc[section])
+    for section in ("cpu", "ram", "flash", "dma", "storage", "bus"):
+        if section in doc:  # [flash] is optional
+            table(section, doc[section])
     storage = board.storage
     print("derived")
     print(_row("ram usable", format_bytes(board.ram.usable_bytes)))
+    if board.flash is not None:
+        print(_row("flash usable (frozen weights)", format_bytes(board.flash.usable_bytes)))
     print(_row("storage wire rate", format_quantity(storage.wire_bytes_per_s, "B/s")))
     print(_row("compute energy per FLOP",
                format_quantity(1 / board.cpu.flops_per_j if board.cpu.flops_per_j
@@ -339,6 +342,9 @@ def _show_costs(graph: TrainingGraph, board: Board, args: argparse.Namespace) ->
     print("memory")
     print(_row("RAM (usable)", f"{format_bytes(s.ram_bytes)} ({format_bytes(s.ram_usable_bytes)})"))
     print(_row("resident: params + grads", format_bytes(s.resident_bytes)))
+    if s.flash_weight_bytes:
+        print(_row("frozen weights in flash", f"{format_bytes(s.flash_weight_bytes)} "
+                                              "(read in place, not in RAM)"))
     print(_row("plain-schedule activation peak", format_bytes(s.plain_peak_bytes)))
     verdict = ("fits without remat or paging" if s.fits_without_remat_or_paging
                else "needs remat or paging" if s.resident_fits

@@ -160,7 +160,8 @@ def board_numbers(board: Board) -> dict[str, Any]:
 
     doc: dict[str, Any] = {"profile": board.profile.value}
     for section in SECTIONS:
-        doc[section] = attrs.asdict(getattr(board, section), value_serializer=plain)
+        if getattr(board, section) is not None:  # an optional section such as [flash]
+            doc[section] = attrs.asdict(getattr(board, section), value_serializer=plain)
     return doc
 
 
@@ -212,6 +213,8 @@ def apply_overrides(board: Board, overrides: tuple[tuple[str, Any], ...], *,
     where = f"{origin}: overrides ({label}) on board {board.name!r}"
     changes: dict[str, Any] = {}
     for section, fields in by_section.items():
+        if getattr(board, section) is None:
+            raise SweepError(f"{where}: the board has no [{section}] section to override")
         try:
             changes[section] = attrs.evolve(getattr(board, section), **fields)
         except BoardFieldError as err:

@@ -361,11 +361,13 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
     ``inputs`` default to the example inputs the model was imported with (the shapes must
     be those). ``budget_bytes`` is the activation budget (default: the schedule's
     ``budget_activation_bytes`` metadata); ``resident_bytes`` the fixed region (default:
-    the graph's parameters and gradients). With a ``board``, the simulator's predicted peak and
-    energy
-    are reported too. Page files go to ``page_dir`` (default: a temporary directory,
-    removed afterwards). ``after_step(position, step, page_dir)`` is called after every
-    step (tests use it to tamper with page files).
+    with a ``board``, the physical request's :attr:`~poetsim.request.Request.resident_bytes`,
+    so that frozen weights read in place from the board's flash are left out as everywhere
+    else; without one, graph-only: the graph's parameters and gradients, all in RAM). With a
+    ``board``, the simulator's predicted peak and energy are reported too. Page files go to
+    ``page_dir`` (default: a temporary directory, removed afterwards).
+    ``after_step(position, step, page_dir)`` is called after every step (tests use it to
+    tamper with page files).
     """
     torch = require_torch()
     graph = imported.graph
@@ -381,8 +383,15 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
     meta = schedule.metadata
     if budget_bytes is None and "budget_activation_bytes" in meta:
         budget_bytes = int(meta["budget_activation_bytes"])
-    if resident_bytes is None:
-        # from the graph, never from the file's own figure
+    if resident_bytes is None and board is not None:
+        # the request's placement on the board (frozen weights in flash), never the file's
+        from poetsim.request import resolve_request
+
+        resident_bytes = resolve_request(graph, board,
+                                         optimizer=str(meta.get("optimizer") or "sgd")
+                                         ).resident_bytes
+    elif resident_bytes is None:
+        # graph-only (no board, so no flash): every parameter and gradient in RAM
         from poetsim.graph.graph import resident_memory
 
         resident_bytes = resident_memory(graph).total_bytes
