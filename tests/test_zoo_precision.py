@@ -55,7 +55,7 @@ def test_int8_means_int8_weights_and_activations_with_fp32_gradients():
     ({"activation_bytes": 8}, "model ds_cnn_s: option activation_bytes = 8: must be 1, 2 or 4"),
     ({"gradient_bytes": 0}, "model ds_cnn_s: option gradient_bytes = 0: must be 1, 2 or 4"),
     ({"gradient_bytes": -1}, "model ds_cnn_s: option gradient_bytes = -1: must be a whole "
-                             "number >= 0"),
+                             "number in [0, 100000]"),
     ({"int8": 1, "weight_bytes": 4}, "model ds_cnn_s: option weight_bytes = 4: contradicts "
                                      "int8 = 1"),
     ({"int8": 1, "activation_bytes": 2}, "option activation_bytes = 2: contradicts int8 = 1"),
