@@ -161,8 +161,11 @@ class Request:
             return None
         where = ("the board's usable RAM" if room == self.board_ram_bytes
                  else f"the RAM budget ({self.ram})")
+        in_flash = (f", with {format_bytes(self.flash_weight_bytes)} of frozen weights "
+                    "read in place from flash" if self.flash_weight_bytes else "")
         return (f"parameters, gradients and optimizer state alone need "
-                f"{format_bytes(self.resident_bytes)} ({self.resident_bytes} B), leaving no "
+                f"{format_bytes(self.resident_bytes)} ({self.resident_bytes} B) of RAM"
+                f"{in_flash}, leaving no "
                 f"room in {where} of {format_bytes(room)} ({room} B) on {self.board.name}: "
                 "no schedule of activations can help (physical accounting)")
 
