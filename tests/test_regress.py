@@ -142,7 +142,7 @@ def test_boards_show_lists_the_training_jobs(capsys):
     status = main(["boards", "show", "nrf52840", "--goldens", str(LANDED)])
     out = capsys.readouterr().out
     assert status in (None, 0)
-    assert "trains (golden schedules in" in out and "ds_cnn_s (train_last=2) by poet" in out
+    assert "trains (golden schedules in" in out and "ds_cnn_s (train_last=3) by poet" in out
     main(["boards", "show", "mkr1000", "--goldens", str(LANDED), "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert doc["trains"] and doc["trains"][0]["model"] == "mlp"
