@@ -12,8 +12,10 @@ Compute, op ``k``::
 
 a roofline: ``moved_bytes_k`` is what the op reads and writes (its inputs, its output and
 its parameters; a backward op also reads the weights and writes the gradients of the
-trained ones, at the gradient width), so
-memory-bound ops (ReLU, add, batch norm) are not priced as if they were compute-bound.
+trained ones, at the gradient width; a backward op that applies the update in place,
+``Op.inplace_update``, also reads and writes its trained weights once more, the SGD step;
+the separate optimizer step of a graph without in-place updates is no op and not priced),
+so memory-bound ops (ReLU, add, batch norm) are not priced as if they were compute-bound.
 
 Precision (:mod:`poetsim.graph.precision`): ``cpu.flops_per_s`` above is the throughput
 at the op's compute width (the widest tensor it reads): an int8 op (width 1) runs at
@@ -292,6 +294,8 @@ def _moved_bytes(graph: TrainingGraph, k: int) -> int:
         precision = precision_of(graph)
         moved += forward.param_bytes + rescale_bytes(
             forward.trained_param_bytes, precision.weight_bytes, precision.gradient_bytes)
+        if op.inplace_update:  # the fused SGD step reads and writes the trained weights
+            moved += 2 * forward.trained_param_bytes
     return moved + op.param_bytes
 
 

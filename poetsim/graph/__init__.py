@@ -14,6 +14,7 @@ from poetsim.graph.graph import (
     ResidentMemory,
     TrainingGraph,
     check_gradients,
+    inplace_gradient_bytes,
     needs_gradient,
     resident_memory,
     topological_order,
@@ -37,5 +38,6 @@ __all__ = [
     "Training", "TrainingGraph", "resolve_training",
     "check_gradients", "compute_widths", "derive_training_graph", "precision_of",
     "forward_macs", "grad_name", "graph_fingerprint", "graph_from_dict", "graph_to_dict",
+    "inplace_gradient_bytes",
     "needs_gradient", "read_graph", "resident_memory", "topological_order", "write_graph",
 ]

@@ -28,7 +28,10 @@ the input-gradient half, and does not read its saved input for the weights), a l
 whose bias alone is trained computes the bias gradient (one add per output element), a
 fraction of trained weights costs that fraction of the weight-gradient MACs, and layers
 before the first trained one have no backward op at all. Frozen bytes are recorded in
-``Op.frozen_param_bytes``.
+``Op.frozen_param_bytes``. With ``Training.inplace_update``, the backward op of every
+op with trained parameters applies their update itself (``Op.inplace_update``) and its
+workspace grows by their gradient at the gradient width, the buffer that replaces the
+resident one (:func:`poetsim.graph.graph.resident_memory`).
 
 This replaces POET's published derivation, which chains gradient ops in reverse list order
 and so gets residual graphs wrong.
@@ -283,6 +286,7 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
             consumers[u].append(op.name)
 
     chosen = resolve_training(forward, training)
+    inplace = training is not None and training.inplace_update
 
     def trained_of(op: ForwardOp) -> TrainedParams:
         if chosen is None:
@@ -353,10 +357,13 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
         if rule.saves_output:
             deps.append(op.name)
         g = grad_name(op.name)
+        fused = inplace and t.weights + t.biases > 0
+        update_b = nbytes(t.weights + t.biases, gradient_b) if fused else 0
         ops.append(Op(g, op.kind, Phase.BACKWARD, flops=flops,
                       output_bytes=nbytes(out_elements, gradient_b),
-                      workspace_bytes=nbytes(op.workspace_elements, backward_workspace_b),
-                      forward_of=op.name))
+                      workspace_bytes=nbytes(op.workspace_elements, backward_workspace_b)
+                      + update_b,
+                      forward_of=op.name, inplace_update=fused))
         inputs[g] = list(dict.fromkeys(deps))
 
     graph = TrainingGraph.from_ops(name, ops, inputs, metadata=metadata)

@@ -20,8 +20,8 @@ from poetsim.errors import GraphError
 from poetsim.graph.ops import Op, Phase
 from poetsim.graph.precision import precision_of, rescale_bytes
 
-__all__ = ["TrainingGraph", "ResidentMemory", "check_gradients", "needs_gradient",
-           "resident_memory", "topological_order"]
+__all__ = ["TrainingGraph", "ResidentMemory", "check_gradients", "inplace_gradient_bytes",
+           "needs_gradient", "resident_memory", "topological_order"]
 
 
 def topological_order(names: Sequence[str], edges: Iterable[tuple[int, int]]) -> list[int]:
@@ -280,17 +280,33 @@ def check_gradients(graph: TrainingGraph) -> None:
     * a backward op for every op with trained parameters, or its weights would never be
       trained (a backward op may fuse the gradients of parameter-free ops, so those may
       lack one, and so may a frozen op, which only passes a gradient on);
-    * at least one op with trained parameters, or there is nothing to train.
+    * at least one op with trained parameters, or there is nothing to train;
+    * an in-place update (``Op.inplace_update``) only on the backward op of an op with
+      trained parameters, whose ``workspace_bytes`` holds their gradient
+      (:func:`inplace_gradient_bytes`): it is the only buffer the gradient has.
 
     Raises :class:`GraphError` naming the op and the rule.
     """
     ops = graph.ops
     needs = needs_gradient(graph)
     differentiated: set[str] = set()
-    for op in ops:
+    for i, op in enumerate(ops):
         if op.phase is not Phase.BACKWARD:
             continue
         target = op.forward_of
+        if op.inplace_update:
+            if not graph.op(target).trained_param_bytes:  # type: ignore[arg-type]
+                raise GraphError(
+                    f"op {op.name!r}: inplace_update, but {target!r} has no trained "
+                    "parameters to update: only the backward op of an op with trained "
+                    "parameters applies an update")
+            held = inplace_gradient_bytes(graph, i)
+            if op.workspace_bytes < held:
+                raise GraphError(
+                    f"op {op.name!r}: inplace_update with workspace_bytes = "
+                    f"{op.workspace_bytes}: must be at least {held}, the gradient of "
+                    f"{target!r}'s trained parameters, which lives only in the workspace "
+                    "while the op runs")
         differentiated.add(target)  # type: ignore[arg-type]
         if not needs[graph.index(target)]:  # type: ignore[arg-type]
             raise GraphError(
@@ -325,6 +341,18 @@ class ResidentMemory:
 OPTIMIZER_STATE_COPIES = {"sgd": 0, "momentum": 1, "adam": 2}
 
 
+def inplace_gradient_bytes(graph: TrainingGraph, i: int) -> int:
+    """Bytes of the gradient backward op ``i`` applies in place (``Op.inplace_update``):
+    its forward op's trained parameters at the gradient width, all of them at once (the
+    conservative transient buffer: the whole layer's gradient); 0 for any other op."""
+    op = graph.ops[i]
+    if not op.inplace_update:
+        return 0
+    precision = precision_of(graph)
+    return rescale_bytes(graph.op(op.forward_of).trained_param_bytes,  # type: ignore[arg-type]
+                         precision.weight_bytes, precision.gradient_bytes)
+
+
 def resident_memory(graph: TrainingGraph, *, gradients: bool = True,
                     optimizer: str = "sgd") -> ResidentMemory:
     """Parameters, and optionally their gradients and optimizer state.
@@ -332,9 +360,11 @@ def resident_memory(graph: TrainingGraph, *, gradients: bool = True,
     Every parameter, frozen or trained, is counted at the weight width; gradients and
     optimizer state only for the trained ones (:attr:`TrainingGraph.trained_param_bytes`;
     a frozen weight has neither), at the gradient width (:mod:`poetsim.graph.precision`:
-    int8 weights with fp32 gradients have 4 gradient bytes per trained byte).
-    ``optimizer`` is ``sgd`` (no state), ``momentum`` (one copy of the trained parameters)
-    or ``adam`` (two copies).
+    int8 weights with fp32 gradients have 4 gradient bytes per trained byte). A gradient
+    applied in place by the backward op that computes it (``Op.inplace_update``) is not
+    resident: it lives in that op's workspace while the op runs; its optimizer state
+    stays resident. ``optimizer`` is ``sgd`` (no state), ``momentum`` (one copy of the
+    trained parameters) or ``adam`` (two copies).
     """
     if optimizer not in OPTIMIZER_STATE_COPIES:
         raise GraphError(f"optimizer = {optimizer!r}: must be one of "
@@ -342,8 +372,12 @@ def resident_memory(graph: TrainingGraph, *, gradients: bool = True,
     precision = precision_of(graph)
     trained = rescale_bytes(graph.trained_param_bytes, precision.weight_bytes,
                             precision.gradient_bytes)
+    fused = sum(graph.op(op.forward_of).trained_param_bytes  # type: ignore[arg-type]
+                for op in graph.ops if op.inplace_update)
+    held = rescale_bytes(graph.trained_param_bytes - fused, precision.weight_bytes,
+                         precision.gradient_bytes)
     return ResidentMemory(
         param_bytes=graph.param_bytes,
-        gradient_bytes=trained if gradients else 0,
+        gradient_bytes=held if gradients else 0,
         optimizer_state_bytes=trained * OPTIMIZER_STATE_COPIES[optimizer],
     )

@@ -31,7 +31,10 @@ Per op: ``name`` (unique), ``kind``, ``phase`` (``forward``, ``loss`` or ``backw
 ``flops``, ``output_bytes``, and optionally ``workspace_bytes``, ``param_bytes`` (forward
 ops), ``frozen_param_bytes`` (forward ops: the part of ``param_bytes`` that is not trained,
 at most ``param_bytes``; default 0, everything trained), ``forward_of`` (backward ops: the
-op they differentiate) and ``measured`` with any
+op they differentiate), ``inplace_update`` (backward ops of an op with trained parameters:
+``true`` when the op applies their SGD step itself, so their gradient is never resident;
+its ``workspace_bytes`` must hold that gradient, the trained parameter bytes at
+``gradient_bytes`` per element; default ``false``) and ``measured`` with any
 of ``compute_time_s``, ``compute_energy_j``, ``pagein_time_s``, ``pagein_energy_j``,
 ``pageout_time_s``, ``pageout_energy_j``. ``flops`` may be left out (0) when the op has
 measured compute time and energy. Ops may appear in any order; poetsim sorts them
@@ -85,7 +88,7 @@ FORMAT = "poetsim-graph"
 VERSION = 1
 
 _OP_KEYS = {"name", "kind", "phase", "inputs", "flops", "output_bytes", "workspace_bytes",
-            "param_bytes", "frozen_param_bytes", "forward_of", "measured"}
+            "param_bytes", "frozen_param_bytes", "forward_of", "inplace_update", "measured"}
 _MEASURED_KEYS = {"compute_time_s", "compute_energy_j", "pagein_time_s", "pagein_energy_j",
                   "pageout_time_s", "pageout_energy_j"}
 
@@ -105,6 +108,8 @@ def graph_to_dict(graph: TrainingGraph) -> dict[str, Any]:
             entry["frozen_param_bytes"] = op.frozen_param_bytes
         if op.forward_of is not None:
             entry["forward_of"] = op.forward_of
+        if op.inplace_update:  # absent when the gradient is resident, as before
+            entry["inplace_update"] = True
         if not op.measured.empty:
             entry["measured"] = op.measured.as_dict()
         ops.append(entry)
@@ -145,7 +150,8 @@ def _op_from_dict(raw: Any, position: int) -> tuple[Op, list[str]]:
                 output_bytes=raw["output_bytes"], workspace_bytes=raw.get("workspace_bytes", 0),
                 param_bytes=raw.get("param_bytes", 0), forward_of=raw.get("forward_of"),
                 measured=MeasuredCosts(**measured_raw),
-                frozen_param_bytes=raw.get("frozen_param_bytes", 0))
+                frozen_param_bytes=raw.get("frozen_param_bytes", 0),
+                inplace_update=raw.get("inplace_update", False))
     except GraphError as err:
         raise GraphError(f"{err} ({where})") from None
     return op, inputs

@@ -126,6 +126,14 @@ class Op:
         :attr:`trained_param_bytes`.
     forward_of:
         For a backward op, the name of the forward (or loss) op it differentiates.
+    inplace_update:
+        Backward ops of an op with trained parameters only: the op applies the SGD step
+        to those parameters as soon as it computes their gradient (the update fused into
+        the weight-gradient op; Lin et al.'s in-place update). Their gradient is then no
+        resident buffer (:func:`poetsim.graph.graph.resident_memory` counts none for
+        them); it lives in the op's ``workspace_bytes`` while the op runs, which must
+        hold it (:func:`poetsim.graph.graph.check_gradients`). Optimizer state stays
+        resident. False (the default): the gradient is resident until the step.
     measured:
         Optional profiled costs that replace the analytic ones.
     """
@@ -140,6 +148,7 @@ class Op:
     forward_of: str | None = None
     measured: MeasuredCosts = attrs.field(factory=MeasuredCosts)
     frozen_param_bytes: int = 0
+    inplace_update: bool = False
 
     @property
     def trained_param_bytes(self) -> int:
@@ -164,6 +173,12 @@ class Op:
             raise GraphError(f"op {self.name!r}: a backward op needs forward_of")
         if self.phase is not Phase.BACKWARD and self.forward_of is not None:
             raise GraphError(f"op {self.name!r}: forward_of is only for backward ops")
+        if not isinstance(self.inplace_update, bool):
+            raise GraphError(f"op {self.name!r}: inplace_update = {self.inplace_update!r}: "
+                             "must be true or false")
+        if self.inplace_update and self.phase is not Phase.BACKWARD:
+            raise GraphError(f"op {self.name!r}: inplace_update is only for backward ops (the "
+                             "op that computes the weight gradient applies it)")
         if self.phase is Phase.BACKWARD and self.param_bytes:
             raise GraphError(f"op {self.name!r}: param_bytes belongs to the forward op")
         if self.frozen_param_bytes > self.param_bytes:

@@ -17,6 +17,10 @@ in forward order; the last one is the classifier.
   first layer, 0-based), each with the fraction of its weights that is trained (Lin et
   al.'s channel ratio; the weight gradient costs that fraction of the MACs).
 
+``inplace_update`` (any mode) says how the trained parameters are updated: by the
+backward op that computes their gradient, the SGD step fused into it (Lin et al.'s
+in-place update), so that no gradient is a resident buffer (``Op.inplace_update``).
+
 :func:`resolve_training` turns a mode into :class:`TrainedParams` per op, which
 :func:`poetsim.graph.autograd.derive_training_graph` uses: a frozen weight has no weight
 gradient (no backward work, no saved input for it), no gradient bytes, no optimizer state
@@ -71,8 +75,12 @@ class Training:
     mode: str = "full"
     last: int = 0
     weights: tuple[tuple[int, float], ...] = attrs.field(default=(), converter=_weights)
+    #: Each trained parameter's gradient is applied by the backward op that computes it.
+    inplace_update: bool = False
 
     def __attrs_post_init__(self) -> None:
+        if not isinstance(self.inplace_update, bool):
+            raise InputError(f"option inplace_update = {self.inplace_update!r}: must be 0 or 1")
         if self.mode not in MODES:
             raise InputError(f"training mode = {self.mode!r}: must be one of {', '.join(MODES)}")
         if isinstance(self.last, bool) or not isinstance(self.last, int) or self.last < 0:
@@ -94,7 +102,13 @@ class Training:
 
     @property
     def is_full(self) -> bool:
+        """Every parameter is trained (however it is updated)."""
         return self.mode == "full"
+
+    @property
+    def is_default(self) -> bool:
+        """Every parameter trained, with a resident gradient: a graph's default."""
+        return self.is_full and not self.inplace_update
 
 
 def layers(forward: Sequence[ForwardOp]) -> list[tuple[str, ...]]:

@@ -12,7 +12,12 @@ the training-mode options every model shares (:data:`TRAINING_OPTIONS`):
 * ``bias_only=1``: train only biases and norm shifts (of the last ``train_last`` layers,
   or of all), every weight frozen;
 * ``sparse_update=1``: the model's published sparse-update scheme (Lin et al., NeurIPS
-  2022), for the models that have one (``mcunet_in1``).
+  2022), for the models that have one (``mcunet_in1``);
+* ``inplace_update=1``: with any of the above, each trained parameter's gradient is
+  applied by the backward op that computes it (the SGD step fused into it; Lin et al.'s
+  in-place update), so no gradient is resident: each such op holds its parameters'
+  gradient as workspace while it runs (``Op.inplace_update``). Optimizer state stays
+  resident.
 
 Frozen parameters have no gradient, no optimizer state and no weight-gradient work
 (:mod:`poetsim.graph.training`).
@@ -79,7 +84,8 @@ class _Model:
 
 
 #: Training-mode options of every model and their defaults (everything trained).
-TRAINING_OPTIONS: dict[str, int] = {"train_last": 0, "bias_only": 0, "sparse_update": 0}
+TRAINING_OPTIONS: dict[str, int] = {"train_last": 0, "bias_only": 0, "sparse_update": 0,
+                                    "inplace_update": 0}
 
 #: Precision options of every model and their defaults (fp32 throughout).
 PRECISION_OPTIONS: dict[str, int] = {"int8": 0, "weight_bytes": 4, "activation_bytes": 4,
@@ -156,14 +162,21 @@ def model_options(name: str) -> dict[str, int]:
 
 
 def training_from_options(name: str, train_last: int = 0, bias_only: int = 0,
-                          sparse_update: int = 0) -> Training:
+                          sparse_update: int = 0, inplace_update: int = 0) -> Training:
     """The training mode the training-mode options of model ``name`` ask for.
 
     Raises a one-line :class:`InputError` naming the option, its value and the rule.
     """
-    for option, value in (("bias_only", bias_only), ("sparse_update", sparse_update)):
+    for option, value in (("bias_only", bias_only), ("sparse_update", sparse_update),
+                          ("inplace_update", inplace_update)):
         if value not in (0, 1):
             raise InputError(f"model {name}: option {option} = {value!r}: must be 0 or 1")
+    training = _training_mode(name, train_last, bias_only, sparse_update)
+    return attrs.evolve(training, inplace_update=True) if inplace_update else training
+
+
+def _training_mode(name: str, train_last: int, bias_only: int, sparse_update: int,
+                   ) -> Training:
     if sparse_update:
         scheme = _model(name).sparse_update
         if scheme is None:
@@ -260,7 +273,7 @@ def build_model(name: str, **options: Any) -> TrainingGraph:
     training = training_from_options(name, **modes)
     precision = precision_from_options(name, widths)
     try:
-        graph = model.builder(**checked, training=None if training.is_full else training,
+        graph = model.builder(**checked, training=None if training.is_default else training,
                               precision=precision)
     except InputError as error:  # inconsistent options: say which model
         raise type(error)(f"model {name}: {error}") from None
