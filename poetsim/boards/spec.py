@@ -237,6 +237,15 @@ class Cpu:
                                   f"must not exceed idle_power_w = {self.idle_power_w!r}")
 
 
+def _check_reserved(total_bytes: int, reserved_bytes: int) -> None:
+    """A memory of ``total_bytes`` with ``reserved_bytes`` of it not for training."""
+    if total_bytes == 0:
+        raise BoardFieldError("bytes", total_bytes, "must be > 0 B")
+    if reserved_bytes >= total_bytes:
+        raise BoardFieldError("reserved_bytes", reserved_bytes,
+                              f"must be below bytes = {total_bytes}")
+
+
 @attrs.frozen
 class Ram:
     """On-chip (or on-board) RAM that holds activations, buffers and parameters."""
@@ -248,11 +257,7 @@ class Ram:
                                            doc="CPU to RAM, the roofline of memory-bound ops")
 
     def __attrs_post_init__(self) -> None:
-        if self.bytes == 0:
-            raise BoardFieldError("bytes", self.bytes, "must be > 0 B")
-        if self.reserved_bytes >= self.bytes:
-            raise BoardFieldError("reserved_bytes", self.reserved_bytes,
-                                  f"must be below bytes = {self.bytes}")
+        _check_reserved(self.bytes, self.reserved_bytes)
 
     @property
     def usable_bytes(self) -> int:
@@ -277,11 +282,7 @@ class Flash:
                                   doc="the firmware image: not available to weights")
 
     def __attrs_post_init__(self) -> None:
-        if self.bytes == 0:
-            raise BoardFieldError("bytes", self.bytes, "must be > 0 B")
-        if self.reserved_bytes >= self.bytes:
-            raise BoardFieldError("reserved_bytes", self.reserved_bytes,
-                                  f"must be below bytes = {self.bytes}")
+        _check_reserved(self.bytes, self.reserved_bytes)
 
     @property
     def usable_bytes(self) -> int:
