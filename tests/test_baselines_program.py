@@ -11,7 +11,7 @@ import pytest
 from conftest import residual_graph
 
 import poetsim.baselines
-from poetsim.baselines.base import GRACE_S, OutOfTime, Ticker, _fingerprint, finish_estimate_s
+from poetsim.baselines.base import GRACE_S, OutOfTime, Ticker, finish_estimate_s
 from poetsim.baselines.program import (
     DROP,
     KEEP,
@@ -23,7 +23,7 @@ from poetsim.baselines.program import (
     run_policy,
 )
 from poetsim.baselines.revolve import _plan, _slot_order, binomial_advances, revolve_program
-from poetsim.graph import ForwardGraph, TrainingGraph, plain_peak
+from poetsim.graph import ForwardGraph, TrainingGraph, graph_fingerprint, plain_peak
 from poetsim.schedule import Schedule, Step, check_schedule, plain_schedule
 from poetsim.zoo import build_model
 
@@ -293,7 +293,7 @@ def test_ticker_looks_at_the_clock_every_so_often(monkeypatch):
 def test_finishing_takes_longer_before_the_graph_is_hashed():
     graph = build_model("mlp", layers=5)
     unhashed = finish_estimate_s(graph, 1.0)
-    _fingerprint(graph)
+    graph_fingerprint(graph)
     assert finish_estimate_s(graph, 1.0) < unhashed
 
 

@@ -167,3 +167,20 @@ def test_largest_allowed_numbers_round_trip(residual, tmp_path):
     graph = read_graph(path)
     assert graph.op("r").output_bytes == 2**44
     assert graph.op("r").measured.compute_energy_j == 1e9
+
+
+def test_the_fingerprint_is_cached_per_graph_object():
+    import gc
+
+    from conftest import residual_graph
+
+    from poetsim.graph.io import _FINGERPRINTS, graph_fingerprint
+
+    graph = residual_graph()
+    first = graph_fingerprint(graph)
+    assert id(graph) in _FINGERPRINTS
+    assert graph_fingerprint(graph) == first
+    key = id(graph)
+    del graph
+    gc.collect()
+    assert key not in _FINGERPRINTS

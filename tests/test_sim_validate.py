@@ -1,27 +1,12 @@
-"""The structural pre-check and the fingerprint cache (poetsim.sim.validate)."""
+"""The structural pre-check (poetsim.sim.validate)."""
 
 from __future__ import annotations
 
-import gc
-
 import pytest
-from conftest import residual_graph
 from test_sim_support import PAGE_R, hand
 
-from poetsim.graph.io import graph_fingerprint
 from poetsim.schedule import RULES, Schedule, ScheduleError, Step, check_schedule
-from poetsim.sim.validate import _FINGERPRINTS, cached_fingerprint, validate_structure
-
-
-def test_the_fingerprint_is_cached_per_graph_object():
-    graph = residual_graph()
-    assert cached_fingerprint(graph) == graph_fingerprint(graph)
-    assert id(graph) in _FINGERPRINTS
-    assert cached_fingerprint(graph) == graph_fingerprint(graph)
-    key = id(graph)
-    del graph
-    gc.collect()
-    assert key not in _FINGERPRINTS
+from poetsim.sim.validate import validate_structure
 
 
 def test_valid_schedules_pass(residual):

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import heapq
 import time
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,7 +33,7 @@ from poetsim.boards.spec import Board
 from poetsim.costs import OpCosts, op_costs
 from poetsim.errors import InputError, OutOfTime
 from poetsim.graph.graph import TrainingGraph
-from poetsim.graph.io import graph_fingerprint
+from poetsim.graph.io import fingerprint_known, graph_fingerprint
 from poetsim.schedule import Action, Schedule, Step, check_schedule
 from poetsim.schedule.ops import ram_during_steps
 
@@ -206,26 +205,6 @@ def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule 
                          peak_ram_bytes=peak)
 
 
-#: id(graph) -> (a weak reference to the graph, its fingerprint), see :func:`_fingerprint`.
-_FINGERPRINTS: dict[int, tuple[weakref.ref, str]] = {}
-
-
-def _fingerprint(graph: TrainingGraph) -> str:
-    """:func:`~poetsim.graph.io.graph_fingerprint`, remembered while the graph lives.
-
-    The warm starts of one solve finish their schedules on the same (immutable) graph, and
-    hashing a 50,000-op graph takes a good part of a second.
-    """
-    key = id(graph)
-    known = _FINGERPRINTS.get(key)
-    if known is not None and known[0]() is graph:
-        return known[1]
-    fingerprint = graph_fingerprint(graph)
-    _FINGERPRINTS[key] = (weakref.ref(graph, lambda _: _FINGERPRINTS.pop(key, None)),
-                          fingerprint)
-    return fingerprint
-
-
 def not_applicable(method: str, reason: str, budget_bytes: int,
                    deadline_s: float | None = None) -> BaselineResult:
     return BaselineResult(method=method, status=NOT_APPLICABLE, reason=reason,
@@ -251,7 +230,7 @@ def finish(method: str, graph: TrainingGraph, board: Board, costs: OpCosts, budg
     """
     raw = list(steps.steps if isinstance(steps, Schedule) else steps)
     capacity = board.storage.capacity_bytes
-    schedule = Schedule(graph.name, _fingerprint(graph), raw, {})
+    schedule = Schedule(graph.name, graph_fingerprint(graph), raw, {})
     check = check_schedule(graph, schedule, storage_capacity_bytes=capacity)
     if not check.valid and check.violation.rule == "storage_full":
         # like a schedule over the RAM budget: the method's plan does not fit this board
@@ -318,9 +297,7 @@ GRACE_S = 0.25
 
 def finish_estimate_s(graph: TrainingGraph, built_s: float) -> float:
     """How long :func:`finish` may take on a program of ``graph`` built in ``built_s``."""
-    known = _FINGERPRINTS.get(id(graph))
-    hashed = known is not None and known[0]() is graph
-    return built_s * (FINISH_COST if hashed else FINISH_COST_UNHASHED)
+    return built_s * (FINISH_COST if fingerprint_known(graph) else FINISH_COST_UNHASHED)
 
 
 class Ticker:

@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -214,8 +215,31 @@ def write_graph(graph: TrainingGraph, path: str | Path) -> None:
     atomic_write_text(path, json.dumps(graph_to_dict(graph), indent=1) + "\n")
 
 
+#: id(graph) -> (a weak reference to the graph, its fingerprint): a graph is immutable, and
+#: hashing a 50,000-op graph takes a good part of a second, once per schedule written,
+#: checked or read for it.
+_FINGERPRINTS: dict[int, tuple[weakref.ref, str]] = {}
+
+
 def graph_fingerprint(graph: TrainingGraph) -> str:
-    """SHA-256 of the graph's content (ops, costs and edges; not its name or metadata)."""
+    """SHA-256 of the graph's content (ops, costs and edges; not its name or metadata),
+    remembered while the graph lives."""
+    key = id(graph)
+    known = _FINGERPRINTS.get(key)
+    if known is not None and known[0]() is graph:
+        return known[1]
     doc = graph_to_dict(graph)
     canonical = json.dumps(doc["ops"], sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    fingerprint = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    try:
+        ref = weakref.ref(graph, lambda _r, key=key: _FINGERPRINTS.pop(key, None))
+    except TypeError:  # not weak-referenceable: do not remember it
+        return fingerprint
+    _FINGERPRINTS[key] = (ref, fingerprint)
+    return fingerprint
+
+
+def fingerprint_known(graph: TrainingGraph) -> bool:
+    """Whether :func:`graph_fingerprint` of ``graph`` is already computed (costs nothing)."""
+    known = _FINGERPRINTS.get(id(graph))
+    return known is not None and known[0]() is graph

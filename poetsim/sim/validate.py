@@ -15,32 +15,12 @@ are immutable, and hashing dominated short simulations.
 
 from __future__ import annotations
 
-import weakref
-
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
 from poetsim.schedule.check import ScheduleError, check_schedule
 from poetsim.schedule.ops import Action, Schedule
 
-__all__ = ["cached_fingerprint", "validate_structure"]
-
-_FINGERPRINTS: dict[int, tuple[weakref.ref, str]] = {}
-
-
-def cached_fingerprint(graph: TrainingGraph) -> str:
-    """:func:`~poetsim.graph.io.graph_fingerprint`, computed once per graph object."""
-    key = id(graph)
-    hit = _FINGERPRINTS.get(key)
-    if hit is not None and hit[0]() is graph:
-        return hit[1]
-    fingerprint = graph_fingerprint(graph)
-    try:
-        ref = weakref.ref(graph, lambda _r, key=key: _FINGERPRINTS.pop(key, None))
-    except TypeError:  # not weak-referenceable: do not cache
-        return fingerprint
-    _FINGERPRINTS[key] = (ref, fingerprint)
-    return fingerprint
-
+__all__ = ["validate_structure"]
 
 def _structurally_valid(graph: TrainingGraph, schedule: Schedule) -> bool:
     n = len(graph.ops)
@@ -77,7 +57,7 @@ def _structurally_valid(graph: TrainingGraph, schedule: Schedule) -> bool:
 
 def validate_structure(graph: TrainingGraph, schedule: Schedule) -> None:
     """Raise :class:`ScheduleError` if ``schedule`` cannot be executed on ``graph``."""
-    if schedule.graph_fingerprint == cached_fingerprint(graph) and _structurally_valid(graph,
+    if schedule.graph_fingerprint == graph_fingerprint(graph) and _structurally_valid(graph,
                                                                                       schedule):
         return
     result = check_schedule(graph, schedule)
