@@ -11,6 +11,7 @@ from collections import Counter
 import numpy as np
 import pytest
 from conftest import make_board, paper_request
+from test_baselines_program import _long_chain
 
 from poetsim.baselines import (
     BASELINES,
@@ -630,15 +631,6 @@ def _reference_dtr(graph, costs, budget_bytes):
     return prog.steps
 
 
-def _relu_chain(relus: int):
-    fg = ForwardGraph("relu_chain")
-    h = fg.op("fc", "linear", [fg.input("x", 4)], output_elements=4, flops=32, param_count=20)
-    for i in range(relus):
-        h = fg.op(f"relu{i}", "relu", [h], output_elements=4, flops=4)
-    fg.loss("loss", h)
-    return fg.build()
-
-
 @pytest.mark.parametrize("model,share", [
     ("resnet18_cifar", 0.5), ("resnet18_cifar", 0.3), ("mlp", 0.4), ("bert", 0.3),
     ("mobilenet_v2", 0.3), ("transformer_block", 0.7), ("relu_chain", None)])
@@ -648,7 +640,7 @@ def test_dtr_chooses_as_a_full_scan_does(board, model, share):
     resident tensor does, on chains (the ReLU chain in room for 30 tensors: walks back
     through hundreds of evicted ones, past the scan's walk) and on residual and attention
     graphs."""
-    graph = _relu_chain(600) if model == "relu_chain" else build_model(model)
+    graph = _long_chain(600) if model == "relu_chain" else build_model(model)
     costs = op_costs(graph, board)
     budget = 30 * 16 if share is None else int(share * plain_peak(graph).bytes)
     program, evictions = dtr_program(graph, costs, budget)
