@@ -262,18 +262,9 @@ def _compare(expected: dict[str, Any], found: dict[str, Any], fields: Iterable[s
 def _check_one(path: Path, tolerance: float, resolve: bool) -> CaseCheck:
     name = path.stem
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-        meta = parse_metadata(raw.get("metadata", {}) if isinstance(raw, dict) else {},
-                              source=str(path))
+        meta = _golden_metadata_of(path)
         name = meta.case or name
-        missing = [f for f in ("model", "board", "ram", "accounting", "method", "expected")
-                   if getattr(meta, f) is None]
-        if missing:
-            raise InputError(f"{path}: metadata.{missing[0]} is missing: not a golden")
-        request = _request(meta.model, dict(meta.model_options or {}), meta.board, meta.ram,
-                           meta.deadline, meta.accounting)
-        schedule = read_schedule(path, request.graph)
-        report, verdict = check_on_board(request, schedule)
+        request, report, verdict = _simulate(meta, path)
         found = _figures(verdict, report.energy_j, None)
         expected = dict(meta.expected)
         fields = ["energy_j", "peak_total_bytes", "makespan_s", "verdict"]
@@ -302,13 +293,10 @@ def trained_on(board: str, folder: str | Path) -> list[dict[str, Any]]:
     and storage lifetime. Goldens judged under the paper's accounting do not count."""
     found = []
     for path in _goldens(Path(folder)):
-        raw = json.loads(path.read_text(encoding="utf-8"))
-        meta = parse_metadata(raw.get("metadata", {}), source=str(path))
+        meta = _golden_metadata_of(path)
         if meta.board != board or meta.accounting != Accounting.PHYSICAL.value:
             continue
-        request = _request(meta.model, dict(meta.model_options or {}), meta.board, meta.ram,
-                           meta.deadline, meta.accounting)
-        report, verdict = check_on_board(request, read_schedule(path, request.graph))
+        _, report, verdict = _simulate(meta, path)
         if not verdict.passed:
             continue
         found.append({"case": meta.case or path.stem, "model": meta.model,
@@ -318,6 +306,27 @@ def trained_on(board: str, folder: str | Path) -> list[dict[str, Any]]:
                       "peak_total_bytes": verdict.peak_total_bytes,
                       "storage_lifetime_iterations": report.storage_lifetime_iterations})
     return found
+
+
+def _golden_metadata_of(path: Path) -> Any:
+    """A golden's parsed metadata, refused when it lacks what remaking it needs."""
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    meta = parse_metadata(raw.get("metadata", {}) if isinstance(raw, dict) else {},
+                          source=str(path))
+    missing = [f for f in ("model", "board", "ram", "accounting", "method", "expected")
+               if getattr(meta, f) is None]
+    if missing:
+        raise InputError(f"{path}: metadata.{missing[0]} is missing: not a golden")
+    return meta
+
+
+def _simulate(meta: Any, path: Path) -> tuple[Request, Any, Verdict]:
+    """The golden's request, rebuilt from its words, and its schedule simulated and judged
+    on the board."""
+    request = _request(meta.model, dict(meta.model_options or {}), meta.board, meta.ram,
+                       meta.deadline, meta.accounting)
+    report, verdict = check_on_board(request, read_schedule(path, request.graph))
+    return request, report, verdict
 
 
 def _goldens(folder: Path) -> list[Path]:
