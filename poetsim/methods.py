@@ -91,11 +91,11 @@ def _gap(_instance: Any, attribute: Any, value: float) -> None:
         raise InputError(f"{attribute.name} = {value!r}: must be in [0, 1)")
 
 
-def _count(low: int, high: int) -> Callable[[Any, Any, int], None]:
+def _count(low: int, high: int, also: str = "") -> Callable[[Any, Any, int], None]:
     def check(_instance: Any, attribute: Any, value: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or not (low <= value <= high):
             raise InputError(f"{attribute.name} = {value!r}: must be a whole number in "
-                             f"[{low}, {high}]")
+                             f"[{low}, {high}]{also}")
     return check
 
 
@@ -127,7 +127,8 @@ class SolverSettings:
     #: :mod:`poetsim.optimizer.effort`); the time limit is then a safety cap. None (or 0):
     #: the time limit alone bounds the search, and the result depends on the machine.
     effort: int | None = attrs.field(default=DEFAULT_EFFORT, converter=_no_effort_as_none,
-                                     validator=attrs.validators.optional(_count(1, 10**9)))
+                                     validator=attrs.validators.optional(
+                                         _count(1, 10**9, ", or 0: the time limit alone")))
 
     def for_method(self, method: str) -> dict[str, Any]:
         """The settings that decide ``method``'s result ({} for a heuristic baseline)."""
