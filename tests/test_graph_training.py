@@ -18,7 +18,7 @@ from poetsim.graph import (
     write_graph,
 )
 from poetsim.graph.autograd import ForwardGraph
-from poetsim.graph.training import layers
+from poetsim.graph.training import layers, resolve_training
 from poetsim.zoo import build_model
 
 
@@ -135,6 +135,36 @@ def test_bias_only() -> None:
     two = build_model("mlp", bias_only=1, train_last=2)
     assert two.trained_param_bytes == 4 * (256 + 10)
     assert "fc9/grad" in names(two) and "fc8/grad" not in names(two)
+
+
+def test_mobilenet_w035_sparse_update_is_lin_et_al_scheme() -> None:
+    """tiny-training's "99kb" scheme on the headless network: expansions of blocks 10-17
+    (ratio 1/8 in block 15, 1/2 in block 16), the classifier by its index -1, biases of
+    the last 25 convolutions."""
+    g = build_model("mobilenet_v2_w035", head=0, sparse_update=1, classes=10)
+    assert g.metadata["training_mode"] == "sparse"
+    for block in (10, 11, 12, 13, 14, 17):
+        assert g.op(f"block{block}.expand.conv").frozen_param_bytes == 0
+    b15, b16 = g.op("block15.expand.conv"), g.op("block16.expand.conv")
+    assert b15.trained_param_bytes == b15.param_bytes // 8
+    assert b16.trained_param_bytes == b16.param_bytes // 2
+    assert g.op("classifier").frozen_param_bytes == 0
+    assert g.op("classifier").param_bytes == 4 * (112 * 10 + 10)
+    # 51 convolutions: the last 25 are 26 (block 9's projection) to 50
+    shift = g.op("block9.project.bn")
+    assert shift.trained_param_bytes == shift.param_bytes // 2
+    assert g.op("block9.dw.bn").trained_param_bytes == 0
+    expand = g.op("block10.expand.bn")
+    assert expand.trained_param_bytes == expand.param_bytes
+
+
+def test_negative_sparse_layer_index_counts_from_the_last() -> None:
+    forward = _forward("mlp")
+    n = len(layers(forward))
+    last = resolve_training(forward, Training("sparse", weights={-1: 1.0}))
+    assert set(last) == set(resolve_training(forward, Training("sparse", weights={n - 1: 1.0})))
+    with pytest.raises(InputError, match=rf"layer index {-n - 1}: must be in \[-{n}, {n}\)"):
+        resolve_training(forward, Training("sparse", weights={-n - 1: 1.0}))
 
 
 def test_sparse_update_is_lin_et_al_scheme() -> None:

@@ -101,6 +101,12 @@ def test_mcu_models_exact_architecture() -> None:
     assert w.op("head.conv").param_bytes == 4 * 112 * 1280
     assert build_model("mobilenet_v2", width_percent=35, image_size=128).param_bytes \
         == w.param_bytes
+    # Lin et al.'s network has no head: the classifier reads block 17's 112 channels
+    headless = build_model("mobilenet_v2_w035", head=0)
+    assert "head.conv" not in {op.name for op in headless.ops}
+    assert headless.op("classifier").param_bytes == 4 * (112 * 1000 + 1000)
+    assert headless.metadata["head"] == 0 and w.metadata["head"] == 1
+    assert "head" not in build_model("mobilenet_v2").metadata
     # MCUNet-in1 at 128 (tiny-training mcunet-5fps): 16 -> ... -> 160 channels at 4x4,
     # 7x7 depthwise kernels in blocks 4, 7 and 11, residuals where the shape is kept.
     m = model("mcunet_in1")
@@ -356,6 +362,8 @@ def test_unknown_model() -> None:
                                   "sparse-update scheme"),
     ("mcunet_in1", {"sparse_update": 1, "train_last": 3}, "cannot be combined with train_last"),
     ("mlp", {"sparse_update": "yes"}, "option sparse_update = 'yes'"),
+    ("mobilenet_v2_w035", {"head": 2}, "option head = 2: must be 0 or 1"),
+    ("mobilenet_v2_w035", {"head": -1}, r"option head = -1: must be a whole number in \[0, "),
 ])
 def test_bad_options(name: str, options: dict, message: str) -> None:
     with pytest.raises(InputError, match=message) as info:

@@ -9,6 +9,7 @@ import pytest
 
 from poetsim.errors import InputError
 from poetsim.graph import Precision, graph_fingerprint, precision_of, resident_memory
+from poetsim.graph.autograd import forward_macs
 from poetsim.graph.memory import plain_peak
 from poetsim.zoo import PRECISION_OPTIONS, build_model, model_names, model_options
 
@@ -40,13 +41,35 @@ def test_int8_means_int8_weights_and_activations_with_fp32_gradients():
     int8 = build_model("ds_cnn_s", int8=1)
     assert precision_of(int8) == Precision(1, 1, 4)
     assert int8.metadata["int8"] == 1
-    assert int8.param_bytes * 4 == fp32.param_bytes
-    assert resident_memory(int8).gradient_bytes == resident_memory(fp32).gradient_bytes
+    # each batch norm (shift only in DS-CNN) folds into its convolution's bias
+    folded = sum(op.param_bytes for op in fp32.ops if op.kind == "batchnorm")
+    assert int8.param_bytes * 4 == fp32.param_bytes - folded
+    assert resident_memory(int8).gradient_bytes == resident_memory(fp32).gradient_bytes - folded
     assert plain_peak(int8).bytes < plain_peak(fp32).bytes
     assert precision_of(build_model("ds_cnn_s", int8=1, gradient_bytes=2)) == Precision(1, 1, 2)
     assert precision_of(build_model("ds_cnn_s", int8=1, weight_bytes=1)) == Precision(1, 1, 4)
     assert precision_of(build_model("mlp", layers=2, weight_bytes=2, activation_bytes=1)) == \
         Precision(2, 1, 4)
+
+
+@pytest.mark.parametrize("model", ["ds_cnn_s", "mobilenet_v2_w035", "mcunet_in1"])
+def test_int8_graphs_fuse_norm_and_activation_into_the_convolution(model):
+    """An int8 MCU graph runs convolution, norm and activation as one op: no tensor
+    between them, the same MACs, the backward reading the output for the mask."""
+    fp32 = build_model(model, image_size=64) if model != "ds_cnn_s" else build_model(model)
+    int8 = (build_model(model, image_size=64, int8=1) if model != "ds_cnn_s"
+            else build_model(model, int8=1))
+    kinds = {op.kind for op in int8.ops}
+    assert not kinds & {"batchnorm", "relu", "relu6"}
+    assert kinds & {"conv2d_relu", "conv2d_relu6"}
+    assert forward_macs(int8) == forward_macs(fp32)
+    convs = [op.name for op in fp32.ops if op.kind == "conv2d" and op.phase.value == "forward"]
+    assert convs == [op.name for op in int8.ops
+                     if op.kind.startswith("conv2d") and op.phase.value == "forward"]
+    fused = next(i for i, op in enumerate(int8.ops) if op.kind.startswith("conv2d_relu")
+                 and f"{op.name}/grad" in {o.name for o in int8.ops})
+    grad = int8.index(f"{int8.ops[fused].name}/grad")
+    assert fused in int8.predecessors(grad)
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -96,3 +119,24 @@ def test_compare_int8_ds_cnn_on_the_nrf52840_passes_with_a_smaller_peak(capsys):
     assert int8_last2["verdict"] == fp32_last2["verdict"] == "PASS"
     assert int8_last2["peak_total_bytes"] < fp32_last2["peak_total_bytes"]
     assert int8_last2["resident_bytes"] < fp32_last2["resident_bytes"]
+
+
+def test_lin_et_al_mcunet_sparse_update_fits_the_nrf52840(tmp_path, capsys):
+    """Lin et al.'s setting (tiny-training: MCUNet-5fps at 128x128, Flowers-102, the
+    "100KB" sparse update, int8, in-place update): POET's schedule PASSes physically on
+    the nRF52840's 256 KiB, frozen weights read from flash; the fp32 gradients of the
+    trained layers live only inside the ops that apply them."""
+    from poetsim.cli.main import main
+
+    sets = []
+    for option in ("int8=1", "sparse_update=1", "inplace_update=1", "classes=102"):
+        sets += ["--set", option]
+    out = tmp_path / "mcunet.json"
+    assert main(["solve", "--model", "mcunet_in1", *sets, "--board", "nrf52840",
+                 "--deadline", "1.5x", "--effort", "10", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["simulate", str(out), *sets, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["verdict"] == "PASS" and report["fits_board_ram"]
+    assert report["peak_total_bytes"] <= 232 * 1024
+    assert report["flash_weight_bytes"] > 0

@@ -100,6 +100,11 @@ def _mac_backward(c: BackwardContext) -> float:
     return flops + (c.output_elements if c.bias_gradient_only else 0)
 
 
+def _fused_backward(mask_flops: float) -> Callable[[BackwardContext], float]:
+    # the activation's mask is applied to the output gradient first, then as a MAC op
+    return lambda c: _mac_backward(c) + mask_flops * c.output_elements
+
+
 def _matmul_backward(c: BackwardContext) -> float:
     return c.forward_flops * sum(c.inputs_needing_grad)
 
@@ -119,6 +124,13 @@ KINDS: dict[str, KindRule] = {
     "conv2d": KindRule(True, False, _mac_backward, saves_inputs_only_with_params=True),
     "linear": KindRule(True, False, _mac_backward, saves_inputs_only_with_params=True),
     "matmul": KindRule(True, False, _matmul_backward),
+    # A convolution with its batch norm folded in and its activation fused (an int8 MCU
+    # graph, :func:`poetsim.zoo.layers.conv_bn_act`): the backward also reads the output,
+    # whose clamped values give the activation's mask.
+    "conv2d_relu": KindRule(True, True, _fused_backward(1),
+                            saves_inputs_only_with_params=True),
+    "conv2d_relu6": KindRule(True, True, _fused_backward(2),
+                             saves_inputs_only_with_params=True),
     "relu": KindRule(False, True, _per_output_element(1)),
     "relu6": KindRule(True, False, _per_output_element(2)),
     "gelu": KindRule(True, False, _per_output_element(8)),
@@ -138,8 +150,9 @@ KINDS: dict[str, KindRule] = {
     "mse": KindRule(True, False, _per_input_element(2)),
 }
 
-#: Kinds whose FLOPs are exactly 2 x multiply-accumulates.
-MAC_KINDS = frozenset({"conv2d", "linear", "matmul"})
+#: Kinds whose FLOPs are exactly 2 x multiply-accumulates (a fused activation is the
+#: requantisation's clamp and adds none).
+MAC_KINDS = frozenset({"conv2d", "conv2d_relu", "conv2d_relu6", "linear", "matmul"})
 
 #: Kinds that may serve as the loss.
 LOSS_KINDS = frozenset({"cross_entropy", "mse"})

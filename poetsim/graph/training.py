@@ -14,8 +14,9 @@ in forward order; the last one is the classifier.
   last ``last`` layers (every layer when ``last`` is 0), every weight frozen;
 * ``sparse``: sparse update as Lin et al. (NeurIPS 2022) define it: biases of the last
   ``last`` layers, and the weights of the layers listed in ``weights`` (index from the
-  first layer, 0-based), each with the fraction of its weights that is trained (Lin et
-  al.'s channel ratio; the weight gradient costs that fraction of the MACs).
+  first layer, 0-based; a negative index counts from the last, -1 the classifier), each
+  with the fraction of its weights that is trained (Lin et al.'s channel ratio; the
+  weight gradient costs that fraction of the MACs).
 
 ``inplace_update`` (any mode) says how the trained parameters are updated: by the
 backward op that computes their gradient, the SGD step fused into it (Lin et al.'s
@@ -48,7 +49,7 @@ __all__ = ["LAYER_KINDS", "MODES", "NORM_KINDS", "TrainedParams", "Training", "l
 MODES = ("full", "last", "bias", "sparse")
 
 #: Kinds whose parameters are a layer's weights (and bias).
-LAYER_KINDS = frozenset({"conv2d", "linear", "embedding"})
+LAYER_KINDS = frozenset({"conv2d", "conv2d_relu", "conv2d_relu6", "linear", "embedding"})
 
 #: Norms that join the layer they read directly.
 NORM_KINDS = frozenset({"batchnorm", "layernorm"})
@@ -94,8 +95,6 @@ class Training:
         elif self.weights:
             raise InputError(f"training weights: only for the sparse mode, not {self.mode!r}")
         for index, fraction in self.weights:
-            if index < 0:
-                raise InputError(f"sparse update: layer index {index}: must be >= 0")
             if not 0.0 < fraction <= 1.0:
                 raise InputError(f"sparse update: layer {index} weight fraction {fraction!r}: "
                                  "must be in (0, 1]")
@@ -149,9 +148,10 @@ def resolve_training(forward: Sequence[ForwardOp],
         raise InputError(f"option train_last = {training.last}: must be at most {n}, the "
                          "number of layers with parameters")
     for index, _ in training.weights:
-        if index >= n:
-            raise InputError(f"sparse update: layer index {index}: must be below {n}, the "
-                             "model's layers with parameters")
+        if not -n <= index < n:
+            raise InputError(f"sparse update: layer index {index}: must be in [-{n}, {n}), "
+                             f"the model's {n} layers with parameters (negative: from the "
+                             "last)")
     bias_layers = range(n - training.last if training.last else 0, n)
     trained: dict[str, TrainedParams] = {}
 
@@ -174,7 +174,7 @@ def resolve_training(forward: Sequence[ForwardOp],
             for index in bias_layers:
                 add(index, 0.0, True)
         for index, fraction in training.weights:
-            add(index, fraction, False)
+            add(index % n, fraction, False)
     trained = {k: v for k, v in trained.items() if v.weights or v.biases}
     if not trained:
         raise InputError(f"training mode {training.mode!r}: the chosen layers have no "

@@ -26,7 +26,9 @@ Every model also takes the precision options (:data:`PRECISION_OPTIONS`,
 :mod:`poetsim.graph.precision`):
 
 * ``int8=1``: Lin et al.'s int8 training graph (``mcu-training.md``: "int8 quantized
-  graphs", frozen int8 weights read in place): weights and activations 1 byte, while
+  graphs", frozen int8 weights read in place; each convolution with its batch norm and
+  activation fused into one op, :func:`poetsim.zoo.layers.conv_bn_act`): weights and
+  activations 1 byte, while
   gradients and optimizer state stay fp32 (4 bytes). The reference gives no gradient
   width; Quantization-Aware Scaling rescales gradients in floating point before the
   update, so fp32 is the conservative choice (narrow it with ``gradient_bytes``);
@@ -60,7 +62,7 @@ from poetsim.graph.training import Training
 from poetsim.zoo.dscnn import ds_cnn_m, ds_cnn_s
 from poetsim.zoo.mcunet import MCUNET_IN1_SPARSE_UPDATE, mcunet_in1
 from poetsim.zoo.mlp import mlp
-from poetsim.zoo.mobilenet import mobilenet_v2, mobilenet_v2_w035
+from poetsim.zoo.mobilenet import MOBILENET_V2_W035_SPARSE_UPDATE, mobilenet_v2, mobilenet_v2_w035
 from poetsim.zoo.resnet import resnet18, resnet18_cifar, resnet50
 from poetsim.zoo.transformer import bert, transformer_block
 from poetsim.zoo.vgg import vgg16, vgg16_cifar
@@ -107,7 +109,9 @@ _MODELS: dict[str, _Model] = {
                            "MobileNetV2 1.0 for ImageNet (224x224x3, 1000 classes)"),
     "mobilenet_v2_w035": _Model(mobilenet_v2_w035,
                                 "MobileNetV2 0.35 for ImageNet at 128x128x3, 1000 classes "
-                                "(MCU class: 1.66 M parameters, 20 M MACs)"),
+                                "(MCU class: 1.66 M parameters, 20 M MACs; sparse_update=1 is "
+                                "Lin et al.'s scheme)",
+                                sparse_update=MOBILENET_V2_W035_SPARSE_UPDATE),
     "mcunet_in1": _Model(mcunet_in1,
                          "MCUNet-in1 (5fps) at 128x128x3, 1000 classes, as Lin et al. train "
                          "it on MCUs (0.64 M parameters; sparse_update=1 is their scheme)",
@@ -222,6 +226,9 @@ def precision_from_options(name: str, given: dict[str, int]) -> Precision:
 #: MLP layers are 400,001 ops).
 _OPTION_MAX = 100_000
 
+#: Model options that are switches (0 or 1) rather than sizes.
+_SWITCH_OPTIONS = frozenset({"head"})
+
 
 def _as_int(name: str, option: str, value: Any, minimum: int) -> int:
     """``value`` as an int of at least ``minimum``; integral floats and decimal strings are
@@ -269,7 +276,8 @@ def build_model(name: str, **options: Any) -> TrainingGraph:
         elif option in PRECISION_OPTIONS:
             widths[option] = _as_int(name, option, value, 0)
         else:
-            checked[option] = _as_int(name, option, value, 1)
+            checked[option] = _as_int(name, option, value,
+                                      0 if option in _SWITCH_OPTIONS else 1)
     training = training_from_options(name, **modes)
     precision = precision_from_options(name, widths)
     try:

@@ -36,10 +36,8 @@ FRAMES, COEFFICIENTS = 49, 10
 
 def _conv_bn_relu(fg: ForwardGraph, prefix: str, x: L.Tensor, channels: int,
                   kernel: tuple[int, int], stride: tuple[int, int], groups: int = 1) -> L.Tensor:
-    x = L.conv2d(fg, f"{prefix}.conv", x, channels, kernel, stride=stride, padding="same",
-                 groups=groups, bias=True)
-    x = L.batchnorm(fg, f"{prefix}.bn", x, scale=False)
-    return L.relu(fg, f"{prefix}.relu", x)
+    return L.conv_bn_act(fg, prefix, x, channels, kernel, stride=stride, padding="same",
+                         groups=groups, bias=True, bn_scale=False, activation="relu")
 
 
 def _ds_cnn(name: str, batch_size: int, classes: int, channels: int,

@@ -28,6 +28,10 @@ Conventions
   buffer is reused sample after sample, so it does not scale with the batch size. All
   other ops are assumed to work without scratch memory (workspace 0).
 * Reshapes, flattening, head splitting and token selection are views and add no op.
+* Fusion (:func:`conv_bn_act`): in an int8 graph a convolution, its batch norm and its
+  activation are one op, as int8 MCU graphs run them (TFLite Micro, Lin et al.'s Tiny
+  Training Engine): the norm folded into the convolution's weights and bias, the
+  activation the clamp of the requantisation. So no fp32-only intermediate tensor exists.
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ from poetsim.graph.precision import Precision
 from poetsim.graph.training import Training
 
 __all__ = [
-    "Tensor", "add", "attention", "avgpool", "batchnorm", "check_option", "conv2d", "conv_out",
+    "Tensor", "add", "attention", "avgpool", "batchnorm", "check_option", "conv2d",
+    "conv_bn_act", "conv_out",
     "flatten", "gelu", "layernorm", "linear", "matmul", "maxpool", "new_graph", "relu", "relu6",
     "softmax",
 ]
@@ -103,7 +108,8 @@ def _pair(value: int | tuple[int, int]) -> tuple[int, int]:
 
 def conv2d(fg: ForwardGraph, name: str, x: Tensor, out_channels: int,
            kernel: int | tuple[int, int], *, stride: int | tuple[int, int] = 1,
-           padding: int | str | None = None, groups: int = 1, bias: bool = False) -> Tensor:
+           padding: int | str | None = None, groups: int = 1, bias: bool = False,
+           kind: str = "conv2d") -> Tensor:
     """2-D convolution on ``(C, H, W)``; ``padding`` defaults to ``kernel // 2``.
 
     ``kernel`` and ``stride`` are one number or (height, width); ``padding="same"`` is
@@ -128,10 +134,37 @@ def conv2d(fg: ForwardGraph, name: str, x: Tensor, out_channels: int,
     macs = ho * wo * out_channels * per_group
     params = out_channels * per_group + (out_channels if bias else 0)
     out = Tensor(name, (out_channels, ho, wo))
-    fg.op(name, "conv2d", [x.name], output_elements=_batch(fg, out.elements),
+    fg.op(name, kind, [x.name], output_elements=_batch(fg, out.elements),
           flops=2.0 * _batch(fg, macs), param_count=params,
           workspace_elements=2 * per_group, bias_count=out_channels if bias else 0)
     return out
+
+
+def conv_bn_act(fg: ForwardGraph, prefix: str, x: Tensor, out_channels: int,
+                kernel: int | tuple[int, int], *, activation: str | None,
+                stride: int | tuple[int, int] = 1, padding: int | str | None = None,
+                groups: int = 1, bias: bool = False, bn_scale: bool = True) -> Tensor:
+    """``{prefix}.conv``, ``{prefix}.bn`` and ``{prefix}.{activation}`` (``"relu"``,
+    ``"relu6"`` or ``None``), or in an int8 graph one fused op ``{prefix}.conv``.
+
+    The fused op (kind ``conv2d``, ``conv2d_relu`` or ``conv2d_relu6``) has the
+    convolution's MACs and weights and one bias per output channel (the norm's shift
+    folded in, with the convolution's own bias: the norm's scale folds into the weights);
+    the clamp is part of the requantisation and costs no FLOPs. Its backward reads the
+    output for the activation's mask (:data:`poetsim.graph.autograd.KINDS`).
+    """
+    p = fg.precision
+    if p.weight_bytes == 1 and p.activation_bytes == 1:
+        y = conv2d(fg, f"{prefix}.conv", x, out_channels, kernel, stride=stride,
+                   padding=padding, groups=groups, bias=True,
+                   kind="conv2d" if activation is None else f"conv2d_{activation}")
+        return y
+    y = conv2d(fg, f"{prefix}.conv", x, out_channels, kernel, stride=stride, padding=padding,
+               groups=groups, bias=bias)
+    y = batchnorm(fg, f"{prefix}.bn", y, scale=bn_scale)
+    if activation is None:
+        return y
+    return {"relu": relu, "relu6": relu6}[activation](fg, f"{prefix}.{activation}", y)
 
 
 def linear(fg: ForwardGraph, name: str, x: Tensor, out_features: int, *,

@@ -8,7 +8,8 @@ from poetsim.graph.precision import Precision
 from poetsim.graph.training import Training
 from poetsim.zoo import layers as L
 
-__all__ = ["make_divisible", "mobilenet_v2", "mobilenet_v2_w035"]
+__all__ = ["MOBILENET_V2_W035_SPARSE_UPDATE", "make_divisible", "mobilenet_v2",
+           "mobilenet_v2_w035"]
 
 #: Inverted-residual settings: expansion t, output channels c, repeats n, first stride s.
 MOBILENET_V2_SETTINGS: tuple[tuple[int, int, int, int], ...] = (
@@ -18,6 +19,25 @@ MOBILENET_V2_SETTINGS: tuple[tuple[int, int, int, int], ...] = (
 
 #: Smallest input side accepted (the last feature map is then 1x1).
 MIN_IMAGE_SIZE = 32
+
+
+def _w035_sparse_update() -> Training:
+    """Lin et al.'s sparse-update scheme of MobileNetV2 w0.35 at 128x128 (tiny-training
+    ``compilation/mcu_ir_gen.py``, ``mbv2`` scheme ``"99kb"``, the size of MCUNet's
+    "100KB scheme"): biases of the last 25 convolutions (``n_bias_update 25``) and the
+    weights of convolutions 27, 30, 33, 36, 39, 42, 45, 48 (``manual_weight_idx``, counted
+    from the stem, 0-based: the expansions of blocks 10 to 17) with channel ratios 1, 1,
+    1, 1, 1, 0.125, 0.5, 1, and the classifier (layer -1, trained there as in MCUNet's
+    scheme). Their network has no head convolution (``head=0``); with it, the head takes
+    one of the 25 bias slots.
+    """
+    weights = {27: 1.0, 30: 1.0, 33: 1.0, 36: 1.0, 39: 1.0, 42: 0.125, 45: 0.5, 48: 1.0,
+               -1: 1.0}
+    return Training("sparse", last=25 + 1, weights=weights)
+
+
+#: The published sparse-update scheme of ``mobilenet_v2_w035`` (``--set sparse_update=1``).
+MOBILENET_V2_W035_SPARSE_UPDATE = _w035_sparse_update()
 
 
 def make_divisible(value: float, divisor: int = 8) -> int:
@@ -30,9 +50,8 @@ def make_divisible(value: float, divisor: int = 8) -> int:
 
 def _conv_bn(fg: ForwardGraph, prefix: str, x: L.Tensor, channels: int, kernel: int, *,
              stride: int = 1, groups: int = 1, activation: bool = True) -> L.Tensor:
-    x = L.conv2d(fg, f"{prefix}.conv", x, channels, kernel, stride=stride, groups=groups)
-    x = L.batchnorm(fg, f"{prefix}.bn", x)
-    return L.relu6(fg, f"{prefix}.relu6", x) if activation else x
+    return L.conv_bn_act(fg, prefix, x, channels, kernel, stride=stride, groups=groups,
+                         activation="relu6" if activation else None)
 
 
 def inverted_residual(fg: ForwardGraph, prefix: str, x: L.Tensor, channels: int,
@@ -55,14 +74,19 @@ def inverted_residual(fg: ForwardGraph, prefix: str, x: L.Tensor, channels: int,
 
 def _mobilenet_v2(name: str, batch_size: int, classes: int, image_size: int,
                   width_percent: int, training: Training | None,
-                  precision: Precision | None = None) -> TrainingGraph:
+                  precision: Precision | None = None, head: int | None = None,
+                  ) -> TrainingGraph:
+    # ``head`` is an option of the w0.35 model only: None keeps the head and records no
+    # option, so mobilenet_v2's graphs (and the goldens pinning them) stay unchanged.
     L.check_option(image_size >= MIN_IMAGE_SIZE, "image_size", image_size,
                    f"must be at least {MIN_IMAGE_SIZE}")
     L.check_option(width_percent <= 400, "width_percent", width_percent,
                    "must be at most 400 (a width multiplier of 4)")
     width = width_percent / 100
+    L.check_option(head in (None, 0, 1), "head", head, "must be 0 or 1")
+    extra = {} if head is None else {"head": head}
     fg = L.new_graph(name, batch_size, training=training, precision=precision, classes=classes,
-                     image_size=image_size, width_percent=width_percent)
+                     image_size=image_size, width_percent=width_percent, **extra)
     x = L.Tensor(fg.input("input", 3 * image_size * image_size), (3, image_size, image_size))
     x = _conv_bn(fg, "stem", x, make_divisible(32 * width), 3, stride=2)
     index = 0
@@ -71,7 +95,8 @@ def _mobilenet_v2(name: str, batch_size: int, classes: int, image_size: int,
             index += 1
             x = inverted_residual(fg, f"block{index}", x, make_divisible(channels * width),
                                   first_stride if r == 0 else 1, expand)
-    x = _conv_bn(fg, "head", x, make_divisible(1280 * max(1.0, width)), 1)
+    if head is None or head:
+        x = _conv_bn(fg, "head", x, make_divisible(1280 * max(1.0, width)), 1)
     return L.pooled_classifier(fg, x, classes, name="classifier")
 
 
@@ -91,7 +116,8 @@ def mobilenet_v2(*, batch_size: int = 1, classes: int = 1000, image_size: int = 
 
 
 def mobilenet_v2_w035(*, batch_size: int = 1, classes: int = 1000, image_size: int = 128,
-                      width_percent: int = 35, training: Training | None = None,
+                      width_percent: int = 35, head: int = 1,
+                      training: Training | None = None,
                       precision: Precision | None = None,
                       ) -> TrainingGraph:
     """MobileNetV2 0.35 at 128x128, the smallest of the reference family.
@@ -99,7 +125,9 @@ def mobilenet_v2_w035(*, batch_size: int = 1, classes: int = 1000, image_size: i
     :func:`mobilenet_v2` with other defaults. Published (TF-slim MobileNet README,
     tensorflow/models ``research/slim/nets/mobilenet/README.md``, row
     ``mobilenet_v2_0.35_128``): 20 M MACs, 1.66 M parameters. Lin et al. (NeurIPS 2022)
-    train a w0.35 MobileNetV2 without the 1280-channel head on microcontrollers.
+    train it on microcontrollers without the 1280-channel head convolution (``head=0``;
+    tiny-training ``algorithm/assets/mcu_models/mbv2-w0.35.pkl``: no ``feature_mix``
+    layer, the classifier reads 112 channels).
     """
     return _mobilenet_v2("mobilenet_v2_w035", batch_size, classes, image_size, width_percent,
-                         training, precision)
+                         training, precision, head)
