@@ -53,6 +53,50 @@ def test_import_solve_execute_end_to_end(tmp_path, capsys):
     assert "PASS" in text and "max relative gradient error" in text
 
 
+@pytest.mark.parametrize("factory, shape, ram, in_place, frozen, remat", [
+    ("small_cnn", "2,3,8,8", "70%", 9, 0, True),  # the solver recomputes conv1 and conv2
+    ("frozen_mlp", "2,32", "100%", 3, 3, False),  # fc1 and fc2's weight frozen
+])
+def test_inplace_update_import_solve_execute(tmp_path, capsys, factory, shape, ram, in_place,
+                                             frozen, remat):
+    pytest.importorskip("torch")
+    graph, schedule = tmp_path / "g.json", tmp_path / "s.json"
+    model = ["--model-factory", f"{MODELS}:{factory}", "--input-shape", shape]
+    assert main(["import", f"{MODELS}:{factory}", "--input-shape", shape,
+                 "--inplace-update", "--out", str(graph)]) == 0
+    doc = json.loads(graph.read_text())
+    fused = [op["name"] for op in doc["ops"] if op.get("inplace_update")]
+    assert fused and all(name.endswith("/grad") for name in fused)
+    assert main(["solve", "--graph", str(graph), "--ram", ram, "--time-limit", "5",
+                 "--out", str(schedule)]) == 0
+    capsys.readouterr()
+    assert main(["execute", str(schedule), *model, "--inplace-update", "--lr", "0.05",
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed"] and report["lr"] == 0.05
+    assert report["max_rel_weight_error"] <= 1e-9 and report["frozen_params"] == frozen
+    assert report["params_updated_in_place"] == in_place
+    assert report["params_updated_after"] == 0
+    assert (report["recomputations"] > 0) is remat
+    assert main(["execute", str(schedule), *model, "--inplace-update"]) == 0
+    text = capsys.readouterr().out
+    assert "max relative weight error (SGD)" in text
+    assert f"{in_place} / 0; {frozen} frozen, unchanged" in text
+    # without --inplace-update the model imports as another graph
+    assert main(["execute", str(schedule), *model]) == 2
+    assert "fingerprint" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("lr", ["0", "-0.1", "nan", "inf"])
+def test_execute_refuses_a_bad_learning_rate_in_one_line(tmp_path, capsys, lr):
+    pytest.importorskip("torch")
+    status = main(["execute", str(tmp_path / "missing.json"), "--model-factory",
+                   f"{MODELS}:mlp", "--input-shape", "2,32", "--lr", lr])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1
+    assert err.startswith(f"poetsim: error: --lr {float(lr)!r}: the learning rate must be")
+
+
 def test_execute_refuses_a_schedule_for_another_model(tmp_path, capsys):
     pytest.importorskip("torch")
     graph, schedule = tmp_path / "g.json", tmp_path / "s.json"

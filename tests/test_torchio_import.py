@@ -31,6 +31,63 @@ def test_mlp_imports_exactly_as_the_zoo_builds_it():
     assert imported.graph.metadata["batch_size"] == 2
 
 
+def _mlp_with_frozen(frozen) -> object:
+    model = tm.mlp()
+    for name, param in model.named_parameters():
+        param.requires_grad_(not frozen(name))
+    return model
+
+
+#: zoo training-mode options, and the parameters to freeze in torch for the same thing
+FROZEN_CASES = {
+    "full": ({}, lambda name: False),
+    "last-1": ({"train_last": 1}, lambda name: not name.startswith("fc3.")),
+    "bias-only": ({"bias_only": 1}, lambda name: name.endswith(".weight")),
+}
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("case", sorted(FROZEN_CASES))
+def test_frozen_parameters_and_inplace_updates_import_as_the_zoo_derives_them(case, inplace):
+    options, frozen = FROZEN_CASES[case]
+    imported = import_module(_mlp_with_frozen(frozen), tm.mlp_inputs(), name="mlp",
+                             inplace_update=inplace)
+    zoo = build_model("mlp", batch_size=2, input_dim=32, width=16, layers=3, classes=4,
+                      inplace_update=int(inplace), **options)
+    assert graph_to_dict(imported.graph)["ops"] == graph_to_dict(zoo)["ops"]
+    assert imported.frozen_params == {n for n, _ in tm.mlp().named_parameters() if frozen(n)}
+    assert imported.inplace_update is inplace
+    assert any(op.inplace_update for op in imported.graph.ops) is inplace
+
+
+def test_a_frozen_weight_costs_no_weight_gradient():
+    graph = import_module(tm.frozen_mlp(), tm.mlp_inputs()).graph
+    fc1, fc2 = graph.op("fc1"), graph.op("fc2")
+    assert fc1.frozen_param_bytes == fc1.param_bytes  # frozen: no backward op at all
+    assert "fc1/grad" not in {op.name for op in graph.ops}
+    assert fc2.frozen_param_bytes == 4 * 16 * 16  # the weight; the bias is trained
+    # the bias gradient needs no saved input: fc2/grad reads relu2's gradient alone
+    assert graph.inputs_of(graph.index("fc2/grad")) == ["relu2/grad"]
+
+
+def test_inplace_updates_are_on_every_backward_op_with_trained_parameters():
+    imported = import_module(tm.small_cnn(), tm.small_cnn_inputs(), inplace_update=True)
+    graph = imported.graph
+    fused = {op.forward_of for op in graph.ops if op.inplace_update}
+    assert fused == {op.name for op in graph.ops if op.trained_param_bytes}
+    assert fused == {"conv1", "bn1", "conv2", "bn2", "fc"}
+    assert graph.metadata["inplace_update"] == 1
+    assert imported.ops["conv2"].biases == ("conv2.bias",)
+    assert imported.ops["bn1"].biases == ("bn1.bias",)
+
+
+def test_bad_import_options_are_one_line():
+    with pytest.raises(InputError, match="inplace_update = 'yes'"):
+        import_module(tm.mlp(), tm.mlp_inputs(), inplace_update="yes")
+    with pytest.raises(GraphError, match="nothing to train"):
+        import_module(_mlp_with_frozen(lambda name: True), tm.mlp_inputs())
+
+
 def test_resnet18_matches_the_zoo_within_two_percent():
     imported = import_module(tm.resnet18_cifar(), (torch.randn(1, 3, 32, 32),))
     zoo = build_model("resnet18_cifar", batch_size=1)

@@ -183,6 +183,15 @@ def mlp_inputs() -> tuple[torch.Tensor]:
     return (torch.randn(2, 32, generator=torch.Generator().manual_seed(1)),)
 
 
+def frozen_mlp() -> nn.Module:
+    """The MLP with ``fc1`` frozen and ``fc2``'s weight frozen (its bias trained)."""
+    model = mlp()
+    for name, param in model.named_parameters():
+        if name.startswith("fc1.") or name == "fc2.weight":
+            param.requires_grad_(False)
+    return model
+
+
 def resnet18_cifar() -> nn.Module:
     torch.manual_seed(0)
     return ResNet18Cifar().train()
@@ -278,3 +287,15 @@ def remat_and_page_schedule(graph, page: set[str], remat: set[str]):
                 steps.append(Step(Action.FREE, t))
                 resident.discard(t)
     return Schedule.for_graph(graph, steps, {"method": "hand-built remat and paging"})
+
+
+def with_recomputed(schedule, graph, name: str):
+    """``schedule`` with op ``name`` freed and computed again right after its first
+    computation (its inputs are still resident there)."""
+    from poetsim.schedule import Action, Schedule, Step
+
+    k = graph.index(name)
+    i = next(i for i, s in enumerate(schedule.steps) if s.action is Action.COMPUTE and s.op == k)
+    steps = [*schedule.steps[:i + 1], Step(Action.FREE, k), Step(Action.COMPUTE, k),
+             *schedule.steps[i + 1:]]
+    return Schedule.for_graph(graph, steps, {"method": f"hand-built, {name} recomputed"})

@@ -8,7 +8,9 @@ called with no arguments; it returns an ``nn.Module``, or ``(module, example_inp
 Without example inputs from the factory, ``--input-shape`` gives one per forward argument:
 ``2,3,32,32`` (random normal floats) or ``2,16:int:100`` (random integers in [0, 100)).
 torch is seeded with ``--seed`` before the factory runs, so ``import`` and ``execute`` of
-the same factory see the same weights and batch.
+the same factory see the same weights and batch. Parameters the factory leaves with
+``requires_grad=False`` are frozen; ``--inplace-update`` fuses each trained parameter's SGD
+step into its backward op (give it to ``execute`` too: the graph must be the same).
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ def _imported(args: argparse.Namespace, factory_spec: str) -> Any:
     name = args.name or factory_spec.rpartition(":")[2]
     return import_module(module, tuple(inputs), name=name, loss=args.loss,
                          dtype_bytes=args.dtype_bytes, output_index=args.output_index,
-                         metadata={"factory": factory_spec})
+                         metadata={"factory": factory_spec},
+                         inplace_update=args.inplace_update)
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
@@ -74,12 +77,14 @@ def _cmd_execute(args: argparse.Namespace) -> int:
     from poetsim.boards import get_board
     from poetsim.schedule import read_schedule
     from poetsim.torchio import execute_schedule
+    from poetsim.torchio.execute import check_learning_rate
 
+    lr = check_learning_rate(args.lr, "--lr")
     imported = _imported(args, args.model_factory)
     schedule = read_schedule(args.schedule, imported.graph)
     board = get_board(args.board)
     report = execute_schedule(imported, schedule, seed=args.seed, board=board,
-                              page_dir=args.page_dir, grad_rtol=args.rtol)
+                              page_dir=args.page_dir, grad_rtol=args.rtol, lr=lr)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2, default=str))
     else:
@@ -91,6 +96,12 @@ def _cmd_execute(args: argparse.Namespace) -> int:
         print(_row("page-outs / page-ins / frees", f"{r.page_outs} / {r.page_ins} / {r.frees}"))
         print(_row("max relative gradient error", f"{r.max_rel_grad_error:.3g} "
                                                   f"({r.worst_param}; tolerance {r.grad_rtol:g})"))
+        print(_row("max relative weight error (SGD)",
+                   f"{r.max_rel_weight_error:.3g} ({r.worst_weight_param}; of the step, "
+                   f"lr {r.lr:g})"))
+        print(_row("params stepped in place / after", f"{r.params_updated_in_place} / "
+                                                      f"{r.params_updated_after}; "
+                                                      f"{r.frozen_params} frozen, unchanged"))
         print(_row("measured peak live bytes", f"{r.peak_live_bytes} B (graph units) at step "
                                                f"{r.peak_step}; {r.peak_live_raw_bytes} B raw"))
         print(_row("activation budget", "none" if r.budget_bytes is None
@@ -116,6 +127,10 @@ def _model_arguments(p: argparse.ArgumentParser) -> None:
                    help="bytes per element in the graph (default 4, float32)")
     p.add_argument("--seed", type=int, default=0, metavar="N",
                    help="torch seed for the factory and the random inputs (default 0)")
+    p.add_argument("--inplace-update", action="store_true",
+                   help="each backward op applies the SGD step to the parameters whose "
+                        "gradient it computes (Lin et al.'s in-place update); parameters "
+                        "with requires_grad=False are frozen either way")
 
 
 def register(sub: Any, with_json: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
@@ -133,17 +148,22 @@ def register(sub: Any, with_json: Callable[[argparse.ArgumentParser], argparse.A
     p.set_defaults(func=_cmd_import)
 
     p = with_json(sub.add_parser(
-        "execute", help="run a schedule for real on a PyTorch model and check its gradients",
+        "execute", help="run a schedule for real on a PyTorch model and check its gradients "
+                        "and updated weights",
         description="Execute SCHEDULE's op list on real float64 tensors on the CPU: compute "
                     "and recompute ops, page tensors out to files and back in, free them, "
                     "exactly in order; backward ops read only what the graph says they "
-                    "read. Then compare the parameter gradients with plain autograd on the "
-                    "same batch and report the measured peak of live tensor bytes next to "
-                    "the budget, the checker's and the simulator's peak. The model is "
-                    "re-imported from --model-factory (same --input-shape, --loss and "
-                    "--seed as for `poetsim import`); the schedule must be for that graph. "
-                    "Exit status 0 when the gradients match and the budget holds, 1 if "
-                    "not, 2 on bad input."))
+                    "read. The SGD step (--lr) is applied by the backward ops of an "
+                    "--inplace-update graph, once, on their first computation, else after "
+                    "the schedule. Then compare the parameter gradients and the updated "
+                    "weights with plain autograd and torch.optim.SGD on the same batch "
+                    "(frozen parameters must not change) and report the measured peak of "
+                    "live tensor bytes next to the budget, the checker's and the "
+                    "simulator's peak. The model is re-imported from --model-factory (same "
+                    "--input-shape, --loss, --seed and --inplace-update as for `poetsim "
+                    "import`); the schedule must be for that graph. Exit status 0 when the "
+                    "gradients and weights match and the budget holds, 1 if not, 2 on bad "
+                    "input."))
     p.add_argument("schedule", metavar="SCHEDULE", help="schedule file (JSON)")
     p.add_argument("--model-factory", required=True, metavar="MODULE:FACTORY",
                    help=_FACTORY_HELP)
@@ -152,6 +172,10 @@ def register(sub: Any, with_json: Callable[[argparse.ArgumentParser], argparse.A
     p.add_argument("--page-dir", metavar="DIR",
                    help="directory for the page files (default: a temporary one)")
     p.add_argument("--rtol", type=float, default=1e-6, metavar="R",
-                   help="relative tolerance of the gradient check (default 1e-6)")
+                   help="relative tolerance of the gradient and updated-weight checks "
+                        "(default 1e-6)")
+    p.add_argument("--lr", type=float, default=0.01, metavar="LR",
+                   help="SGD learning rate of the step checked against torch.optim.SGD "
+                        "(default 0.01)")
     _model_arguments(p)
     p.set_defaults(func=_cmd_execute)

@@ -39,7 +39,7 @@ and so gets residual graphs wrong.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
@@ -189,7 +189,8 @@ class ForwardGraph:
     def __init__(self, name: str, *, batch_size: int = 1, dtype_bytes: int = 4,
                  metadata: dict | None = None, training: Training | None = None,
                  weight_bytes: int | None = None, activation_bytes: int | None = None,
-                 gradient_bytes: int | None = None) -> None:
+                 gradient_bytes: int | None = None,
+                 trained: Mapping[str, TrainedParams] | None = None) -> None:
         if batch_size < 1:
             raise GraphError(f"graph {name!r}: batch_size = {batch_size!r}: must be >= 1")
         widths = {"dtype_bytes": dtype_bytes, "weight_bytes": weight_bytes,
@@ -210,6 +211,9 @@ class ForwardGraph:
         self.dtype_bytes = self.precision.activation_bytes
         self.metadata = dict(metadata or {})
         self.training = training
+        #: Explicit trained parameters per op, instead of ``training``'s mode
+        #: (:func:`derive_training_graph`).
+        self.trained = trained
         self._ops: list[ForwardOp] = []
         self._names: set[str] = set()
         self._loss: str | None = None
@@ -274,6 +278,7 @@ class ForwardGraph:
             raise GraphError(f"graph {self.name!r}: has no loss op")
         return derive_training_graph(self.name, self._ops, self._loss,
                                      precision=self.precision, training=self.training,
+                                     trained=self.trained,
                                      metadata={"batch_size": self.batch_size,
                                                **self.metadata})
 
@@ -281,13 +286,18 @@ class ForwardGraph:
 def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
                           dtype_bytes: int = 4, metadata: dict | None = None,
                           training: Training | None = None,
-                          precision: Precision | None = None) -> TrainingGraph:
+                          precision: Precision | None = None,
+                          trained: Mapping[str, TrainedParams] | None = None
+                          ) -> TrainingGraph:
     """Forward ops (in a valid order, ending with ``loss``) to a full training graph.
 
     ``training`` chooses what is trained (:mod:`poetsim.graph.training`); ``None`` or the
     full mode trains every parameter. ``precision`` gives the byte widths of weights,
     activations and gradients (:mod:`poetsim.graph.precision`); without it every tensor
-    is ``dtype_bytes`` wide. The widths are recorded in the metadata.
+    is ``dtype_bytes`` wide. The widths are recorded in the metadata. ``trained``, when
+    given, says per op name what is trained instead of ``training``'s mode (ops not listed
+    are frozen): a traced model's ``requires_grad`` flags, which no layer-wise mode
+    expresses; ``training.inplace_update`` still applies.
     """
     if precision is None:
         precision = Precision(dtype_bytes, dtype_bytes, dtype_bytes)
@@ -298,7 +308,7 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
         for u in dict.fromkeys(op.inputs):
             consumers[u].append(op.name)
 
-    chosen = resolve_training(forward, training)
+    chosen = resolve_training(forward, training) if trained is None else dict(trained)
     inplace = training is not None and training.inplace_update
 
     def trained_of(op: ForwardOp) -> TrainedParams:

@@ -3,8 +3,9 @@
 * :func:`import_module` (:mod:`poetsim.torchio.trace`) traces a module with
   ``torch.export`` and builds its :class:`~poetsim.graph.graph.TrainingGraph`.
 * :func:`execute_schedule` (:mod:`poetsim.torchio.execute`) runs a schedule's op list on
-  real tensors (recomputing, paging to files, freeing) and checks the parameter gradients
-  against plain autograd.
+  real tensors (recomputing, paging to files, freeing), takes the SGD step (in place, in
+  the backward ops, for an ``inplace_update`` import) and checks the parameter gradients
+  and the updated weights against plain autograd and ``torch.optim.SGD``.
 
 PyTorch is an optional extra (``pip install 'poetsim[torch]'``): importing this package
 does not import torch; the functions raise a one-line

@@ -20,7 +20,16 @@
 
   Parameter gradients accumulate in a dict outside the activation memory (the resident
   region), on the first computation of each backward op only (a recomputed gradient op
-  regenerates its activation gradient, not the parameter update).
+  regenerates its activation gradient, not the parameter update). Only trained parameters
+  get one: those the module had with ``requires_grad=True`` at import; a frozen one never
+  changes.
+* The SGD step ``p -= lr * grad`` of a trained parameter is applied by its backward op
+  when the graph says so (``Op.inplace_update``, as on the MCU): inside that op's first
+  computation, after the op has used the old weights, and never again (the gradient is not
+  kept after the op, so a recomputation has nothing to apply). A recomputation after the
+  update reads the updated weights, as the board would, so an input gradient that depends
+  on them comes out different; that is reported, naming the op. Every other trained
+  parameter takes its step after the whole schedule, the plain optimizer step.
 * ``PAGE_OUT`` writes the tensor to a file (``torch.save``) in the page directory (the SD
   card's stand-in) and records its SHA-256; ``PAGE_IN`` reads it back and refuses a file
   whose digest changed; ``FREE`` drops it.
@@ -31,17 +40,23 @@ measured after every step from the tensors actually held (unique tensors), in th
 units (elements x the graph's ``dtype_bytes``, comparable to the checker and simulator)
 and raw (``tensor.nbytes`` in float64 / int64); during a COMPUTE the output is counted on
 top of the resident set, as in the contract (workspace is not modelled by the executor).
-Finally the parameter gradients are compared with plain ``loss.backward()`` on a float64
-copy of the module (dropout modules in eval mode: the graph takes dropout as the
-identity), same batch and targets: the error of a parameter is its largest absolute
-difference over its largest reference gradient, that scale floored at 1e-3 of the
-model's largest gradient (a gradient that is zero in exact arithmetic is rounding noise).
+Finally the parameter gradients and the updated parameters are compared with plain
+``loss.backward()`` and ``torch.optim.SGD(lr).step()`` on the trained parameters of a
+float64 copy of the module (dropout modules in eval mode: the graph takes dropout as the
+identity), same batch and targets. The gradient error of a parameter is its largest
+absolute difference over its largest reference gradient; the weight error its largest
+absolute difference from the reference's updated weights over the reference's largest
+step on it (``lr`` x gradient: a missing or doubled update is an error of 1, at any
+``lr``). Each scale is floored at 1e-3 of the model's largest (a gradient that is zero in
+exact arithmetic is rounding noise). A frozen parameter must come out bit for bit as it
+went in.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import math
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -68,6 +83,11 @@ class ExecutionReport:
     comparable to ``checker_peak_bytes`` (the contract's replay, workspace included) and
     ``simulated_peak_bytes`` (the board simulation; activations only, the resident region
     subtracted). ``peak_live_raw_bytes`` is what the float64 / int64 tensors really held.
+    ``max_rel_weight_error`` compares the parameters after the SGD step (learning rate
+    ``lr``) with the reference's, relative to the reference's step; ``grad_rtol`` bounds it
+    as it bounds the gradient error. ``params_updated_in_place`` were stepped by their
+    backward op (``Op.inplace_update``), ``params_updated_after`` after the schedule;
+    ``frozen_params`` (``requires_grad=False``) were checked unchanged.
     """
 
     graph_name: str
@@ -80,6 +100,12 @@ class ExecutionReport:
     max_rel_grad_error: float
     worst_param: str
     grad_rtol: float
+    lr: float
+    max_rel_weight_error: float
+    worst_weight_param: str
+    params_updated_in_place: int
+    params_updated_after: int
+    frozen_params: int
     peak_live_bytes: int
     peak_live_raw_bytes: int
     peak_step: int
@@ -101,11 +127,24 @@ def _err(position: int, step: Step, graph: Any, detail: str) -> ExecutionError:
     return ExecutionError(f"step {position} ({step.describe(graph)}): {detail}")
 
 
+def _max_abs(x: Any) -> float:
+    return float(x.abs().max()) if x.numel() else 0.0
+
+
+def check_learning_rate(lr: Any, name: str = "lr =") -> float:
+    """``lr`` as a float, or a one-line :class:`InputError` naming ``name`` (the CLI passes
+    its flag): an SGD step needs a finite learning rate above 0."""
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) \
+            or lr <= 0:
+        raise InputError(f"{name} {lr!r}: the learning rate must be a finite number > 0")
+    return float(lr)
+
+
 class _Runner:
     """State of one execution."""
 
     def __init__(self, imported: ImportedModel, inputs: tuple[Any, ...], seed: int,
-                 page_dir: Path) -> None:
+                 page_dir: Path, lr: float) -> None:
         torch = require_torch()
         self.torch = torch
         self.im = imported
@@ -114,6 +153,15 @@ class _Runner:
         self.page_dir = page_dir
         model = copy.deepcopy(imported.module).double().train()
         self.params = {name: p for name, p in model.named_parameters()}
+        self.initial = {name: p.detach().clone() for name, p in self.params.items()}
+        self.trained = {name for name in self.params if name not in imported.frozen_params}
+        for name, p in self.params.items():
+            p.requires_grad_(name in self.trained)
+        self.lr = lr
+        self.updated_in_place: set[str] = set()
+        #: In-place backward ops: their first output, to name a recomputation that differs.
+        self.first_outputs: dict[str, dict[str, Any]] = {}
+        self.stale: dict[str, float] = {}
         self.buffers = {name: b for name, b in model.named_buffers()}
         self.batch = tuple(x.double() if x.is_floating_point() else x for x in inputs)
         self.user = dict(zip(imported.user_input_nodes, self.batch))
@@ -236,9 +284,12 @@ class _Runner:
             for extra in parts[1:]:
                 g = g + extra
         wants = {u: f"{u}/grad" in self.grad_ops for u in op.inputs}
-        saves_inputs = rule.saves_inputs and (fop.param_bytes > 0
+        trained = [p for p in op.params if p in self.trained]
+        # as the graph derives it: only a trained weight's gradient needs the saved inputs
+        trained_weight = any(p not in op.biases for p in trained)
+        saves_inputs = rule.saves_inputs and (trained_weight
                                               or not rule.saves_inputs_only_with_params)
-        params = [self.params[p] for p in op.params]
+        params = [self.params[p] for p in trained]
 
         def leaves(values: Mapping[str, Any]) -> dict[str, Any]:
             out = {}
@@ -289,12 +340,43 @@ class _Runner:
         if rule.passthrough and result and all(
                 r.shape == g.shape and torch.equal(r, g) for r in result.values()):
             result = dict.fromkeys(result, g)  # one shared tensor, as the graph counts it
-        if fop.name not in self.done_backward:
-            self.done_backward.add(fop.name)
-            for p_name, gr in zip(op.params, grads[len(names):]):
+        op_grad = graph.ops[step.op]
+        if op_grad.name not in self.done_backward:
+            self.done_backward.add(op_grad.name)
+            for p_name, gr in zip(trained, grads[len(names):]):
                 if gr is not None:
                     self.grads[p_name] = self.grads.get(p_name, 0) + gr.detach()
+                    if op_grad.inplace_update:  # fused into the op: the gradient dies here
+                        self.apply_step(p_name, gr.detach())
+                        self.updated_in_place.add(p_name)
+            if op_grad.inplace_update:
+                self.first_outputs[op_grad.name] = result
+        elif op_grad.name in self.first_outputs:
+            self.note_stale(op_grad.name, result)
         return result
+
+    def step_the_rest(self) -> int:
+        """The plain optimizer step, after the schedule, of every trained parameter its
+        backward op did not update in place; how many parameters it stepped."""
+        rest = [name for name in self.grads if name not in self.updated_in_place]
+        for name in rest:
+            self.apply_step(name, self.grads[name])
+        return len(rest)
+
+    def apply_step(self, name: str, grad: Any) -> None:
+        """SGD on parameter ``name``, in place: ``p -= lr * grad``."""
+        with self.torch.no_grad():
+            self.params[name].sub_(self.lr * grad)
+
+    def note_stale(self, name: str, result: dict[str, Any]) -> None:
+        """Record how far a recomputed in-place backward op's output moved from its first
+        computation's (it read the weights its first computation updated)."""
+        first = self.first_outputs[name]
+        worst = 0.0
+        for u, value in result.items():
+            scale = max(_max_abs(first[u]), 1e-300)
+            worst = max(worst, _max_abs(value - first[u]) / scale)
+        self.stale[name] = max(self.stale.get(name, 0.0), worst)
 
     def _output_backward(self, op: Any, y: Any, g: Any) -> Any:
         if op.kind == "relu":
@@ -353,10 +435,11 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
                      inputs: tuple[Any, ...] | None = None, seed: int = 0,
                      board: Any = None, budget_bytes: int | None = None,
                      resident_bytes: int | None = None, page_dir: str | Path | None = None,
-                     grad_rtol: float = 1e-6,
+                     grad_rtol: float = 1e-6, lr: float = 0.01,
                      after_step: Callable[[int, Step, Path], None] | None = None
                      ) -> ExecutionReport:
-    """Run ``schedule`` on real tensors and check it against plain autograd.
+    """Run ``schedule`` on real tensors, take the SGD step, and check both against plain
+    autograd and ``torch.optim.SGD``.
 
     ``inputs`` default to the example inputs the model was imported with (the shapes must
     be those). ``budget_bytes`` is the activation budget (default: the schedule's
@@ -365,10 +448,12 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
     so that frozen weights read in place from the board's flash are left out as everywhere
     else; without one, graph-only: the graph's parameters and gradients, all in RAM). With a
     ``board``, the simulator's predicted peak and energy are reported too. Page files go to
-    ``page_dir`` (default: a temporary directory, removed afterwards).
+    ``page_dir`` (default: a temporary directory, removed afterwards). ``lr`` is the SGD
+    learning rate; ``grad_rtol`` the relative tolerance of the gradient and weight checks.
     ``after_step(position, step, page_dir)`` is called after every step (tests use it to
     tamper with page files).
     """
+    lr = check_learning_rate(lr)
     torch = require_torch()
     graph = imported.graph
     if schedule.graph_fingerprint != graph_fingerprint(graph):
@@ -399,7 +484,7 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
     with tempfile.TemporaryDirectory(prefix="poetsim-pages-") as tmp:
         directory = Path(page_dir) if page_dir is not None else Path(tmp)
         directory.mkdir(parents=True, exist_ok=True)
-        runner = _Runner(imported, inputs, seed, directory)
+        runner = _Runner(imported, inputs, seed, directory, lr)
         peak, peak_raw, peak_step = 0, 0, -1
         for position, step in enumerate(schedule.steps):
             if step.op >= len(graph.ops):
@@ -426,26 +511,15 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
             if after_step is not None:
                 after_step(position, step, directory)
 
-        reference = _reference_grads(imported, runner)
-        worst, worst_name = 0.0, ""
-        reasons: list[str] = []
-        # Relative to the parameter's own largest gradient, but never to less than 1e-3 of
-        # the model's largest: a gradient that is zero in exact arithmetic (a key bias
-        # under softmax) is rounding noise on both sides.
-        floor = 1e-3 * max((float(r.abs().max()) for r in reference.values()), default=0.0)
-        for p_name, ref in reference.items():
-            got = runner.grads.get(p_name)
-            if got is None:
-                worst, worst_name = float("inf"), p_name
-                reasons.append(f"no gradient computed for parameter {p_name!r}")
-                continue
-            scale = max(float(ref.abs().max()), floor, 1e-300)
-            err = float((got - ref).abs().max()) / scale
-            if err > worst or not worst_name:
-                worst, worst_name = err, p_name
-        if worst > grad_rtol and not reasons:
-            reasons.append(f"gradient of {worst_name!r} differs from plain autograd by "
-                           f"{worst:.3g} (relative), over {grad_rtol:g}")
+        after = runner.step_the_rest()
+        reference = _reference(imported, runner, lr)
+        worst, worst_name, reasons = _compare_grads(runner.grads, reference.grads, grad_rtol)
+        worst_weight, worst_weight_name, weight_reasons = _compare_weights(
+            runner, reference, grad_rtol)
+        reasons += weight_reasons
+        reasons += [f"backward op {name!r} recomputed after its in-place update read the "
+                    f"updated weights: its output moved by {moved:.3g} (relative)"
+                    for name, moved in runner.stale.items() if moved > grad_rtol]
         if budget_bytes is not None and peak > budget_bytes:
             reasons.append(f"measured peak {peak} B over the activation budget "
                            f"{budget_bytes} B")
@@ -466,20 +540,82 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
         graph_name=graph.name, steps=len(schedule.steps), computes=schedule.computes,
         recomputations=schedule.recomputations(), page_outs=schedule.page_outs,
         page_ins=schedule.page_ins, frees=schedule.frees, max_rel_grad_error=worst,
-        worst_param=worst_name, grad_rtol=grad_rtol, peak_live_bytes=peak,
+        worst_param=worst_name, grad_rtol=grad_rtol, lr=lr,
+        max_rel_weight_error=worst_weight, worst_weight_param=worst_weight_name,
+        params_updated_in_place=len(runner.updated_in_place), params_updated_after=after,
+        frozen_params=len(runner.params) - len(runner.trained), peak_live_bytes=peak,
         peak_live_raw_bytes=peak_raw, peak_step=peak_step, budget_bytes=budget_bytes,
         checker_peak_bytes=check.peak_activation_bytes if check.valid else None,
         simulated_peak_bytes=sim_peak, simulated_energy_j=sim_energy,
         bytes_written=runner.bytes_written, passed=not reasons, reasons=tuple(reasons))
 
 
-def _reference_grads(imported: ImportedModel, runner: _Runner) -> dict[str, Any]:
-    """Parameter gradients of plain ``loss.backward()`` on a float64 copy of the module."""
+def _floor(values: Mapping[str, Any]) -> float:
+    """1e-3 of the largest magnitude over all parameters: below it, a value that is zero in
+    exact arithmetic (a key bias's gradient under softmax) is rounding noise on both sides."""
+    return 1e-3 * max((_max_abs(v) for v in values.values()), default=0.0)
+
+
+def _compare_grads(grads: Mapping[str, Any], reference: Mapping[str, Any], rtol: float
+                   ) -> tuple[float, str, list[str]]:
+    """Largest relative gradient error, its parameter, and the reasons to fail."""
+    worst, worst_name = 0.0, ""
+    reasons: list[str] = []
+    floor = _floor(reference)
+    for p_name, ref in reference.items():
+        got = grads.get(p_name)
+        if got is None:
+            worst, worst_name = float("inf"), p_name
+            reasons.append(f"no gradient computed for parameter {p_name!r}")
+            continue
+        err = _max_abs(got - ref) / max(_max_abs(ref), floor, 1e-300)
+        if err > worst or not worst_name:
+            worst, worst_name = err, p_name
+    if worst > rtol and not reasons:
+        reasons.append(f"gradient of {worst_name!r} differs from plain autograd by "
+                       f"{worst:.3g} (relative), over {rtol:g}")
+    return worst, worst_name, reasons
+
+
+def _compare_weights(runner: _Runner, reference: _Reference, rtol: float
+                     ) -> tuple[float, str, list[str]]:
+    """Largest error of the updated weights relative to the reference's step, its parameter,
+    and the reasons to fail (a frozen parameter that changed at all is one)."""
+    steps = {name: reference.weights[name] - runner.initial[name] for name in reference.weights}
+    floor = _floor(steps)
+    worst, worst_name = 0.0, ""
+    reasons: list[str] = []
+    for name, ref in reference.weights.items():
+        got = runner.params[name].detach()
+        if name not in runner.trained and not runner.torch.equal(got, runner.initial[name]):
+            reasons.append(f"frozen parameter {name!r} changed")
+        err = _max_abs(got - ref) / max(_max_abs(steps[name]), floor, 1e-300)
+        if err > worst or not worst_name:
+            worst, worst_name = err, name
+    if worst > rtol:
+        reasons.append(f"updated weights of {worst_name!r} differ from plain autograd + SGD "
+                       f"by {worst:.3g} (relative to the step), over {rtol:g}")
+    return worst, worst_name, reasons
+
+
+@attrs.frozen
+class _Reference:
+    """Plain training on a float64 copy: gradients of the trained parameters, and every
+    parameter after ``torch.optim.SGD(lr).step()``."""
+
+    grads: dict[str, Any]
+    weights: dict[str, Any]
+
+
+def _reference(imported: ImportedModel, runner: _Runner, lr: float) -> _Reference:
+    """``loss.backward()`` then an SGD step on the trained parameters, float64."""
     torch = runner.torch
     model = copy.deepcopy(imported.module).double().train()
     for module in model.modules():
         if isinstance(module, torch.nn.modules.dropout._DropoutNd):
             module.eval()  # the graph takes dropout as the identity
+    for name, p in model.named_parameters():
+        p.requires_grad_(name in runner.trained)
     out = model(*runner.batch)
     outputs = [x for x in _flatten(out) if isinstance(x, torch.Tensor)]
     logits = outputs[int(imported.graph.metadata.get("output_index", 0))]
@@ -489,8 +625,11 @@ def _reference_grads(imported: ImportedModel, runner: _Runner) -> dict[str, Any]
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                                  runner.target)
     loss.backward()
-    return {name: p.grad.detach() for name, p in model.named_parameters()
-            if p.grad is not None}
+    grads = {name: p.grad.detach().clone() for name, p in model.named_parameters()
+             if p.grad is not None}
+    trained = [p for p in model.parameters() if p.requires_grad]
+    torch.optim.SGD(trained, lr=lr).step()
+    return _Reference(grads, {name: p.detach() for name, p in model.named_parameters()})
 
 
 def _flatten(value: Any) -> list[Any]:

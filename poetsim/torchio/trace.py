@@ -33,6 +33,15 @@ zoo's im2col workspace. A loss op (cross-entropy or MSE) is added on the model's
 Op names are module paths (``layer1.0.conv1``); ops issued by a module's ``forward``
 itself are named ``<path>.<aten op>`` (``layer1.0.add``), with ``_2``, ``_3``, ... on
 repeats.
+
+What is trained follows the module: a parameter with ``requires_grad=False`` is frozen
+(counted in ``Op.frozen_param_bytes``; no gradient, and no backward work for it, as the
+zoo's training modes derive it). Parameters bound to a ``bias`` argument (a convolution's
+or linear layer's bias, a norm's shift) are the op's biases, so that a layer whose bias
+alone is trained costs what it does in the zoo. With ``inplace_update=True`` each backward
+op of an op with trained parameters applies their SGD step itself (``Op.inplace_update``,
+Lin et al.'s in-place update), exactly as :func:`poetsim.graph.autograd.derive_training_graph`
+sets it for a zoo model's ``inplace_update=1``.
 """
 
 from __future__ import annotations
@@ -53,6 +62,7 @@ import attrs
 from poetsim.errors import GraphError, InputError, TorchMissingError, UnsupportedOpError
 from poetsim.graph.autograd import KINDS, ForwardGraph
 from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.training import TrainedParams, Training
 
 __all__ = ["ImportedModel", "InputSpec", "LoweredOp", "TorchMissingError", "UnsupportedOpError",
            "import_module", "load_factory", "make_inputs", "parse_input_spec", "require_torch"]
@@ -216,7 +226,8 @@ class LoweredOp:
 
     ``node`` is the core FX node (the static node for an ``input`` op, the model's output
     node for the loss); ``input_nodes[i]`` is the FX node whose value is the graph tensor
-    ``inputs[i]``. ``params`` are the fully qualified names of the parameters it reads.
+    ``inputs[i]``. ``params`` are the fully qualified names of the parameters it reads,
+    ``biases`` those of them bound to its ``bias`` argument.
     """
 
     name: str
@@ -227,11 +238,17 @@ class LoweredOp:
     module_path: str
     params: tuple[str, ...] = ()
     scaled_by_static: bool = False
+    biases: tuple[str, ...] = ()
 
 
 @attrs.frozen(eq=False)
 class ImportedModel:
-    """A traced module: its training graph and what the executor needs to run it."""
+    """A traced module: its training graph and what the executor needs to run it.
+
+    ``frozen_params`` are the parameters that had ``requires_grad=False`` at import (the
+    graph trains none of them); ``inplace_update`` says whether the graph's backward ops
+    apply the update themselves.
+    """
 
     graph: TrainingGraph
     module: Any
@@ -244,6 +261,8 @@ class ImportedModel:
     output_node: Any
     example_inputs: tuple[Any, ...]
     loss: str
+    frozen_params: frozenset[str] = frozenset()
+    inplace_update: bool = False
 
     @property
     def param_count(self) -> int:
@@ -309,28 +328,48 @@ def _export(module: Any, inputs: tuple[Any, ...]) -> Any:
 
 def import_module(module: Any, inputs: Sequence[Any], *, name: str | None = None,
                   loss: str = "cross_entropy", dtype_bytes: int = 4, output_index: int = 0,
-                  metadata: Mapping[str, Any] | None = None) -> ImportedModel:
+                  metadata: Mapping[str, Any] | None = None,
+                  inplace_update: bool = False) -> ImportedModel:
     """Trace ``module`` on example ``inputs`` and build its poetsim training graph.
 
     The module is traced in training mode (batch norm uses batch statistics) on a copy,
     so the caller's module is not changed. ``output_index`` picks which of the model's
     tensor outputs the loss reads (``logits`` for a Hugging Face classifier, the first).
+    Parameters with ``requires_grad=False`` are frozen; ``inplace_update`` fuses each
+    trained parameter's SGD step into the backward op that computes its gradient.
     """
     torch = require_torch()
     if loss not in LOSSES:
         raise InputError(f"loss = {loss!r}: must be one of {', '.join(LOSSES)}")
     if not isinstance(module, torch.nn.Module):
         raise InputError(f"model is a {type(module).__name__}, not a torch.nn.Module")
+    if not isinstance(inplace_update, bool):
+        raise InputError(f"inplace_update = {inplace_update!r}: must be True or False")
     inputs = tuple(inputs)
+    frozen = frozenset(n for n, p in module.named_parameters() if not p.requires_grad)
     traced = copy.deepcopy(module).train()
     program = _export(traced, inputs)
     return _lower(program, module, inputs, name=name or type(module).__name__.lower(),
                   loss=loss, dtype_bytes=dtype_bytes, output_index=output_index,
-                  metadata=dict(metadata or {}))
+                  metadata=dict(metadata or {}), frozen=frozen, inplace_update=inplace_update)
+
+
+def _biases(node: Any, param_names: Mapping[str, str]) -> set[str]:
+    """Parameters bound directly to the core op's ``bias`` argument (by its schema)."""
+    schema = getattr(node.target, "_schema", None)
+    found: set[str] = set()
+    for i, argument in enumerate(schema.arguments if schema is not None else ()):
+        value = node.kwargs.get(argument.name, node.args[i] if i < len(node.args) else None)
+        if argument.name == "bias" and getattr(value, "op", None) == "placeholder" \
+                and value.name in param_names:
+            found.add(param_names[value.name])
+    return found
 
 
 def _lower(program: Any, module: Any, inputs: tuple[Any, ...], *, name: str, loss: str,
-           dtype_bytes: int, output_index: int, metadata: dict[str, Any]) -> ImportedModel:
+           dtype_bytes: int, output_index: int, metadata: dict[str, Any],
+           frozen: frozenset[str] = frozenset(), inplace_update: bool = False
+           ) -> ImportedModel:
     torch = require_torch()
     from torch.export.graph_signature import InputKind, OutputKind
 
@@ -391,7 +430,10 @@ def _lower(program: Any, module: Any, inputs: tuple[Any, ...], *, name: str, los
     fg = ForwardGraph(name, batch_size=1, dtype_bytes=dtype_bytes,
                       metadata={"source": "torch.export", "loss": loss,
                                 "output_index": output_index, **metadata,
-                                "batch_size": batch})
+                                "batch_size": batch,
+                                **({"inplace_update": 1} if inplace_update else {})},
+                      training=Training(inplace_update=True) if inplace_update else None)
+    trained: dict[str, TrainedParams] = {}
     op_of: dict[Any, str] = {}
     lowered: dict[str, LoweredOp] = {}
     used_names: set[str] = set()
@@ -477,21 +519,29 @@ def _lower(program: Any, module: Any, inputs: tuple[Any, ...], *, name: str, los
         base = path if (own and path) else (f"{path}.{_target_name(n.target)}" if path
                                              else _target_name(n.target))
         op = unique(base)
-        owned = 0
+        biases = _biases(n, param_names)
+        counts = {"weights": 0, "biases": 0, "trained_weights": 0, "trained_biases": 0}
         for p in dict.fromkeys(params):
             if p in param_owner:
                 raise UnsupportedOpError(
                     f"parameter {p!r} is read by ops {param_owner[p]!r} and {op!r} (weight "
                     "sharing), which poetsim's graph cannot express")
             param_owner[p] = op
-            owned += int(math.prod(_val(by_name[_param_node(param_names, p)]).shape))
+            part = "biases" if p in biases else "weights"
+            elements = int(math.prod(_val(by_name[_param_node(param_names, p)]).shape))
+            counts[part] += elements
+            if p not in frozen:
+                counts[f"trained_{part}"] += elements
+        trained[op] = TrainedParams(counts["trained_weights"], counts["trained_biases"])
         flops, workspace = _flops(n, kind, tensors, cls)
         in_names = [op_of[x] for x in tensors]
         fg.op(op, kind, in_names, output_elements=_numel(n), flops=flops + extra_flops,
-              param_count=owned, workspace_elements=workspace)
+              param_count=counts["weights"] + counts["biases"], workspace_elements=workspace,
+              bias_count=counts["biases"])
         op_of[n] = op
         lowered[op] = LoweredOp(op, kind, n, tuple(in_names), tuple(tensors), path,
-                                tuple(dict.fromkeys(params)), scaled)
+                                tuple(dict.fromkeys(params)), scaled,
+                                tuple(p for p in dict.fromkeys(params) if p in biases))
 
     if cls[target] is Cls.STATIC or cls[target] is Cls.PARAM:
         raise GraphError(f"graph {name!r}: the model's output does not depend on any "
@@ -505,6 +555,8 @@ def _lower(program: Any, module: Any, inputs: tuple[Any, ...], *, name: str, los
     loss_name = unique("loss")
     fg.loss(loss_name, logits, kind=loss)
     lowered[loss_name] = LoweredOp(loss_name, loss, target, (logits,), (tensors[0],), "")
+    if frozen & set(param_owner):  # else every parameter is trained: the default graph
+        fg.trained = {op: t for op, t in trained.items() if t.weights or t.biases}
     graph = fg.build()
     return ImportedModel(
         graph=graph, module=module, program=program, ops=lowered, classes=cls,
@@ -513,7 +565,8 @@ def _lower(program: Any, module: Any, inputs: tuple[Any, ...], *, name: str, los
         buffer_nodes={n: buffer_names[n.name] for n in cls if n.op == "placeholder"
                       and n.name in buffer_names},
         user_input_nodes=tuple(by_name[u] for u in user_names),
-        output_node=target, example_inputs=inputs, loss=loss)
+        output_node=target, example_inputs=inputs, loss=loss,
+        frozen_params=frozen, inplace_update=inplace_update)
 
 
 def gather_output(target: Any, cls: Mapping[Any, Cls]) -> tuple[list[Any], list[str], int, bool]:
