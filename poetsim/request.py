@@ -45,6 +45,7 @@ from poetsim.errors import InputError
 from poetsim.graph.graph import TrainingGraph, resident_memory
 from poetsim.graph.memory import plain_peak
 from poetsim.units import format_bytes, parse_bytes, split_quantity
+from poetsim.zoo import zoo_options
 
 __all__ = ["BOARD_RAM", "MAX_BUDGET_BYTES", "MAX_DEADLINE_S", "Accounting", "Request",
            "check_request_words", "flash_weight_placement", "parse_deadline",
@@ -182,6 +183,9 @@ class Request:
         if self.deadline_margin is not None:
             out.update(deadline_margin=self.deadline_margin,
                        planning_deadline_s=self.planning_deadline_s)
+        options = zoo_options(self.graph)
+        if options is not None:  # how to build the graph again (simulate, regress)
+            out.update(model=self.graph.metadata["model"], model_options=options)
         return out
 
     def describe_budget(self) -> str:
@@ -189,11 +193,18 @@ class Request:
         if self.accounting is Accounting.PAPER:
             return (f"{format_bytes(self.activation_budget_bytes)} of activations and "
                     f"buffers (paper accounting; {format_bytes(self.resident_bytes)} of "
-                    "parameters, gradients and optimizer state beside it)")
+                    "parameters, gradients and optimizer state beside it)"
+                    + self._describe_bands())
         return (f"{format_bytes(self.budget_bytes)} in all (physical accounting): "
                 f"{format_bytes(self.resident_bytes)} resident state + "
                 f"{format_bytes(self.activation_budget_bytes)} for activations and buffers"
-                + self._describe_flash())
+                + self._describe_flash() + self._describe_bands())
+
+    def _describe_bands(self) -> str:
+        """The row tiling of the graph's front (:mod:`poetsim.graph.tiling`), if any."""
+        bands = self.graph.metadata.get("row_bands")
+        return (f"; the frozen front runs in {bands} row bands (row_bands={bands})"
+                if bands else "")
 
     def _describe_flash(self) -> str:
         """Where the frozen weights live, for :meth:`describe_budget` (physical only)."""

@@ -49,7 +49,15 @@ from poetsim.sim.trace import write_chrome_trace
 from poetsim.summary import cost_summary, graph_summary
 from poetsim.units import format_bytes, format_quantity
 from poetsim.verdict import Verdict, check_on_board
-from poetsim.zoo import DEFAULT_MODEL, build_model, model_description, model_names, model_options
+from poetsim.zoo import (
+    DEFAULT_MODEL,
+    build_model,
+    model_description,
+    model_names,
+    model_options,
+    row_bands_to_fit,
+    zoo_options,
+)
 
 __all__ = ["EXIT_CODES", "main"]
 
@@ -95,6 +103,19 @@ def _graph_from_args(args: argparse.Namespace,
     return build_model(args.model, **{**(defaults or {}), **_model_options(args)})
 
 
+def _in_row_bands(request: Request, resolve: Callable[[TrainingGraph], Request]) -> Request:
+    """``request``, or the same request on its zoo model run in the fewest row bands that
+    let every op fit the activation budget (:func:`poetsim.zoo.row_bands_to_fit`) when one
+    op alone would not; ``resolve`` makes the request of a graph."""
+    graph = request.graph
+    options = zoo_options(graph)
+    if options is None:
+        return request
+    model = str(graph.metadata["model"])
+    bands = row_bands_to_fit(model, options, request.activation_budget_bytes)
+    return resolve(build_model(model, **options, row_bands=bands)) if bands else request
+
+
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, metavar="N", help="batch size (default 1)")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE",
@@ -134,9 +155,12 @@ def _add_request_options(parser: argparse.ArgumentParser, *, ram: str | None,
 
 
 def _request_from_args(args: argparse.Namespace, graph: TrainingGraph, board: Board) -> Request:
-    return resolve_request(graph, board, ram=args.ram, deadline=args.deadline,
-                           accounting=args.accounting,
-                           deadline_margin=getattr(args, "deadline_margin", None))
+    """The user's request; a zoo model whose largest op does not fit runs in row bands."""
+    def resolve(g: TrainingGraph) -> Request:
+        return resolve_request(g, board, ram=args.ram, deadline=args.deadline,
+                               accounting=args.accounting,
+                               deadline_margin=getattr(args, "deadline_margin", None))
+    return _in_row_bands(resolve(graph), resolve)
 
 
 def _write_all_or_nothing(written: list[str],
@@ -384,9 +408,9 @@ def _progress_printer(quiet: bool):
 
 
 def _cmd_solve(args: argparse.Namespace) -> int:
-    graph = _graph_from_args(args)
     board = get_board(args.board)
-    request = _request_from_args(args, graph, board)
+    request = _request_from_args(args, _graph_from_args(args), board)
+    graph = request.graph
     # --time-limit holds for the whole command: reading and costing a large graph counts
     settings = _solver_settings(args)
     spent_s = time.perf_counter() - args.started
@@ -450,9 +474,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     """Costs, POET at a tight budget, simulation, two baselines; files in a new folder."""
     from poetsim.demo import run_demo
 
-    graph = _graph_from_args(args, DEMO_MODEL_OPTIONS if args.model == DEMO_MODEL else None)
     board = get_board(args.board)
-    request = _request_from_args(args, graph, board)
+    request = _request_from_args(
+        args, _graph_from_args(args, DEMO_MODEL_OPTIONS if args.model == DEMO_MODEL else None),
+        board)
+    graph = request.graph
     if not args.json:
         _show_costs(graph, board, args)
         print(flush=True)
@@ -564,22 +590,27 @@ def _print_monte_carlo(mc: MonteCarlo) -> None:
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     variance = _monte_carlo_args(args)
+    recorded = read_schedule(args.schedule)
+    meta = parse_metadata(recorded.metadata, source=args.schedule)
     if args.graph:
         graph = read_graph(args.graph)
     else:
-        model = args.model
-        if model is None:
-            model = read_schedule(args.schedule).graph_name
-        graph = build_model(model, **_model_options(args))
-    schedule = read_schedule(args.schedule, graph)
+        model = args.model or recorded.graph_name
+        options = _model_options(args)
+        if not options and meta.model == model and meta.model_options:
+            options = dict(meta.model_options)  # the file says how its graph was built
+        graph = build_model(model, **options)
     board = get_board(args.board)
-    meta = parse_metadata(schedule.metadata, source=args.schedule)
     # The request is the user's, or the one the file records in words ("50%", "1.5x"),
     # resolved again here; the file's own byte and second figures are only compared.
     ram = args.ram or meta.ram or "board"
     deadline = args.deadline if args.deadline is not None else meta.deadline
-    request = resolve_request(graph, board, ram=ram, deadline=deadline,
-                              accounting=args.accounting)
+
+    def resolve(g: TrainingGraph) -> Request:
+        return resolve_request(g, board, ram=ram, deadline=deadline, accounting=args.accounting)
+    request = _in_row_bands(resolve(graph), resolve)
+    graph = request.graph
+    schedule = read_schedule(args.schedule, graph)
     notes = disagreements(meta, request.metadata())
     try:
         report, verdict = check_on_board(request, schedule, trace=bool(args.trace or args.plot),
@@ -617,9 +648,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- compare
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    graph = _graph_from_args(args)
     board = get_board(args.board)
-    request = _request_from_args(args, graph, board)
+    request = _request_from_args(args, _graph_from_args(args), board)
     outcomes = compare(request, settings=_solver_settings(args))
     written = [str(p) for p in write_outcomes(outcomes, request, args.out)] if args.out else []
     if args.json:

@@ -47,6 +47,7 @@ from poetsim.errors import GraphError
 from poetsim.graph.graph import TrainingGraph, check_gradients
 from poetsim.graph.ops import Op, Phase
 from poetsim.graph.precision import Precision
+from poetsim.graph.tiling import Rows, tile_rows
 from poetsim.graph.training import TrainedParams, Training, resolve_training
 
 __all__ = ["KINDS", "MAC_KINDS", "ForwardGraph", "ForwardOp", "KindRule", "grad_name",
@@ -172,6 +173,9 @@ class ForwardOp:
     #: Of ``param_count``, the biases (a convolution's or linear layer's bias, a norm's
     #: shift): what a bias-only training mode trains.
     bias_count: int = 0
+    #: Row geometry of an op on ``(C, H, W)`` feature maps, for row tiling
+    #: (:mod:`poetsim.graph.tiling`); None: the op cannot be tiled by rows.
+    rows: Rows | None = None
 
 
 class ForwardGraph:
@@ -190,7 +194,8 @@ class ForwardGraph:
                  metadata: dict | None = None, training: Training | None = None,
                  weight_bytes: int | None = None, activation_bytes: int | None = None,
                  gradient_bytes: int | None = None,
-                 trained: Mapping[str, TrainedParams] | None = None) -> None:
+                 trained: Mapping[str, TrainedParams] | None = None,
+                 row_bands: int = 0) -> None:
         if batch_size < 1:
             raise GraphError(f"graph {name!r}: batch_size = {batch_size!r}: must be >= 1")
         widths = {"dtype_bytes": dtype_bytes, "weight_bytes": weight_bytes,
@@ -214,6 +219,9 @@ class ForwardGraph:
         #: Explicit trained parameters per op, instead of ``training``'s mode
         #: (:func:`derive_training_graph`).
         self.trained = trained
+        #: Run the frozen front in this many row bands (:func:`~poetsim.graph.tiling.tile_rows`);
+        #: 0: no tiling.
+        self.row_bands = row_bands
         self._ops: list[ForwardOp] = []
         self._names: set[str] = set()
         self._loss: str | None = None
@@ -236,9 +244,10 @@ class ForwardGraph:
 
     def op(self, name: str, kind: str, inputs: Sequence[str], *, output_elements: int,
            flops: float, param_count: int = 0, workspace_elements: int = 0,
-           bias_count: int = 0) -> str:
+           bias_count: int = 0, rows: Rows | None = None) -> str:
         """Add a forward op. Sizes are per batch (the caller multiplies by batch size);
-        ``bias_count`` is the part of ``param_count`` that is biases."""
+        ``bias_count`` is the part of ``param_count`` that is biases; ``rows`` its row
+        geometry, if it can be tiled by rows."""
         if kind not in KINDS or kind in LOSS_KINDS:
             known = ", ".join(sorted(set(KINDS) - LOSS_KINDS))
             raise GraphError(f"op {name!r}: kind = {kind!r}: must be one of {known}")
@@ -248,7 +257,7 @@ class ForwardGraph:
             raise GraphError(f"op {name!r}: bias_count = {bias_count!r}: must be between 0 "
                              f"and param_count = {param_count}")
         return self._add(ForwardOp(name, kind, tuple(inputs), output_elements, flops,
-                                   param_count, workspace_elements, bias_count))
+                                   param_count, workspace_elements, bias_count, rows))
 
     def loss(self, name: str, logits: str, *, kind: str = "cross_entropy",
              flops: float | None = None) -> str:
@@ -276,11 +285,38 @@ class ForwardGraph:
         """Derive the backward ops and return the validated training graph."""
         if self._loss is None:
             raise GraphError(f"graph {self.name!r}: has no loss op")
-        return derive_training_graph(self.name, self._ops, self._loss,
+        forward: Sequence[ForwardOp] = self._ops
+        if self.row_bands:
+            trained = trained_params(forward, self.training, self.trained)
+            forward = tile_rows(forward, self.row_bands, gradient_needed(forward, trained))
+        return derive_training_graph(self.name, forward, self._loss,
                                      precision=self.precision, training=self.training,
                                      trained=self.trained,
                                      metadata={"batch_size": self.batch_size,
                                                **self.metadata})
+
+
+def trained_params(forward: Sequence[ForwardOp], training: Training | None,
+                   explicit: Mapping[str, TrainedParams] | None = None,
+                   ) -> dict[str, TrainedParams]:
+    """The trained parameters of every forward op: ``explicit`` per op name when given
+    (ops not listed are frozen), else those of ``training``'s mode (None: all)."""
+    chosen = resolve_training(forward, training) if explicit is None else dict(explicit)
+    if chosen is None:
+        return {op.name: TrainedParams(op.param_count - op.bias_count, op.bias_count)
+                for op in forward}
+    return {op.name: chosen.get(op.name, TrainedParams()) for op in forward}
+
+
+def gradient_needed(forward: Sequence[ForwardOp],
+                    trained: Mapping[str, TrainedParams]) -> dict[str, bool]:
+    """Which forward ops need a gradient: those with trained parameters, and those that
+    read an op that needs one."""
+    needs: dict[str, bool] = {}
+    for op in forward:
+        t = trained[op.name]
+        needs[op.name] = t.weights + t.biases > 0 or any(needs[u] for u in op.inputs)
+    return needs
 
 
 def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
@@ -308,20 +344,9 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
         for u in dict.fromkeys(op.inputs):
             consumers[u].append(op.name)
 
-    chosen = resolve_training(forward, training) if trained is None else dict(trained)
     inplace = training is not None and training.inplace_update
-
-    def trained_of(op: ForwardOp) -> TrainedParams:
-        if chosen is None:
-            return TrainedParams(op.param_count - op.bias_count, op.bias_count)
-        return chosen.get(op.name, TrainedParams())
-
-    trained = {op.name: trained_of(op) for op in forward}
-    needs_grad: dict[str, bool] = {}
-    for op in forward:
-        t = trained[op.name]
-        needs_grad[op.name] = (t.weights + t.biases > 0
-                               or any(needs_grad[u] for u in op.inputs))
+    params = trained_params(forward, training, trained)
+    needs_grad = gradient_needed(forward, params)
     if not needs_grad[loss]:
         raise GraphError(f"graph {name!r}: no op before the loss has trained parameters, "
                          "so there is nothing to train")
@@ -338,7 +363,7 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
     inputs: dict[str, list[str]] = {}
     for op in forward:
         phase = Phase.LOSS if op.name == loss else Phase.FORWARD
-        t = trained[op.name]
+        t = params[op.name]
         ops.append(Op(op.name, op.kind, phase, flops=op.flops,
                       output_bytes=(activation_b if phase is Phase.LOSS
                                     else nbytes(op.output_elements, activation_b)),
@@ -354,7 +379,7 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
         rule = KINDS[op.kind]
         unique_inputs = list(dict.fromkeys(op.inputs))
         wants = tuple(needs_grad[u] for u in unique_inputs)
-        t = trained[op.name]
+        t = params[op.name]
         weight_count = op.param_count - op.bias_count
         ctx = BackwardContext(
             forward_flops=op.flops,

@@ -57,6 +57,8 @@ import attrs
 
 from poetsim.errors import InputError, UnknownNameError
 from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.io import graph_fingerprint
+from poetsim.graph.memory import minimum_ram_bytes
 from poetsim.graph.precision import Precision
 from poetsim.graph.training import Training
 from poetsim.zoo.dscnn import ds_cnn_m, ds_cnn_s
@@ -67,9 +69,10 @@ from poetsim.zoo.resnet import resnet18, resnet18_cifar, resnet50
 from poetsim.zoo.transformer import bert, transformer_block
 from poetsim.zoo.vgg import vgg16, vgg16_cifar
 
-__all__ = ["DEFAULT_MODEL", "PRECISION_OPTIONS", "TRAINING_OPTIONS", "build_model",
-           "model_description", "model_names", "model_options", "precision_from_options",
-           "training_from_options"]
+__all__ = ["DEFAULT_MODEL", "MAX_ROW_BANDS", "PRECISION_OPTIONS", "TRAINING_OPTIONS",
+           "build_model", "model_description", "model_names", "model_options",
+           "precision_from_options", "row_bands_to_fit", "training_from_options",
+           "zoo_options"]
 
 #: The model the quick start and the demo use.
 DEFAULT_MODEL = "resnet18_cifar"
@@ -226,8 +229,8 @@ def precision_from_options(name: str, given: dict[str, int]) -> Precision:
 #: MLP layers are 400,001 ops).
 _OPTION_MAX = 100_000
 
-#: Model options that are switches (0 or 1) rather than sizes.
-_SWITCH_OPTIONS = frozenset({"head"})
+#: Model options that may be 0: switches (``head``) and ``row_bands`` (0: no tiling).
+_ZERO_OPTIONS = frozenset({"head", "row_bands"})
 
 
 def _as_int(name: str, option: str, value: Any, minimum: int) -> int:
@@ -277,7 +280,7 @@ def build_model(name: str, **options: Any) -> TrainingGraph:
             widths[option] = _as_int(name, option, value, 0)
         else:
             checked[option] = _as_int(name, option, value,
-                                      0 if option in _SWITCH_OPTIONS else 1)
+                                      0 if option in _ZERO_OPTIONS else 1)
     training = training_from_options(name, **modes)
     precision = precision_from_options(name, widths)
     try:
@@ -289,3 +292,50 @@ def build_model(name: str, **options: Any) -> TrainingGraph:
     if not training.is_full:
         extra["training_mode"] = training.mode
     return attrs.evolve(graph, metadata={**graph.metadata, **extra})
+
+
+#: The most row bands :func:`row_bands_to_fit` tries.
+MAX_ROW_BANDS = 32
+
+
+def row_bands_to_fit(name: str, options: Mapping[str, Any], activation_bytes: int) -> int:
+    """The fewest row bands (``row_bands``, :mod:`poetsim.graph.tiling`) with which no op
+    of model ``name`` under ``options`` needs more than ``activation_bytes`` on its own;
+    0 when none are needed, or when tiling cannot make it fit (the model has no
+    ``row_bands`` option, its front cannot be tiled, or the largest working set is
+    outside the tiled front at any band count): the untiled model's refusal then names
+    the op.
+    """
+    if "row_bands" not in model_options(name) or options.get("row_bands"):
+        return 0
+    if minimum_ram_bytes(build_model(name, **options))[0] <= activation_bytes:
+        return 0
+    for bands in range(2, MAX_ROW_BANDS + 1):
+        try:
+            graph = build_model(name, **{**options, "row_bands": bands})
+        except InputError:  # nothing to tile at this band count
+            return 0
+        need, op = minimum_ram_bytes(graph)
+        if need <= activation_bytes:
+            return bands
+        if ".band" not in op:  # more bands cannot shrink an op outside the front
+            return 0
+    return 0
+
+
+def zoo_options(graph: TrainingGraph) -> dict[str, int] | None:
+    """The options (those that differ from the defaults) with which the zoo builds
+    exactly ``graph``, or None when it is no zoo model's graph: its metadata names no
+    model of the zoo, or that model built with those options differs (a graph file with
+    measured costs, or edited)."""
+    name = graph.metadata.get("model")
+    if not isinstance(name, str) or name not in _MODELS:
+        return None
+    defaults = model_options(name)
+    options = {k: graph.metadata[k] for k in defaults
+               if k in graph.metadata and graph.metadata[k] != defaults[k]}
+    try:
+        rebuilt = build_model(name, **options)
+    except InputError:
+        return None
+    return options if graph_fingerprint(rebuilt) == graph_fingerprint(graph) else None

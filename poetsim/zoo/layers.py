@@ -44,6 +44,7 @@ from poetsim.errors import InputError
 from poetsim.graph.autograd import ForwardGraph
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.precision import Precision
+from poetsim.graph.tiling import Rows
 from poetsim.graph.training import Training
 
 __all__ = [
@@ -71,11 +72,12 @@ def new_graph(model: str, batch_size: int, *, training: Training | None = None,
               precision: Precision | None = None, **options: int) -> ForwardGraph:
     """An empty forward graph named ``model`` whose metadata records the options;
     ``training`` says what is trained (default: everything), ``precision`` the byte widths
-    of weights, activations and gradients (default: all fp32)."""
+    of weights, activations and gradients (default: all fp32); a ``row_bands`` option runs
+    the frozen front in that many row bands (:mod:`poetsim.graph.tiling`)."""
     p = precision or Precision()
     return ForwardGraph(model, batch_size=batch_size, training=training,
                         weight_bytes=p.weight_bytes, activation_bytes=p.activation_bytes,
-                        gradient_bytes=p.gradient_bytes,
+                        gradient_bytes=p.gradient_bytes, row_bands=options.get("row_bands", 0),
                         metadata={"model": model, "batch_size": batch_size, **options})
 
 
@@ -124,6 +126,7 @@ def conv2d(fg: ForwardGraph, name: str, x: Tensor, out_channels: int,
     (kh, kw), (sh, sw) = _pair(kernel), _pair(stride)
     if padding == "same":
         ho, wo = -(-h // sh), -(-w // sw)
+        ph = max((ho - 1) * sh + kh - h, 0) // 2  # TensorFlow pads the extra row below
     else:
         ph, pw = (kh // 2, kw // 2) if padding is None else _pair(padding)  # type: ignore[arg-type]
         ho, wo = conv_out(h, kh, sh, ph), conv_out(w, kw, sw, pw)
@@ -136,7 +139,8 @@ def conv2d(fg: ForwardGraph, name: str, x: Tensor, out_channels: int,
     out = Tensor(name, (out_channels, ho, wo))
     fg.op(name, kind, [x.name], output_elements=_batch(fg, out.elements),
           flops=2.0 * _batch(fg, macs), param_count=params,
-          workspace_elements=2 * per_group, bias_count=out_channels if bias else 0)
+          workspace_elements=2 * per_group, bias_count=out_channels if bias else 0,
+          rows=Rows(ho, h, kh, sh, ph))
     return out
 
 
@@ -205,8 +209,14 @@ def _elementwise(fg: ForwardGraph, name: str, kind: str, x: Tensor, flops_per_el
     out = Tensor(name, x.shape)
     fg.op(name, kind, [x.name], output_elements=_batch(fg, out.elements),
           flops=flops_per_element * _batch(fg, out.elements), param_count=params,
-          bias_count=biases)
+          bias_count=biases, rows=_same_rows(x))
     return out
+
+
+def _same_rows(x: Tensor) -> Rows | None:
+    """Row geometry of an op whose output row ``r`` reads input row ``r`` (on a feature
+    map; None on other shapes)."""
+    return Rows(x.shape[1], x.shape[1]) if len(x.shape) == 3 else None
 
 
 def relu(fg: ForwardGraph, name: str, x: Tensor) -> Tensor:
@@ -252,7 +262,7 @@ def add(fg: ForwardGraph, name: str, a: Tensor, b: Tensor) -> Tensor:
         raise InputError(f"{name}: cannot add shapes {a.shape} and {b.shape}")
     out = Tensor(name, a.shape)
     fg.op(name, "add", [a.name, b.name], output_elements=_batch(fg, out.elements),
-          flops=1.0 * _batch(fg, out.elements))
+          flops=1.0 * _batch(fg, out.elements), rows=_same_rows(a))
     return out
 
 

@@ -58,7 +58,7 @@ MCUNET_IN1_SPARSE_UPDATE = _sparse_update()
 
 
 def mcunet_in1(*, batch_size: int = 1, classes: int = 1000, image_size: int = 128,
-               training: Training | None = None,
+               row_bands: int = 0, training: Training | None = None,
                precision: Precision | None = None) -> TrainingGraph:
     """MCUNet-in1 at 128x128 as Lin et al. train it (see the module docstring).
 
@@ -69,7 +69,7 @@ def mcunet_in1(*, batch_size: int = 1, classes: int = 1000, image_size: int = 12
                    f"must be at least {MIN_IMAGE_SIZE}")
     fg = L.new_graph("mcunet_in1", batch_size, training=training,
                      precision=precision, classes=classes,
-                     image_size=image_size)
+                     image_size=image_size, row_bands=row_bands)
     x = L.Tensor(fg.input("input", 3 * image_size * image_size), (3, image_size, image_size))
     x = _conv_bn(fg, "stem", x, 16, 3, stride=2)
     for index, (hidden, kernel, stride, channels) in enumerate(MCUNET_IN1_BLOCKS, start=1):

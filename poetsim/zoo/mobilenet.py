@@ -75,7 +75,7 @@ def inverted_residual(fg: ForwardGraph, prefix: str, x: L.Tensor, channels: int,
 def _mobilenet_v2(name: str, batch_size: int, classes: int, image_size: int,
                   width_percent: int, training: Training | None,
                   precision: Precision | None = None, head: int | None = None,
-                  ) -> TrainingGraph:
+                  row_bands: int = 0) -> TrainingGraph:
     # ``head`` is an option of the w0.35 model only: None keeps the head and records no
     # option, so mobilenet_v2's graphs (and the goldens pinning them) stay unchanged.
     L.check_option(image_size >= MIN_IMAGE_SIZE, "image_size", image_size,
@@ -86,7 +86,8 @@ def _mobilenet_v2(name: str, batch_size: int, classes: int, image_size: int,
     L.check_option(head in (None, 0, 1), "head", head, "must be 0 or 1")
     extra = {} if head is None else {"head": head}
     fg = L.new_graph(name, batch_size, training=training, precision=precision, classes=classes,
-                     image_size=image_size, width_percent=width_percent, **extra)
+                     image_size=image_size, width_percent=width_percent,
+                     row_bands=row_bands, **extra)
     x = L.Tensor(fg.input("input", 3 * image_size * image_size), (3, image_size, image_size))
     x = _conv_bn(fg, "stem", x, make_divisible(32 * width), 3, stride=2)
     index = 0
@@ -101,7 +102,8 @@ def _mobilenet_v2(name: str, batch_size: int, classes: int, image_size: int,
 
 
 def mobilenet_v2(*, batch_size: int = 1, classes: int = 1000, image_size: int = 224,
-                 width_percent: int = 100, training: Training | None = None,
+                 width_percent: int = 100, row_bands: int = 0,
+                 training: Training | None = None,
                  precision: Precision | None = None) -> TrainingGraph:
     """MobileNetV2 with width multiplier ``width_percent / 100``.
 
@@ -112,11 +114,11 @@ def mobilenet_v2(*, batch_size: int = 1, classes: int = 1000, image_size: int = 
     ``classes`` (dropout omitted). Defaults: 3.50 M parameters, 0.30 G MACs.
     """
     return _mobilenet_v2("mobilenet_v2", batch_size, classes, image_size, width_percent,
-                         training, precision)
+                         training, precision, row_bands=row_bands)
 
 
 def mobilenet_v2_w035(*, batch_size: int = 1, classes: int = 1000, image_size: int = 128,
-                      width_percent: int = 35, head: int = 1,
+                      width_percent: int = 35, head: int = 1, row_bands: int = 0,
                       training: Training | None = None,
                       precision: Precision | None = None,
                       ) -> TrainingGraph:
@@ -130,4 +132,4 @@ def mobilenet_v2_w035(*, batch_size: int = 1, classes: int = 1000, image_size: i
     layer, the classifier reads 112 channels).
     """
     return _mobilenet_v2("mobilenet_v2_w035", batch_size, classes, image_size, width_percent,
-                         training, precision, head)
+                         training, precision, head, row_bands)
