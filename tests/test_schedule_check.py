@@ -325,3 +325,22 @@ def test_the_shared_ram_rule_agrees_with_the_checker(model):
         ram = ram_during_steps(schedule.steps, sizes, workspace, resident_bytes=7)
         assert len(ram) == len(schedule.steps)
         assert max(ram) == check.peak_ram_bytes + 7
+
+
+def test_an_inplace_update_runs_once():
+    """An op that applies its SGD step in place cannot be recomputed: its second run
+    would read the updated weights (execute measured the earlier layers' gradients 1.3%
+    off) and step twice."""
+    graph = build_model("mlp", layers=3, inplace_update=1)
+    plain = plain_schedule(graph)
+    k = next(i for i, op in enumerate(graph.ops) if op.inplace_update and op.output_bytes)
+    at = next(p for p, s in enumerate(plain.steps) if s.op == k and s.action is Action.COMPUTE)
+    again = (Step(Action.FREE, k, plain.steps[at].stage),
+             Step(Action.COMPUTE, k, plain.steps[at].stage))
+    steps = plain.steps[:at + 1] + again + plain.steps[at + 1:]
+    result = check_schedule(graph, Schedule.for_graph(graph, list(steps), {"method": "hand"}))
+    assert not result.valid
+    violation = result.violation
+    assert violation.rule == "recomputed_inplace_update" and violation.position == at + 2
+    assert graph.ops[k].name in violation.message
+    assert check_schedule(graph, plain).valid

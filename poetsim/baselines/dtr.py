@@ -101,7 +101,8 @@ def dtr_program(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
     touched = np.zeros(n, dtype=float)
     ct_array = np.asarray(ct, dtype=float)
     size_array = np.asarray(size, dtype=float)
-    evictable_size = size_array > 0
+    # an in-place update cannot be computed again, so its output is pinned
+    evictable_size = (size_array > 0) & np.array([op.recomputable for op in graph.ops])
     inputs = np.array([len(graph.predecessors(i)) for i in range(n)], dtype=np.int64)
     only_input = np.array([graph.predecessors(i)[0] if inputs[i] == 1 else -1
                            for i in range(n)], dtype=np.int64)

@@ -151,6 +151,13 @@ class Op:
     inplace_update: bool = False
 
     @property
+    def recomputable(self) -> bool:
+        """Whether a schedule may compute this op again: not an in-place update, whose
+        second run would read the weights its first run updated (wrong gradients for
+        the ops before it) and apply the step twice."""
+        return not self.inplace_update
+
+    @property
     def trained_param_bytes(self) -> int:
         """Bytes of this op's parameters that are trained (gradient, optimizer state)."""
         return self.param_bytes - self.frozen_param_bytes

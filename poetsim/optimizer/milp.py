@@ -159,9 +159,10 @@ class MilpModel:
 
     def recomputable(self, i: int) -> bool:
         f = self.formulation
-        if not f.remat:
+        op = self.graph.ops[i]
+        if not f.remat or not op.recomputable:
             return False
-        return not (f.restricted and self.graph.ops[i].phase is Phase.BACKWARD)
+        return not (f.restricted and op.phase is Phase.BACKWARD)
 
     def _create_variables(self) -> None:
         m, n, c = self.model, self.n, self.costs

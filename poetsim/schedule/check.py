@@ -40,7 +40,7 @@ __all__ = ["RULES", "CheckResult", "ScheduleError", "Violation", "check_schedule
 RULES = (
     "fingerprint_mismatch", "unknown_op", "input_not_resident", "already_resident",
     "not_resident", "not_on_storage", "redundant_page_out", "storage_full",
-    "budget_exceeded", "never_computed",
+    "budget_exceeded", "never_computed", "recomputed_inplace_update",
 )
 
 
@@ -175,6 +175,11 @@ class _Replay:
                 if self.resident[k]:
                     self.fail(position, step, "already_resident",
                               f"output of op {name!r} is already resident in RAM", k)
+                    return
+                if self.computed[k] and not ops[k].recomputable:
+                    self.fail(position, step, "recomputed_inplace_update",
+                              f"op {name!r} applies its SGD step in place, so it cannot run "
+                              "again: it would read the weights it updated", k)
                     return
                 if not self.ram(position, step, self.live + size + ops[k].workspace_bytes,
                                 f"while {name!r} runs"):

@@ -25,7 +25,9 @@ Steps, in list order (each one finishes before the next starts)
     ``output_bytes[k]`` plus ``workspace_bytes[k]`` (the workspace is released when the op
     ends). Afterwards tensor ``k`` is resident. The storage set does not change: a copy of
     ``k`` on storage stays valid, because recomputing gives the same values. A COMPUTE of an
-    op that was computed before is a *recomputation* (rematerialization).
+    op that was computed before is a *recomputation* (rematerialization); an op that
+    applies its SGD step in place (``Op.inplace_update``) runs once
+    [``recomputed_inplace_update``]: a second run would read the weights it updated.
 ``PAGE_OUT k``
     Copies tensor ``k`` to storage. It must be resident [``not_resident``] and must not
     already have a copy on storage [``redundant_page_out``]: every tensor is written at most
