@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -45,10 +46,10 @@ from poetsim.errors import InputError
 from poetsim.graph.graph import TrainingGraph, resident_memory
 from poetsim.graph.memory import plain_peak
 from poetsim.units import format_bytes, parse_bytes, split_quantity
-from poetsim.zoo import zoo_options
+from poetsim.zoo import build_model, row_bands_to_fit, zoo_options
 
 __all__ = ["BOARD_RAM", "MAX_BUDGET_BYTES", "MAX_DEADLINE_S", "Accounting", "Request",
-           "check_request_words", "flash_weight_placement", "parse_deadline",
+           "check_request_words", "flash_weight_placement", "in_row_bands", "parse_deadline",
            "parse_deadline_margin", "resolve_request"]
 
 #: The budget word for "all of the board's usable RAM".
@@ -342,6 +343,20 @@ def resolve_request(graph: TrainingGraph, board: Board, *, ram: str | int = "100
                    optimizer=optimizer, deadline_margin_s=margin_s,
                    deadline_margin=None if deadline_margin is None
                    else str(deadline_margin).strip(), flash_weight_bytes=flash_weights)
+
+
+def in_row_bands(request: Request, resolve: Callable[[TrainingGraph], Request]) -> Request:
+    """``request``, or the same request on its zoo model run in the fewest row bands that
+    let every op fit the activation budget (:func:`poetsim.zoo.row_bands_to_fit`) when one
+    op alone would not; ``resolve`` makes the request of a graph (the same ``ram``,
+    ``deadline`` and accounting)."""
+    graph = request.graph
+    options = zoo_options(graph)
+    if options is None:
+        return request
+    model = str(graph.metadata["model"])
+    bands = row_bands_to_fit(model, options, request.activation_budget_bytes)
+    return resolve(build_model(model, **options, row_bands=bands)) if bands else request
 
 
 def flash_weight_placement(graph: TrainingGraph, board: Board) -> int:

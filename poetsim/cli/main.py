@@ -40,7 +40,7 @@ from poetsim.graph import TrainingGraph, read_graph, write_graph
 from poetsim.methods import DEFAULT_EFFORT, DEFAULT_TIME_LIMIT_S, SolverSettings, seeded_solve
 from poetsim.optimizer import SolveResult, SolveStatus
 from poetsim.report import plot_simulation
-from poetsim.request import Accounting, Request, resolve_request
+from poetsim.request import Accounting, Request, in_row_bands, resolve_request
 from poetsim.schedule import read_schedule, write_schedule, write_schedule_binary
 from poetsim.schedule.metadata import disagreements, parse_metadata
 from poetsim.sim.montecarlo import MAX_RUNS, MonteCarlo, monte_carlo
@@ -55,8 +55,6 @@ from poetsim.zoo import (
     model_description,
     model_names,
     model_options,
-    row_bands_to_fit,
-    zoo_options,
 )
 
 __all__ = ["EXIT_CODES", "main"]
@@ -103,17 +101,7 @@ def _graph_from_args(args: argparse.Namespace,
     return build_model(args.model, **{**(defaults or {}), **_model_options(args)})
 
 
-def _in_row_bands(request: Request, resolve: Callable[[TrainingGraph], Request]) -> Request:
-    """``request``, or the same request on its zoo model run in the fewest row bands that
-    let every op fit the activation budget (:func:`poetsim.zoo.row_bands_to_fit`) when one
-    op alone would not; ``resolve`` makes the request of a graph."""
-    graph = request.graph
-    options = zoo_options(graph)
-    if options is None:
-        return request
-    model = str(graph.metadata["model"])
-    bands = row_bands_to_fit(model, options, request.activation_budget_bytes)
-    return resolve(build_model(model, **options, row_bands=bands)) if bands else request
+
 
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -160,7 +148,7 @@ def _request_from_args(args: argparse.Namespace, graph: TrainingGraph, board: Bo
         return resolve_request(g, board, ram=args.ram, deadline=args.deadline,
                                accounting=args.accounting,
                                deadline_margin=getattr(args, "deadline_margin", None))
-    return _in_row_bands(resolve(graph), resolve)
+    return in_row_bands(resolve(graph), resolve)
 
 
 def _write_all_or_nothing(written: list[str],
@@ -608,7 +596,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
     def resolve(g: TrainingGraph) -> Request:
         return resolve_request(g, board, ram=ram, deadline=deadline, accounting=args.accounting)
-    request = _in_row_bands(resolve(graph), resolve)
+    request = in_row_bands(resolve(graph), resolve)
     graph = request.graph
     schedule = read_schedule(args.schedule, graph)
     notes = disagreements(meta, request.metadata())

@@ -1,0 +1,116 @@
+"""Training that physically fits a microcontroller: model x MCU board (issue #15).
+
+For each training job (a zoo model with the options that make it an MCU job: a training
+mode, int8, in-place update) and each MCU board of ``device_models/``, the request is
+the whole usable RAM and a 2x deadline under physical accounting: frozen weights read in
+place from flash when they fit it, the frozen front in row bands when one op alone would
+not fit (as the CLI does), then POET (effort 100) and the simulator's physical verdict.
+A cell gives the energy and time per iteration, the peak RAM and the storage lifetime,
+or the one-line reason no schedule fits. ResNet-18 (CIFAR) full fine-tuning, the POET
+paper's claim, is also run under the paper's accounting (activations only) on the
+nRF52840, beside its physical verdict. Writes ``benchmarks/results/mcu_training.md``::
+
+    python -m benchmarks.experiments.mcu_training
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from poetsim.boards import get_board
+from poetsim.methods import SolverSettings
+from poetsim.request import Request, in_row_bands, resolve_request
+from poetsim.runs import Outcome, run_and_judge
+from poetsim.units import format_bytes, format_quantity
+from poetsim.zoo import build_model
+
+OUT = Path(__file__).resolve().parents[1] / "results" / "mcu_training.md"
+
+#: The MCU boards (those with a memory-mapped flash section).
+BOARDS = ("nrf52840", "nrf52840_qspi_nor", "rp2040", "esp32s3", "stm32h743", "mkr1000")
+
+#: (label, model, options) of each training job.
+JOBS: tuple[tuple[str, str, dict[str, int]], ...] = (
+    ("DS-CNN-S, last 3 layers (the demo)", "ds_cnn_s", {"train_last": 3}),
+    ("DS-CNN-S int8, last 3 layers, in place", "ds_cnn_s",
+     {"int8": 1, "train_last": 3, "inplace_update": 1}),
+    ("MCUNet-in1 int8, Flowers-102, 100KB sparse update, in place (Lin et al.)", "mcunet_in1",
+     {"int8": 1, "sparse_update": 1, "inplace_update": 1, "classes": 102}),
+    ("MobileNetV2 w0.35 int8, headless, 99kb sparse update, in place (Lin et al.)",
+     "mobilenet_v2_w035",
+     {"head": 0, "int8": 1, "sparse_update": 1, "inplace_update": 1, "classes": 10}),
+    ("MLP 14x14 int8, last layer", "mlp",
+     {"input_dim": 196, "layers": 3, "width": 32, "int8": 1, "train_last": 1}),
+    ("ResNet-18 CIFAR, full fine-tuning (the paper's claim)", "resnet18_cifar", {}),
+    ("ResNet-18 CIFAR int8, last layer", "resnet18_cifar", {"int8": 1, "train_last": 1}),
+)
+
+SETTINGS = SolverSettings(effort=100, time_limit_s=120)
+
+
+def request_for(model: str, options: dict[str, int], board: str,
+                accounting: str = "physical") -> Request:
+    graph = build_model(model, **options)
+    target = get_board(board)
+
+    def resolve(g: Any) -> Request:
+        return resolve_request(g, target, ram="board", deadline="2x", accounting=accounting)
+    return in_row_bands(resolve(graph), resolve)
+
+
+def _cell(request: Request, outcome: Outcome) -> str:
+    if not outcome.feasible:
+        return f"no: {outcome.why_not or outcome.reason}"
+    report = outcome.report
+    assert report is not None and outcome.energy_j is not None
+    life = report.storage_lifetime_iterations
+    bands = request.graph.metadata.get("row_bands")
+    return (f"**PASS** {format_quantity(outcome.energy_j, 'J')}, "
+            f"{format_quantity(report.makespan_s, 's')}, peak "
+            f"{format_bytes(report.peak_ram_bytes)}"
+            + (f", {bands} row bands" if bands else "")
+            + (f", storage lifetime {life:.3g} iterations" if life is not None
+               else ", no storage writes"))
+
+
+def table() -> str:
+    lines = ["# Training that physically fits a microcontroller", "",
+             "Made by `python -m benchmarks.experiments.mcu_training`. Whole usable RAM, "
+             "deadline 2x the plain compute time, physical accounting (everything "
+             "resident within the board's RAM; frozen weights read in place from flash "
+             "when they fit it; the frozen front in row bands when one op alone would not "
+             "fit), POET at effort 100, each schedule simulated and judged. A cell: energy "
+             "and time per iteration, peak RAM in all, storage lifetime, or why no "
+             "schedule fits.", "",
+             "| job | " + " | ".join(BOARDS) + " |",
+             "|---|" + "---|" * len(BOARDS)]
+    started = time.perf_counter()
+    for label, model, options in JOBS:
+        cells = []
+        for board in BOARDS:
+            request = request_for(model, options, board)
+            cells.append(_cell(request, run_and_judge(request, "poet", SETTINGS)))
+        lines.append(f"| {label} | " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    paper = request_for("resnet18_cifar", {}, "nrf52840", accounting="paper")
+    outcome = run_and_judge(paper, "poet", SETTINGS)
+    physical = outcome.verdict
+    lines += ["", "ResNet-18 (CIFAR) full fine-tuning on the nRF52840 under the paper's "
+              "accounting (the budget covers activations only, parameters and gradients "
+              "left out, as POET's mu_RAM): POET's schedule "
+              + (f"spends {format_quantity(outcome.energy_j, 'J')} and "
+                 f"{format_quantity(outcome.makespan_s, 's')} per iteration, with a peak of "
+                 f"{format_bytes(outcome.peak_total_bytes)} in all against the board's "
+                 f"{format_bytes(get_board('nrf52840').ram.usable_bytes)}: physically "
+                 + ("fits" if physical is not None and physical.fits_board_ram
+                    else "does not fit the board")
+                 if outcome.energy_j is not None and outcome.peak_total_bytes is not None
+                 else f"does not exist ({outcome.why_not or outcome.reason})") + ".",
+              "", f"Wall time: {time.perf_counter() - started:.0f} s."]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    OUT.write_text(table(), encoding="utf-8")
+    print(OUT.read_text(encoding="utf-8"))
