@@ -7,8 +7,11 @@ workspace), against the board's usable RAM. A cell is physically possible only w
 sum fits; otherwise every method's schedule FAILs the physical verdict, whatever the
 paper's accounting (activations only) says. The MCU models are also listed under the
 training modes that shrink the state (last layer only, bias-only, Lin et al.'s sparse
-update): frozen weights keep their fp32 bytes in RAM (as poetsim models them today) but
-lose their gradients. Writes ``benchmarks/results/physical_fit.md``; runs in seconds::
+update, int8, in-place update). Each cell is the request poetsim makes of the board
+(:func:`poetsim.request.resolve_request`, then :func:`poetsim.request.in_row_bands`):
+frozen weights read in place from the board's flash when they fit it, the frozen front
+in row bands when one op alone would not fit. Writes
+``benchmarks/results/physical_fit.md``; runs in seconds::
 
     python -m benchmarks.experiments.physical_fit
 """
@@ -21,6 +24,7 @@ from poetsim.boards import get_board
 from poetsim.boards.registry import builtin_board_names
 from poetsim.graph.graph import resident_memory
 from poetsim.graph.memory import minimum_ram_bytes, plain_peak
+from poetsim.request import Request, in_row_bands, resolve_request
 from poetsim.units import format_bytes
 from poetsim.zoo import build_model, model_names
 
@@ -38,6 +42,10 @@ MODE_ROWS: tuple[tuple[str, dict[str, int]], ...] = (
     ("ds_cnn_s", {"train_last": 1}),
     ("ds_cnn_m", {"bias_only": 1}),
     ("mlp", {"train_last": 1}),
+    ("mcunet_in1", {"int8": 1, "sparse_update": 1, "inplace_update": 1, "classes": 102}),
+    ("mobilenet_v2_w035", {"head": 0, "int8": 1, "sparse_update": 1, "inplace_update": 1,
+                           "classes": 10}),
+    ("resnet18_cifar", {"int8": 1, "train_last": 1}),
 )
 
 
@@ -49,14 +57,16 @@ def table() -> str:
     boards = [get_board(name) for name in builtin_board_names()]
     lines = ["# Which zoo model physically fits which board", "",
              "Made by `python -m benchmarks.experiments.physical_fit`. Each cell: the smallest "
-             "RAM any schedule needs in all (resident parameters and gradients + the largest "
-             "single op's working set) against the board's usable RAM: **fits** or the "
-             "factor it is over. `plain` marks where even the plain schedule (no remat, no "
-             "paging) fits. Under the physical verdict (poetsim's default) a cell that does "
-             "not fit FAILs for every method; the paper's accounting leaves the resident "
-             "state out and so passes MCU points that cannot run. Rows with options train "
-             "only part of the model (`--set ...`): frozen fp32 weights stay in RAM, "
-             "without gradients.", "",
+             "RAM any schedule needs in all (the resident state + the largest single op's "
+             "working set) against the board's usable RAM: **fits** or the factor it is "
+             "over. `plain` marks where even the plain schedule (no remat, no paging) fits. "
+             "The resident state is what the board keeps in RAM: frozen weights are read in "
+             "place from its flash when they fit it; `bands` marks a frozen front run in row "
+             "bands because one op alone would not fit. Under the physical verdict "
+             "(poetsim's default) a cell that does not fit FAILs for every method; the "
+             "paper's accounting leaves the resident state out and so passes MCU points "
+             "that cannot run. Rows with options train only part of the model (`--set "
+             "...`). The first columns are the graph's own figures (everything in RAM).", "",
              "| model | resident | min. activations | plain peak | "
              + " | ".join(f"{b.name} ({format_bytes(b.ram.usable_bytes)})" for b in boards)
              + " |", "|---" * (4 + len(boards)) + "|"]
@@ -68,12 +78,18 @@ def table() -> str:
         plain = plain_peak(graph).bytes
         cells = []
         for board in boards:
+            def resolve(g, board=board) -> Request:
+                return resolve_request(g, board, ram="board")
+            request = in_row_bands(resolve(graph), resolve)
             usable = board.ram.usable_bytes
-            need = resident + smallest
+            need = request.resident_bytes + minimum_ram_bytes(request.graph)[0]
+            bands = ", bands" if request.graph is not graph else ""
             if need > usable:
                 cells.append(f"{need / usable:.3g}x over")
+            elif request.resident_bytes + plain_peak(request.graph).bytes <= usable:
+                cells.append("fits, plain" + bands)
             else:
-                cells.append("fits, plain" if resident + plain <= usable else "fits")
+                cells.append("fits" + bands)
         lines.append(f"| {_label(name, options)} | {format_bytes(resident)} | "
                      f"{format_bytes(smallest)} | {format_bytes(plain)} | "
                      + " | ".join(cells) + " |")

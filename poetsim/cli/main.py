@@ -813,7 +813,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, help_text in (
         ("costs", "cost summary of a model's training graph on a board"),
-        ("demo", f"the built-in default job: fine-tuning the last two layers of {DEMO_MODEL} "
+        ("demo", f"the built-in default job: fine-tuning {DEMO_MODEL} "
+                 f"({', '.join(f'{k}={v}' for k, v in DEMO_MODEL_OPTIONS.items())}) "
                  f"on the {DEMO_BOARD} within its RAM: costs, then POET's least-energy "
                  "schedule, verified in the simulator and compared"),
     ):
