@@ -478,3 +478,53 @@ def test_an_unread_page_out_is_dropped_and_its_energy_saved():
              - evaluate_plan(graph, costs, pruned).energy_j)
     # at least the write itself; the time it took and a wake-up may come on top
     assert saved >= float(costs.pageout_energy_j[i]) * (1 - 1e-9)
+
+
+def test_an_idle_keep_is_dropped_and_never_costs_ram():
+    """A tensor kept past its last reader into stages that neither read, keep nor write it
+    is held to each stage's end for nothing: drop_idle_keeps removes the keeps (the later
+    one first, then the one it made idle), at the same energy and time and no more RAM."""
+    from poetsim.boards import get_board
+    from poetsim.optimizer.plan import drop_idle_keeps
+
+    graph = build_model("mlp", layers=3)
+    costs = op_costs(graph, get_board("nrf52840"))
+    plan = plain_plan(graph)
+    assert drop_idle_keeps(graph, plan) is plan  # the plain plan keeps nothing idle
+    i = 1  # the first linear layer's output; keep it two stages past its last reader
+    last = max(graph.successors(i))
+    assert last + 2 < len(graph)
+    matrices = {name: getattr(plan, name).copy() for name in
+                ("compute", "keep", "stored", "page_in", "page_out")}
+    matrices["keep"][last + 1:last + 3, i] = True
+    wasteful = StagePlan(**matrices)
+    assert plan_violations(graph, wasteful) == []
+    dropped = drop_idle_keeps(graph, wasteful)
+    assert dropped == plan
+    before, after = evaluate_plan(graph, costs, wasteful), evaluate_plan(graph, costs, dropped)
+    assert after.energy_j == before.energy_j and after.time_s == before.time_s
+    assert after.peak_ram_bytes <= before.peak_ram_bytes
+
+
+def test_dtr_lifted_without_idle_keeps_fits_where_its_list_does():
+    """DTR evicts tensors in the middle of stages that do not read them; lifted as they
+    are kept at the stage boundaries, its ResNet-18 list at 50% needs more RAM than the
+    list, and without those idle keeps it fits, prices DTR's own energy and lowers to a
+    valid schedule of the plan's peak."""
+    from poetsim.baselines import dtr
+    from poetsim.boards import get_board
+    from poetsim.optimizer.plan import drop_idle_keeps, plan_from_schedule
+
+    graph, board = build_model("resnet18_cifar"), get_board("nrf52840")
+    costs = op_costs(graph, board)
+    budget = paper_request(graph, board, "50%").activation_budget_bytes
+    listed = dtr(graph, board, costs, budget)
+    lifted = plan_from_schedule(graph, listed.schedule)
+    assert evaluate_plan(graph, costs, lifted).peak_ram_bytes > budget
+    plan = drop_idle_keeps(graph, lifted)
+    assert plan_violations(graph, plan) == []
+    metrics = evaluate_plan(graph, costs, plan)
+    assert metrics.peak_ram_bytes <= budget
+    assert metrics.energy_j == pytest.approx(listed.energy_j, rel=1e-9)
+    check = check_schedule(graph, lower_plan(graph, plan), budget_bytes=budget)
+    assert check.valid and check.peak_ram_bytes == metrics.peak_ram_bytes

@@ -36,9 +36,9 @@ from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
 from poetsim.schedule import Action, Schedule, Step
 
-__all__ = ["PlanMetrics", "StagePlan", "StageTimeline", "drop_unread_page_outs", "evaluate_plan",
-           "lower_plan", "plan_from_schedule", "plan_violations", "stage_timeline",
-           "storage_near"]
+__all__ = ["PlanMetrics", "StagePlan", "StageTimeline", "drop_idle_keeps",
+           "drop_unread_page_outs", "evaluate_plan", "lower_plan", "plan_from_schedule",
+           "plan_violations", "stage_timeline", "storage_near"]
 
 _MATRICES = ("compute", "keep", "stored", "page_in", "page_out")
 
@@ -82,6 +82,31 @@ def drop_unread_page_outs(plan: StagePlan) -> StagePlan:
         page_out[t, i] = False
         stored[t + 1:, i] = False
     return attrs.evolve(plan, page_out=page_out, stored=stored)
+
+
+def drop_idle_keeps(graph: TrainingGraph, plan: StagePlan) -> StagePlan:
+    """``plan`` without its idle keeps: a tensor kept into stage ``t`` that no op of the
+    stage reads, that is not kept into ``t + 1`` and not written in ``t`` is only freed
+    when the stage ends (the accounting rule), so it holds RAM through the stage for
+    nothing; not keeping it frees it when stage ``t - 1`` ends instead. Energy and time
+    are unchanged and no stage's memory grows. Stages are visited from the last, so that
+    a keep made idle by a later one goes too. The same plan when there are none.
+
+    An op list that frees a tensor in the middle of a stage that does not read it (DTR
+    evicts one there to make room) lifts to such a keep (:func:`plan_from_schedule` keeps
+    what the list keeps at the stage boundaries); without it the lifted plan can need
+    more RAM than the list."""
+    n = plan.n
+    keep = plan.keep.copy()
+    for t in range(n - 1, 0, -1):
+        for i in np.flatnonzero(keep[t]):
+            i = int(i)
+            read = any(plan.compute[t, j] for j in graph.successors(i))
+            if not (read or plan.page_out[t, i] or (t + 1 < n and keep[t + 1, i])):
+                keep[t, i] = False
+    if np.array_equal(keep, plan.keep):
+        return plan
+    return attrs.evolve(plan, keep=keep)
 
 
 def plan_violations(graph: TrainingGraph, plan: StagePlan) -> list[str]:

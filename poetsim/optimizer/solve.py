@@ -37,6 +37,7 @@ from poetsim.optimizer.milp import Formulation, MilpModel, build_milp
 from poetsim.optimizer.plan import (
     PlanMetrics,
     StagePlan,
+    drop_idle_keeps,
     drop_unread_page_outs,
     evaluate_plan,
     lower_plan,
@@ -305,9 +306,10 @@ def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline:
         if plan is None:
             continue
         name = str(schedule.metadata.get("method", "given schedule"))
+        # what the list keeps guides the greedy; the plan itself need not hold it idle
         lifted.append((position, name, plan))
         if _allowed(plan, formulation):
-            consider(1 + position, name, plan)
+            consider(1 + position, name, drop_idle_keeps(graph, plan))
     for number, run in enumerate(runs[1:], start=1):
         if out_of_time():
             return best
