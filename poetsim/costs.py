@@ -24,6 +24,11 @@ at the op's compute width (the widest tensor it reads): an int8 op (width 1) run
 ``flops_per_s`` (:func:`compute_rate` says so, and the cost summary marks the compute
 time as an estimate). Paper-profile boards keep POET's formulas and fp32 figures.
 The data input op reads the batch from storage, so its "compute" is a page-in.
+With ``streamed_weights`` (frozen weights that live on storage,
+:mod:`poetsim.graph.streaming`), every op that reads frozen weights also reads them from
+storage each time it runs, priced like that input: a page-in of those bytes added to the
+op's time and energy (the CPU waits for it; its overlap with compute under DMA is not
+claimed).
 
 Page-out (write) of a tensor of ``b`` bytes, and page-in (read) symmetrically::
 
@@ -89,6 +94,7 @@ from poetsim.boards.spec import Board, Profile, Storage, StorageKind
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.ops import Phase
 from poetsim.graph.precision import compute_widths, precision_of, rescale_bytes
+from poetsim.graph.streaming import frozen_weights_read
 
 __all__ = ["RATE_FIELDS", "ComputeRate", "OpCosts", "Transfer", "TransferPhases", "WaitPower",
            "compute_rate", "op_costs", "transfer_cost", "transfer_phases", "wait_power"]
@@ -299,7 +305,8 @@ def _moved_bytes(graph: TrainingGraph, k: int) -> int:
     return moved + op.param_bytes
 
 
-def _compute(graph: TrainingGraph, board: Board, k: int, width: int) -> Transfer:
+def _compute(graph: TrainingGraph, board: Board, k: int, width: int,
+             streamed_weights: bool) -> Transfer:
     op = graph.ops[k]
     cpu = board.cpu
     if board.profile is Profile.PAPER:
@@ -308,17 +315,25 @@ def _compute(graph: TrainingGraph, board: Board, k: int, width: int) -> Transfer
         return transfer_cost(board, op.output_bytes, write=False)
     time_s = max(op.flops / compute_rate(board, width).ops_per_s,
                  _moved_bytes(graph, k) / board.ram.bandwidth_bytes_per_s)
-    return Transfer(time_s, time_s * cpu.active_power_w)
+    compute = Transfer(time_s, time_s * cpu.active_power_w)
+    streamed = frozen_weights_read(graph, k) if streamed_weights else 0
+    if not streamed:
+        return compute
+    read = transfer_cost(board, streamed, write=False)
+    return Transfer(compute.time_s + read.time_s, compute.energy_j + read.energy_j)
 
 
-def op_costs(graph: TrainingGraph, board: Board) -> OpCosts:
-    """Costs of every op of ``graph`` on ``board`` (see the module docstring)."""
+def op_costs(graph: TrainingGraph, board: Board, *,
+             streamed_weights: bool = False) -> OpCosts:
+    """Costs of every op of ``graph`` on ``board`` (see the module docstring);
+    ``streamed_weights``: the frozen weights live on storage and are read by every op
+    that uses them, each time it runs (:mod:`poetsim.graph.streaming`)."""
     columns: dict[str, list[float]] = {name: [] for name in (
         "compute_time_s", "compute_energy_j", "pagein_time_s", "pagein_energy_j",
         "pageout_time_s", "pageout_energy_j")}
     widths = compute_widths(graph)
     for k, op in enumerate(graph.ops):
-        compute = _compute(graph, board, k, widths[k])
+        compute = _compute(graph, board, k, widths[k], streamed_weights)
         pagein = transfer_cost(board, op.output_bytes, write=False)
         pageout = transfer_cost(board, op.output_bytes, write=True)
         analytic = {

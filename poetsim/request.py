@@ -44,7 +44,8 @@ from poetsim.boards.spec import Board
 from poetsim.costs import OpCosts, op_costs
 from poetsim.errors import InputError
 from poetsim.graph.graph import TrainingGraph, resident_memory
-from poetsim.graph.memory import plain_peak
+from poetsim.graph.memory import minimum_ram_bytes, plain_peak
+from poetsim.graph.streaming import stream_frozen_weights
 from poetsim.units import format_bytes, parse_bytes, split_quantity
 from poetsim.zoo import build_model, row_bands_to_fit, zoo_options
 
@@ -85,7 +86,12 @@ class Request:
     minus the resident state, capped by what the board leaves (never negative).
     ``resident_bytes`` (parameters, gradients, optimizer state) comes from the graph, less
     ``flash_weight_bytes``: the frozen weights read in place from the board's memory-mapped
-    flash (physical accounting on a board with ``[flash]`` they fit; 0 otherwise).
+    flash (physical accounting on a board with ``[flash]`` they fit; 0 otherwise), or less
+    ``streamed_weight_bytes``: frozen weights that live on the board's storage and are
+    streamed by every op that reads them (:mod:`poetsim.graph.streaming`; physical
+    accounting, when neither the flash nor the RAM beside the largest op can hold them).
+    Then ``graph`` is the streamed graph (stream buffers in the workspaces) and ``costs``
+    price the reads.
     ``deadline_s`` is the user's deadline. ``ram`` / ``deadline`` keep the user's words.
 
     ``deadline_margin_s`` is slack the methods keep below the deadline (0: none): they
@@ -109,6 +115,7 @@ class Request:
     deadline_margin_s: float = 0.0
     deadline_margin: str | None = None
     flash_weight_bytes: int = 0
+    streamed_weight_bytes: int = 0
 
     @property
     def frozen_weight_bytes(self) -> int:
@@ -180,7 +187,9 @@ class Request:
                "budget_bytes": self.budget_bytes,
                "budget_activation_bytes": self.activation_budget_bytes,
                "resident_bytes": self.resident_bytes,
-               "flash_weight_bytes": self.flash_weight_bytes, "deadline_s": self.deadline_s}
+               "flash_weight_bytes": self.flash_weight_bytes,
+               "streamed_weight_bytes": self.streamed_weight_bytes,
+               "deadline_s": self.deadline_s}
         if self.deadline_margin is not None:
             out.update(deadline_margin=self.deadline_margin,
                        planning_deadline_s=self.planning_deadline_s)
@@ -199,7 +208,15 @@ class Request:
         return (f"{format_bytes(self.budget_bytes)} in all (physical accounting): "
                 f"{format_bytes(self.resident_bytes)} resident state + "
                 f"{format_bytes(self.activation_budget_bytes)} for activations and buffers"
-                + self._describe_flash() + self._describe_bands())
+                + self._describe_flash() + self._describe_streamed() + self._describe_bands())
+
+    def _describe_streamed(self) -> str:
+        """Frozen weights streamed from storage, if any (physical only)."""
+        if not self.streamed_weight_bytes:
+            return ""
+        return (f"; {format_bytes(self.streamed_weight_bytes)} of frozen weights on "
+                f"{self.board.storage.kind.value} storage, streamed by the ops that read "
+                "them each time they run")
 
     def _describe_bands(self) -> str:
         """The row tiling of the graph's front (:mod:`poetsim.graph.tiling`), if any."""
@@ -214,7 +231,7 @@ class Request:
             return (f"; {format_bytes(self.flash_weight_bytes)} of frozen weights read in "
                     f"place from flash (of {format_bytes(self.board_flash_bytes or 0)} "
                     "usable), not in RAM")
-        if frozen and self.board_flash_bytes is not None:
+        if frozen and self.board_flash_bytes is not None and not self.streamed_weight_bytes:
             return (f"; {format_bytes(frozen)} of frozen weights stay in RAM: over the "
                     f"{format_bytes(self.board_flash_bytes)} of usable flash")
         return ""
@@ -312,9 +329,7 @@ def resolve_request(graph: TrainingGraph, board: Board, *, ram: str | int = "100
     keep free below the deadline (:attr:`Request.planning_deadline_s`); None: none.
     """
     accounting = Accounting.parse(accounting)
-    if costs is None:
-        costs = op_costs(graph, board)
-    elif len(costs) != len(graph.ops):
+    if costs is not None and len(costs) != len(graph.ops):
         raise InputError(f"costs cover {len(costs)} ops, but graph {graph.name!r} has "
                          f"{len(graph.ops)}")
     resident = resident_memory(graph, optimizer=optimizer).total_bytes
@@ -323,6 +338,12 @@ def resolve_request(graph: TrainingGraph, board: Board, *, ram: str | int = "100
     physical = accounting is Accounting.PHYSICAL
     flash_weights = flash_weight_placement(graph, board) if physical else 0
     resident -= flash_weights
+    streamed = 0
+    if physical and not flash_weights and _must_stream(graph, resident, usable):
+        streamed = graph.param_bytes - graph.trained_param_bytes
+        graph, costs, resident = stream_frozen_weights(graph), None, resident - streamed
+    if costs is None:
+        costs = op_costs(graph, board, streamed_weights=bool(streamed))
     if text == BOARD_RAM:
         budget = usable
         activations = usable - resident if physical else usable
@@ -342,7 +363,15 @@ def resolve_request(graph: TrainingGraph, board: Board, *, ram: str | int = "100
                    deadline=None if deadline is None else str(deadline).strip(),
                    optimizer=optimizer, deadline_margin_s=margin_s,
                    deadline_margin=None if deadline_margin is None
-                   else str(deadline_margin).strip(), flash_weight_bytes=flash_weights)
+                   else str(deadline_margin).strip(), flash_weight_bytes=flash_weights,
+                   streamed_weight_bytes=streamed)
+
+
+def _must_stream(graph: TrainingGraph, resident: int, usable: int) -> bool:
+    """Whether the frozen weights must leave RAM for storage: kept there, with the rest of
+    the resident state and the largest op's working set, they would not fit the board."""
+    frozen = graph.param_bytes - graph.trained_param_bytes
+    return frozen > 0 and resident + minimum_ram_bytes(graph)[0] > usable
 
 
 def in_row_bands(request: Request, resolve: Callable[[TrainingGraph], Request]) -> Request:

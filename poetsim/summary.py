@@ -89,6 +89,9 @@ class CostSummary:
     #: Frozen weights read in place from the board's memory-mapped flash, not in
     #: ``resident_bytes`` (the request's placement, :func:`poetsim.request.resolve_request`).
     flash_weight_bytes: int
+    #: Frozen weights on the board's storage, streamed by the ops that read them
+    #: (:mod:`poetsim.graph.streaming`), not in ``resident_bytes``.
+    streamed_weight_bytes: int
     plain_peak_bytes: int
     plain_total_bytes: int
     fits_without_remat_or_paging: bool
@@ -132,9 +135,11 @@ def cost_summary(graph: TrainingGraph, board: Board, costs: OpCosts | None = Non
     paged = [i for i in forward_idx if graph.ops[i].phase is Phase.FORWARD]
     if request is None:  # the placement is the request's, decided there and only there
         request = resolve_request(graph, board, costs=costs, optimizer=optimizer)
+    if request.streamed_weight_bytes:  # the request's graph and costs stream the weights
+        graph, costs = request.graph, request.costs
     flash_weights = request.flash_weight_bytes
-    resident = resident_memory(graph, gradients=gradients,
-                               optimizer=optimizer).total_bytes - flash_weights
+    resident = (resident_memory(graph, gradients=gradients, optimizer=optimizer).total_bytes
+                - flash_weights - request.streamed_weight_bytes)
     peak = plain_peak(graph).bytes
     usable = board.ram.usable_bytes
     order = sorted(range(len(graph)), key=lambda i: (-costs.compute_energy_j[i], i))[:top]
@@ -166,6 +171,7 @@ def cost_summary(graph: TrainingGraph, board: Board, costs: OpCosts | None = Non
         ram_usable_bytes=usable,
         resident_bytes=resident,
         flash_weight_bytes=flash_weights,
+        streamed_weight_bytes=request.streamed_weight_bytes,
         plain_peak_bytes=peak,
         plain_total_bytes=peak + resident,
         fits_without_remat_or_paging=peak + resident <= usable,

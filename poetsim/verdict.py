@@ -89,6 +89,7 @@ class Verdict:
     model_energy_j: float | None = None
     flash_weight_bytes: int = 0
     board_flash_bytes: int | None = None
+    streamed_weight_bytes: int = 0
 
     @property
     def label(self) -> str:
@@ -112,6 +113,9 @@ class Verdict:
                 + ("fits the board" if self.fits_board_ram else "does not fit the board"))
         if self.flash_weight_bytes:
             need += f" ({format_bytes(self.flash_weight_bytes)} frozen weights in flash)"
+        if self.streamed_weight_bytes:
+            need += (f" ({format_bytes(self.streamed_weight_bytes)} frozen weights streamed "
+                     "from storage)")
         text = f"{self.label} [{self.accounting.value} accounting] {need}"
         if self.violations:
             text += "; " + "; ".join(self.violations)
@@ -174,10 +178,13 @@ def judge(request: Request, report: SimReport, *, notes: Iterable[str] = (),
                 f"makespan {report.makespan_s:.6g} s exceeds the deadline of "
                 f"{request.deadline_s:.6g} s ({request.deadline}) by "
                 f"{report.makespan_s - request.deadline_s:.6g} s")
-    if report.peak_storage_bytes > report.storage_capacity_bytes:
-        violations.append(
-            f"storage holds {report.peak_storage_bytes} B at its peak, over its capacity of "
-            f"{report.storage_capacity_bytes} B")
+    streamed = request.streamed_weight_bytes  # the frozen weights live there too
+    if report.peak_storage_bytes + streamed > report.storage_capacity_bytes:
+        held = (f"{report.peak_storage_bytes} B at its peak" if not streamed else
+                f"{report.peak_storage_bytes + streamed} B at its peak ({streamed} B of "
+                "them streamed frozen weights)")
+        violations.append(f"storage holds {held}, over its capacity of "
+                          f"{report.storage_capacity_bytes} B")
     if (report.flash_endurance_cycles is not None
             and report.flash_max_erase_count > report.flash_endurance_cycles):
         violations.append(
@@ -207,7 +214,7 @@ def judge(request: Request, report: SimReport, *, notes: Iterable[str] = (),
         storage_capacity_bytes=report.storage_capacity_bytes,
         violations=tuple(violations), notes=tuple(notes), energy_j=report.energy_j,
         model_energy_j=predicted_energy_j, flash_weight_bytes=flash_weights,
-        board_flash_bytes=board_flash)
+        board_flash_bytes=board_flash, streamed_weight_bytes=streamed)
 
 
 def check_on_board(request: Request, schedule: Schedule, *, trace: bool = False,

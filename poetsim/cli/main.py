@@ -357,6 +357,9 @@ def _show_costs(graph: TrainingGraph, board: Board, args: argparse.Namespace) ->
     if s.flash_weight_bytes:
         print(_row("frozen weights in flash", f"{format_bytes(s.flash_weight_bytes)} "
                                               "(read in place, not in RAM)"))
+    if s.streamed_weight_bytes:
+        print(_row("frozen weights on storage", f"{format_bytes(s.streamed_weight_bytes)} "
+                                                "(streamed by each op that reads them)"))
     print(_row("plain-schedule activation peak", format_bytes(s.plain_peak_bytes)))
     verdict = ("fits without remat or paging" if s.fits_without_remat_or_paging
                else "needs remat or paging" if s.resident_fits

@@ -27,6 +27,7 @@ __all__ = ["EXPECTED_FIELDS", "ScheduleMetadata", "disagreements", "parse_metada
 _TEXT = ("method", "status", "board", "accounting", "ram", "deadline", "optimizer", "case",
          "model")
 _BYTES = ("budget_bytes", "budget_activation_bytes", "resident_bytes", "flash_weight_bytes",
+          "streamed_weight_bytes",
           "predicted_peak_ram_bytes")
 _SECONDS_OR_JOULES = ("deadline_s", "solver_deadline_s", "predicted_energy_j",
                       "predicted_time_s", "bound_j")
@@ -53,6 +54,7 @@ class ScheduleMetadata:
     budget_activation_bytes: int | None = None
     resident_bytes: int | None = None
     flash_weight_bytes: int | None = None
+    streamed_weight_bytes: int | None = None
     predicted_peak_ram_bytes: int | None = None
     deadline_s: float | None = None
     solver_deadline_s: float | None = None
@@ -159,7 +161,7 @@ def disagreements(meta: ScheduleMetadata, recomputed: Mapping[str, Any]) -> list
     :meth:`~poetsim.request.Request.metadata`), saying which value poetsim uses."""
     lines = []
     for name in ("board", "accounting", "budget_bytes", "budget_activation_bytes",
-                 "resident_bytes", "flash_weight_bytes", "deadline_s"):
+                 "resident_bytes", "flash_weight_bytes", "streamed_weight_bytes", "deadline_s"):
         recorded = getattr(meta, name)
         if recorded is None:
             continue

@@ -1,0 +1,121 @@
+"""Frozen weights streamed from storage (issue #15 items 1 and 4): slices, the streamed
+graph, their cost, the request's decision, the verdict, and ResNet-18 on the nRF52840."""
+
+from __future__ import annotations
+
+import json
+
+import attrs
+import pytest
+
+from poetsim.boards import get_board
+from poetsim.costs import op_costs, transfer_cost
+from poetsim.graph.streaming import (
+    STREAM_BUFFERS,
+    frozen_weights_read,
+    stream_frozen_weights,
+    weight_slice_bytes,
+)
+from poetsim.request import resolve_request
+from poetsim.schedule import plain_schedule
+from poetsim.verdict import check_on_board
+from poetsim.zoo import build_model, zoo_options
+
+#: ResNet-18 (CIFAR) in int8 with its classifier trained: 10.7 MiB of frozen weights.
+RESNET = {"int8": 1, "train_last": 1}
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    return build_model("resnet18_cifar", **RESNET)
+
+
+def test_a_slice_is_one_output_channel(resnet):
+    conv = resnet.index("layer4.1.conv2")  # 3x3, 512 -> 512, int8
+    assert weight_slice_bytes(resnet, conv) == 512 * 3 * 3
+    assert frozen_weights_read(resnet, conv) == 512 * 512 * 3 * 3
+    norm = resnet.index("layer4.1.bn2")  # a norm streams its few parameters whole
+    assert weight_slice_bytes(resnet, norm) == resnet.ops[norm].frozen_param_bytes > 0
+    fc = resnet.index("fc")  # trained: nothing frozen to stream
+    assert frozen_weights_read(resnet, fc) == weight_slice_bytes(resnet, fc) == 0
+
+
+def test_a_backward_op_reads_the_frozen_weights_of_its_forward_op():
+    graph = build_model("mlp", layers=3, train_last=1)
+    # fc2 is frozen, fc3 trained: fc3/grad passes the gradient on through fc3's weights
+    # (trained, not streamed); no backward op reads fc2's weights (fc2 needs no gradient)
+    assert frozen_weights_read(graph, graph.index("fc2")) == graph.op("fc2").param_bytes
+    assert frozen_weights_read(graph, graph.index("fc3/grad")) == 0
+    bias = build_model("mlp", layers=3, bias_only=1)
+    k = bias.index("fc3/grad")  # fc3's weights are frozen, its bias trained
+    assert frozen_weights_read(bias, k) == bias.op("fc3").frozen_param_bytes > 0
+    assert weight_slice_bytes(bias, k) == 4 * 256  # one output row of fp32 weights
+
+
+def test_the_streamed_graph_holds_two_slices_where_weights_are_read(resnet):
+    streamed = stream_frozen_weights(resnet)
+    assert streamed.metadata["streamed_weights"] == 1
+    for k, (before, after) in enumerate(zip(resnet.ops, streamed.ops)):
+        grown = after.workspace_bytes - before.workspace_bytes
+        assert grown == STREAM_BUFFERS * weight_slice_bytes(resnet, k)
+        assert attrs.evolve(after, workspace_bytes=before.workspace_bytes) == before
+    # zoo_options still recognises the graph: streaming is the request's, not an option
+    assert zoo_options(streamed) == zoo_options(resnet)
+
+
+def test_each_run_reads_its_frozen_weights_from_storage(resnet):
+    board = get_board("nrf52840")
+    plain, streamed = op_costs(resnet, board), op_costs(resnet, board, streamed_weights=True)
+    conv = resnet.index("layer1.0.conv1")
+    read = transfer_cost(board, frozen_weights_read(resnet, conv), write=False)
+    assert streamed.compute_time_s[conv] == pytest.approx(plain.compute_time_s[conv]
+                                                         + read.time_s)
+    assert streamed.compute_energy_j[conv] == pytest.approx(plain.compute_energy_j[conv]
+                                                           + read.energy_j)
+    fc = resnet.index("fc")
+    assert streamed.compute_time_s[fc] == plain.compute_time_s[fc]
+
+
+def test_the_request_streams_only_when_ram_and_flash_cannot_hold_them(resnet):
+    nrf = resolve_request(resnet, get_board("nrf52840"), ram="board")
+    frozen = resnet.param_bytes - resnet.trained_param_bytes
+    assert nrf.streamed_weight_bytes == frozen and nrf.flash_weight_bytes == 0
+    assert nrf.graph.metadata["streamed_weights"] == 1
+    assert nrf.resident_bytes < 32 * 1024
+    assert nrf.metadata()["streamed_weight_bytes"] == frozen
+    assert "streamed by the ops that read them" in nrf.describe_budget()
+    rpi = resolve_request(resnet, get_board("rpi4"), ram="board")  # RAM holds them
+    assert rpi.streamed_weight_bytes == 0 and rpi.graph is resnet
+    ds = resolve_request(build_model("ds_cnn_s", train_last=3), get_board("nrf52840"),
+                         ram="board")  # flash holds them
+    assert ds.streamed_weight_bytes == 0 and ds.flash_weight_bytes > 0
+    paper = resolve_request(resnet, get_board("nrf52840"), ram="board", accounting="paper")
+    assert paper.streamed_weight_bytes == 0
+
+
+def test_the_verdict_counts_streamed_weights_on_storage(resnet):
+    board = get_board("nrf52840")
+    small = attrs.evolve(board, storage=attrs.evolve(board.storage, capacity_bytes=1 << 20))
+    request = resolve_request(resnet, small, ram="board")
+    _, verdict = check_on_board(request, plain_schedule(request.graph))
+    assert not verdict.passed
+    assert any("streamed frozen weights" in v and "over its capacity" in v
+               for v in verdict.violations)
+
+
+def test_resnet18_int8_last_layer_trains_on_the_nrf52840(tmp_path, capsys):
+    """ResNet-18 (CIFAR) in int8 with its classifier trained: 10.7 MiB of frozen weights
+    fit neither the nRF52840's RAM nor its flash; streamed from the SD card by every
+    convolution, the rest fits 232 KiB and the schedule PASSes physically."""
+    from poetsim.cli.main import main
+
+    out = tmp_path / "resnet.json"
+    sets = [a for k, v in RESNET.items() for a in ("--set", f"{k}={v}")]
+    assert main(["solve", "--model", "resnet18_cifar", *sets, "--board", "nrf52840",
+                 "--deadline", "1.5x", "--effort", "10", "--out", str(out)]) == 0
+    assert "streamed by the ops that read them" in capsys.readouterr().out
+    assert json.loads(out.read_text())["metadata"]["streamed_weight_bytes"] > 10 << 20
+    assert main(["simulate", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["verdict"] == "PASS" and report["fits_board_ram"]
+    assert report["streamed_weight_bytes"] > 10 << 20
