@@ -24,11 +24,12 @@ at the op's compute width (the widest tensor it reads): an int8 op (width 1) run
 ``flops_per_s`` (:func:`compute_rate` says so, and the cost summary marks the compute
 time as an estimate). Paper-profile boards keep POET's formulas and fp32 figures.
 The data input op reads the batch from storage, so its "compute" is a page-in.
-With ``streamed_weights`` (frozen weights that live on storage,
-:mod:`poetsim.graph.streaming`), every op that reads frozen weights also reads them from
-storage each time it runs, priced like that input: a page-in of those bytes added to the
-op's time and energy (the CPU waits for it; its overlap with compute under DMA is not
-claimed).
+With weights on storage (:class:`~poetsim.graph.streaming.WeightsOnStorage`, read from
+the graph's metadata), every op that reads them also reads them from storage each time it
+runs, priced like that input: a page-in of those bytes added to the op's time and energy;
+an in-place update of weights on storage writes them back, a page-out of those bytes
+added too (``writeback_bytes``; the CPU waits for both, their overlap with compute under
+DMA is not claimed).
 
 Page-out (write) of a tensor of ``b`` bytes, and page-in (read) symmetrically::
 
@@ -94,7 +95,7 @@ from poetsim.boards.spec import Board, Profile, Storage, StorageKind
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.ops import Phase
 from poetsim.graph.precision import compute_widths, precision_of, rescale_bytes
-from poetsim.graph.streaming import frozen_weights_read
+from poetsim.graph.streaming import WeightsOnStorage
 
 __all__ = ["RATE_FIELDS", "ComputeRate", "OpCosts", "Transfer", "TransferPhases", "WaitPower",
            "compute_rate", "op_costs", "transfer_cost", "transfer_phases", "wait_power"]
@@ -243,6 +244,9 @@ class OpCosts:
     output_bytes: np.ndarray = _frozen_array(np.int64)
     workspace_bytes: np.ndarray = _frozen_array(np.int64)
     measured: np.ndarray = _frozen_array(bool)
+    #: Bytes each op writes to storage every time it runs besides page-outs: weights on
+    #: storage written back by their in-place update (:mod:`poetsim.graph.streaming`).
+    writeback_bytes: np.ndarray = _frozen_array(np.int64)
     wait: WaitPower = WaitPower()
     #: the CPU moves every byte itself (no DMA): transfers add to compute time
     cpu_moves: bool = False
@@ -306,7 +310,7 @@ def _moved_bytes(graph: TrainingGraph, k: int) -> int:
 
 
 def _compute(graph: TrainingGraph, board: Board, k: int, width: int,
-             streamed_weights: bool) -> Transfer:
+             on_storage: WeightsOnStorage) -> Transfer:
     op = graph.ops[k]
     cpu = board.cpu
     if board.profile is Profile.PAPER:
@@ -316,24 +320,23 @@ def _compute(graph: TrainingGraph, board: Board, k: int, width: int,
     time_s = max(op.flops / compute_rate(board, width).ops_per_s,
                  _moved_bytes(graph, k) / board.ram.bandwidth_bytes_per_s)
     compute = Transfer(time_s, time_s * cpu.active_power_w)
-    streamed = frozen_weights_read(graph, k) if streamed_weights else 0
-    if not streamed:
-        return compute
-    read = transfer_cost(board, streamed, write=False)
-    return Transfer(compute.time_s + read.time_s, compute.energy_j + read.energy_j)
+    for nbytes, write in ((on_storage.bytes_read(graph, k), False),
+                          (on_storage.bytes_written(graph, k), True)):
+        if nbytes:
+            moved = transfer_cost(board, nbytes, write=write)
+            compute = Transfer(compute.time_s + moved.time_s, compute.energy_j + moved.energy_j)
+    return compute
 
 
-def op_costs(graph: TrainingGraph, board: Board, *,
-             streamed_weights: bool = False) -> OpCosts:
-    """Costs of every op of ``graph`` on ``board`` (see the module docstring);
-    ``streamed_weights``: the frozen weights live on storage and are read by every op
-    that uses them, each time it runs (:mod:`poetsim.graph.streaming`)."""
+def op_costs(graph: TrainingGraph, board: Board) -> OpCosts:
+    """Costs of every op of ``graph`` on ``board`` (see the module docstring)."""
     columns: dict[str, list[float]] = {name: [] for name in (
         "compute_time_s", "compute_energy_j", "pagein_time_s", "pagein_energy_j",
         "pageout_time_s", "pageout_energy_j")}
     widths = compute_widths(graph)
+    on_storage = WeightsOnStorage.of(graph)
     for k, op in enumerate(graph.ops):
-        compute = _compute(graph, board, k, widths[k], streamed_weights)
+        compute = _compute(graph, board, k, widths[k], on_storage)
         pagein = transfer_cost(board, op.output_bytes, write=False)
         pageout = transfer_cost(board, op.output_bytes, write=True)
         analytic = {
@@ -350,6 +353,7 @@ def op_costs(graph: TrainingGraph, board: Board, *,
         output_bytes=[op.output_bytes for op in graph.ops],
         workspace_bytes=[op.workspace_bytes for op in graph.ops],
         measured=[not op.measured.empty for op in graph.ops],
+        writeback_bytes=[on_storage.bytes_written(graph, k) for k in range(len(graph))],
         wait=wait_power(board), cpu_moves=not board.dma.present,
         **columns,
     )

@@ -45,7 +45,7 @@ from poetsim.costs import OpCosts, op_costs
 from poetsim.errors import InputError
 from poetsim.graph.graph import TrainingGraph, resident_memory
 from poetsim.graph.memory import minimum_ram_bytes, plain_peak
-from poetsim.graph.streaming import stream_frozen_weights
+from poetsim.graph.streaming import WeightsOnStorage
 from poetsim.units import format_bytes, parse_bytes, split_quantity
 from poetsim.zoo import build_model, row_bands_to_fit, zoo_options
 
@@ -87,11 +87,12 @@ class Request:
     ``resident_bytes`` (parameters, gradients, optimizer state) comes from the graph, less
     ``flash_weight_bytes``: the frozen weights read in place from the board's memory-mapped
     flash (physical accounting on a board with ``[flash]`` they fit; 0 otherwise), or less
-    ``streamed_weight_bytes``: frozen weights that live on the board's storage and are
-    streamed by every op that reads them (:mod:`poetsim.graph.streaming`; physical
-    accounting, when neither the flash nor the RAM beside the largest op can hold them).
-    Then ``graph`` is the streamed graph (stream buffers in the workspaces) and ``costs``
-    price the reads.
+    ``streamed_weight_bytes``: weights that live on the board's storage and are streamed
+    by every op that reads them (:mod:`poetsim.graph.streaming`; physical accounting):
+    the frozen ones when neither the flash nor the RAM beside the largest op can hold
+    them, and then the trained ones too when that is still not enough and every update is
+    applied in place (written back slice by slice). Then ``graph`` is the streamed graph
+    (stream buffers in the workspaces) and ``costs`` price the reads and write-backs.
     ``deadline_s`` is the user's deadline. ``ram`` / ``deadline`` keep the user's words.
 
     ``deadline_margin_s`` is slack the methods keep below the deadline (0: none): they
@@ -211,12 +212,16 @@ class Request:
                 + self._describe_flash() + self._describe_streamed() + self._describe_bands())
 
     def _describe_streamed(self) -> str:
-        """Frozen weights streamed from storage, if any (physical only)."""
+        """Weights streamed from storage, if any (physical only)."""
         if not self.streamed_weight_bytes:
             return ""
-        return (f"; {format_bytes(self.streamed_weight_bytes)} of frozen weights on "
+        which = {"frozen": "frozen weights", "trained": "trained weights",
+                 "all": "weights"}[WeightsOnStorage.of(self.graph).label]
+        written = ("; the trained ones are written back by their in-place updates"
+                   if WeightsOnStorage.of(self.graph).trained else "")
+        return (f"; {format_bytes(self.streamed_weight_bytes)} of {which} on "
                 f"{self.board.storage.kind.value} storage, streamed by the ops that read "
-                "them each time they run")
+                f"them each time they run{written}")
 
     def _describe_bands(self) -> str:
         """The row tiling of the graph's front (:mod:`poetsim.graph.tiling`), if any."""
@@ -338,12 +343,15 @@ def resolve_request(graph: TrainingGraph, board: Board, *, ram: str | int = "100
     physical = accounting is Accounting.PHYSICAL
     flash_weights = flash_weight_placement(graph, board) if physical else 0
     resident -= flash_weights
+    on_storage = _weights_on_storage(graph, resident, usable) if physical and not flash_weights \
+        else WeightsOnStorage()
     streamed = 0
-    if physical and not flash_weights and _must_stream(graph, resident, usable):
-        streamed = graph.param_bytes - graph.trained_param_bytes
-        graph, costs, resident = stream_frozen_weights(graph), None, resident - streamed
+    if on_storage:
+        streamed = ((graph.param_bytes - graph.trained_param_bytes) * on_storage.frozen
+                    + graph.trained_param_bytes * on_storage.trained)
+        graph, costs, resident = on_storage.graph(graph), None, resident - streamed
     if costs is None:
-        costs = op_costs(graph, board, streamed_weights=bool(streamed))
+        costs = op_costs(graph, board)
     if text == BOARD_RAM:
         budget = usable
         activations = usable - resident if physical else usable
@@ -367,11 +375,21 @@ def resolve_request(graph: TrainingGraph, board: Board, *, ram: str | int = "100
                    streamed_weight_bytes=streamed)
 
 
-def _must_stream(graph: TrainingGraph, resident: int, usable: int) -> bool:
-    """Whether the frozen weights must leave RAM for storage: kept there, with the rest of
-    the resident state and the largest op's working set, they would not fit the board."""
-    frozen = graph.param_bytes - graph.trained_param_bytes
-    return frozen > 0 and resident + minimum_ram_bytes(graph)[0] > usable
+def _weights_on_storage(graph: TrainingGraph, resident: int, usable: int) -> WeightsOnStorage:
+    """Which weights leave RAM for the storage device: none while the resident state and
+    the largest op's working set fit the board; else the frozen ones; and the trained
+    ones too if that is not enough and every update is in place (no resident gradient)."""
+    def fits(g: TrainingGraph, held: int) -> bool:
+        return held + minimum_ram_bytes(g)[0] <= usable
+    frozen, trained = graph.param_bytes - graph.trained_param_bytes, graph.trained_param_bytes
+    if fits(graph, resident):
+        return WeightsOnStorage()
+    choice = WeightsOnStorage(frozen=frozen > 0)
+    held = resident - frozen * choice.frozen
+    in_place = resident_memory(graph).gradient_bytes == 0
+    if trained and in_place and not fits(choice.graph(graph), held):
+        choice = attrs.evolve(choice, trained=True)
+    return choice
 
 
 def in_row_bands(request: Request, resolve: Callable[[TrainingGraph], Request]) -> Request:

@@ -89,7 +89,7 @@ class CostSummary:
     #: Frozen weights read in place from the board's memory-mapped flash, not in
     #: ``resident_bytes`` (the request's placement, :func:`poetsim.request.resolve_request`).
     flash_weight_bytes: int
-    #: Frozen weights on the board's storage, streamed by the ops that read them
+    #: Weights on the board's storage, streamed by the ops that read them
     #: (:mod:`poetsim.graph.streaming`), not in ``resident_bytes``.
     streamed_weight_bytes: int
     plain_peak_bytes: int

@@ -114,8 +114,7 @@ class Verdict:
         if self.flash_weight_bytes:
             need += f" ({format_bytes(self.flash_weight_bytes)} frozen weights in flash)"
         if self.streamed_weight_bytes:
-            need += (f" ({format_bytes(self.streamed_weight_bytes)} frozen weights streamed "
-                     "from storage)")
+            need += f" ({format_bytes(self.streamed_weight_bytes)} weights streamed from storage)"
         text = f"{self.label} [{self.accounting.value} accounting] {need}"
         if self.violations:
             text += "; " + "; ".join(self.violations)

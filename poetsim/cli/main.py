@@ -358,8 +358,8 @@ def _show_costs(graph: TrainingGraph, board: Board, args: argparse.Namespace) ->
         print(_row("frozen weights in flash", f"{format_bytes(s.flash_weight_bytes)} "
                                               "(read in place, not in RAM)"))
     if s.streamed_weight_bytes:
-        print(_row("frozen weights on storage", f"{format_bytes(s.streamed_weight_bytes)} "
-                                                "(streamed by each op that reads them)"))
+        print(_row("weights on storage", f"{format_bytes(s.streamed_weight_bytes)} "
+                                         "(streamed by each op that reads them)"))
     print(_row("plain-schedule activation peak", format_bytes(s.plain_peak_bytes)))
     verdict = ("fits without remat or paging" if s.fits_without_remat_or_paging
                else "needs remat or paging" if s.resident_fits
@@ -591,7 +591,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         if not options and meta.model == model and meta.model_options:
             options = dict(meta.model_options)  # the file says how its graph was built
         graph = build_model(model, **options)
-    board = get_board(args.board)
+    board = get_board(args.board or meta.board or DEFAULT_BOARD)
     # The request is the user's, or the one the file records in words ("50%", "1.5x"),
     # resolved again here; the file's own byte and second figures are only compared.
     ram = args.ram or meta.ram or "board"
@@ -793,8 +793,9 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--model", metavar="NAME",
                         help="zoo model (default: the schedule's graph name)")
     source.add_argument("--graph", metavar="FILE", help="graph file (JSON)")
-    p.add_argument("--board", default=DEFAULT_BOARD, metavar="NAME|FILE",
-                   help=f"built-in board or board file (default {DEFAULT_BOARD})")
+    p.add_argument("--board", metavar="NAME|FILE",
+                   help="built-in board or board file (default: the board the schedule "
+                        f"records, else {DEFAULT_BOARD})")
     p.add_argument("--trace", metavar="FILE", help="write a Chrome / Perfetto trace (JSON)")
     p.add_argument("--plot", metavar="FILE",
                    help="write RAM, power and schedule-matrix plots (.png, .svg or .pdf)")

@@ -1,20 +1,28 @@
-"""Frozen weights streamed from storage: read slice by slice by every op that uses them.
+"""Weights on storage: read slice by slice by every op that uses them, written back when
+updated in place.
 
-A board whose RAM cannot hold a model's frozen weights, and whose memory-mapped flash (if
-any) cannot either, can still train the rest if every op that reads frozen weights
-streams them from the storage device (SD card, NOR flash) as it runs: ResNet-18 (CIFAR)
-in int8 has 10.7 MiB of weights against the nRF52840's 256 KiB of RAM and 1 MiB of
-flash. A convolution or linear layer computes one output channel at a time, so it holds
-one output channel's weights (``Cin/groups x k x k``, :func:`weight_slice_bytes`) while
-the next slice is read into a second buffer: its workspace grows by two slices
-(:func:`stream_frozen_weights`). Each computation reads the op's frozen weights again: a
-forward op its own, a backward op those of the forward op it differentiates (the input
-gradient needs them; :func:`frozen_weights_read`). The cost model
-(:func:`poetsim.costs.op_costs` with ``streamed_weights``) prices those reads like the
-data input's: a storage read inside the op's time.
+A board whose RAM cannot hold a model's weights, and whose memory-mapped flash (if any)
+cannot either, can still train if every op that reads weights streams them from the
+storage device (SD card, NOR flash) as it runs: ResNet-18 (CIFAR) in int8 has 10.7 MiB of
+weights against the nRF52840's 256 KiB of RAM and 1 MiB of flash. A convolution or
+linear layer computes one output channel at a time, so it holds one output channel's
+weights (``Cin/groups x k x k``, :func:`weight_slice_bytes`) while the next slice is read
+into a second buffer: its workspace grows by two slices. :class:`WeightsOnStorage` says
+which weights live there:
 
-:func:`poetsim.request.resolve_request` decides when weights are streamed; nothing else
-does.
+* ``frozen``: the frozen weights. A forward op reads its own each time it runs, a
+  backward op those of the op it differentiates (the input gradient needs them).
+* ``trained``: the trained weights too, possible only when every update is applied in
+  place (``Op.inplace_update``): a forward op reads its trained weights, and the backward
+  op that updates them reads them, computes one output channel's gradient at a time,
+  applies it, and writes the slice back. Its gradient buffer is then one slice
+  (gradient width) instead of the whole gradient, and every iteration writes the trained
+  weights once (wear).
+
+The cost model (:func:`poetsim.costs.op_costs`) prices the reads like the data input's
+and the write-backs like a page-out, inside the op's time; the simulator counts the
+write-backs' wear. :func:`poetsim.request.resolve_request` decides what lives on storage;
+nothing else does.
 """
 
 from __future__ import annotations
@@ -23,12 +31,11 @@ import math
 
 import attrs
 
-from poetsim.graph.graph import TrainingGraph
-from poetsim.graph.ops import Phase
+from poetsim.graph.graph import TrainingGraph, inplace_gradient_bytes
+from poetsim.graph.ops import Op, Phase
 from poetsim.graph.precision import precision_of
 
-__all__ = ["STREAM_BUFFERS", "frozen_weights_read", "stream_frozen_weights",
-           "weight_slice_bytes"]
+__all__ = ["STREAM_BUFFERS", "WeightsOnStorage", "frozen_weights_read", "weight_slice_bytes"]
 
 #: Slices held at once while streaming: the one in use and the one being read.
 STREAM_BUFFERS = 2
@@ -38,38 +45,93 @@ STREAM_BUFFERS = 2
 _CHANNEL_KINDS = frozenset({"conv2d", "conv2d_relu", "conv2d_relu6", "linear"})
 
 
+def _owner(graph: TrainingGraph, k: int) -> Op:
+    """The op whose parameters op ``k`` reads: itself, or the op it differentiates."""
+    op = graph.ops[k]
+    return graph.op(op.forward_of) if op.phase is Phase.BACKWARD else op  # type: ignore[arg-type]
+
+
 def frozen_weights_read(graph: TrainingGraph, k: int) -> int:
     """Bytes of frozen weights op ``k`` reads each time it runs: a forward op its own, a
     backward op those of the op it differentiates."""
-    op = graph.ops[k]
-    if op.phase is Phase.BACKWARD:
-        op = graph.op(op.forward_of)  # type: ignore[arg-type]
-    return op.frozen_param_bytes
+    return _owner(graph, k).frozen_param_bytes
 
 
-def weight_slice_bytes(graph: TrainingGraph, k: int) -> int:
-    """Bytes of the frozen weights op ``k`` needs at once while streaming them: one output
-    channel's for a convolution or linear layer (``MACs / output elements`` weights), all
-    of them for any other op (a norm's few per-channel parameters)."""
-    frozen = frozen_weights_read(graph, k)
-    if not frozen:
-        return 0
-    op = graph.ops[k]
-    forward = graph.op(op.forward_of) if op.phase is Phase.BACKWARD else op  # type: ignore[arg-type]
-    if forward.kind not in _CHANNEL_KINDS or not forward.output_bytes:
-        return frozen
-    precision = precision_of(graph)
-    out_elements = forward.output_bytes // precision.activation_bytes
-    per_channel = forward.flops / 2 / out_elements
-    return min(frozen, math.ceil(per_channel) * precision.weight_bytes)
+def _per_channel(graph: TrainingGraph, k: int) -> float | None:
+    """Weights per output channel of op ``k``'s parameters (``MACs / output elements``),
+    or None when they do not split by output channel."""
+    owner = _owner(graph, k)
+    if owner.kind not in _CHANNEL_KINDS or not owner.output_bytes:
+        return None
+    return owner.flops / 2 / (owner.output_bytes // precision_of(graph).activation_bytes)
 
 
-def stream_frozen_weights(graph: TrainingGraph) -> TrainingGraph:
-    """``graph`` with the workspace of every op that reads frozen weights grown by
-    :data:`STREAM_BUFFERS` slices (:func:`weight_slice_bytes`); the metadata records
-    ``streamed_weights``. Costs are the cost model's to add."""
-    ops = [attrs.evolve(op, workspace_bytes=op.workspace_bytes
-                        + STREAM_BUFFERS * weight_slice_bytes(graph, k))
-           if frozen_weights_read(graph, k) else op for k, op in enumerate(graph.ops)]
-    return attrs.evolve(graph, ops=tuple(ops),
-                        metadata={**graph.metadata, "streamed_weights": 1})
+def weight_slice_bytes(graph: TrainingGraph, k: int, nbytes: int | None = None) -> int:
+    """Bytes of the streamed weights (``nbytes``; default: the frozen ones) op ``k`` needs
+    at once: one output channel's for a convolution or linear layer, all of them for any
+    other op (a norm's few per-channel parameters)."""
+    nbytes = frozen_weights_read(graph, k) if nbytes is None else nbytes
+    per_channel = _per_channel(graph, k)
+    if not nbytes or per_channel is None:
+        return nbytes
+    return min(nbytes, math.ceil(per_channel) * precision_of(graph).weight_bytes)
+
+
+@attrs.frozen
+class WeightsOnStorage:
+    """Which weights live on the storage device (see the module docstring)."""
+
+    frozen: bool = False
+    trained: bool = False
+
+    def __bool__(self) -> bool:
+        return self.frozen or self.trained
+
+    def bytes_read(self, graph: TrainingGraph, k: int) -> int:
+        """Bytes of weights op ``k`` reads from storage each time it runs."""
+        owner = _owner(graph, k)
+        read = owner.frozen_param_bytes if self.frozen else 0
+        if self.trained and (graph.ops[k].phase is not Phase.BACKWARD
+                             or graph.ops[k].inplace_update):
+            read += owner.trained_param_bytes
+        return read
+
+    def bytes_written(self, graph: TrainingGraph, k: int) -> int:
+        """Bytes of weights op ``k`` writes back to storage (its in-place update)."""
+        op = graph.ops[k]
+        return _owner(graph, k).trained_param_bytes if self.trained and op.inplace_update else 0
+
+    def graph(self, graph: TrainingGraph) -> TrainingGraph:
+        """``graph`` with the workspace of every op that streams weights grown by
+        :data:`STREAM_BUFFERS` slices, and an in-place update's gradient buffer cut to one
+        slice when its weights are on storage; the metadata records ``weights_on_storage``.
+        """
+        width = precision_of(graph)
+        ops = []
+        for k, op in enumerate(graph.ops):
+            read = self.bytes_read(graph, k)
+            if not read:
+                ops.append(op)
+                continue
+            workspace = op.workspace_bytes + STREAM_BUFFERS * weight_slice_bytes(graph, k, read)
+            if self.bytes_written(graph, k):
+                gradient = inplace_gradient_bytes(graph, k)
+                per_channel = _per_channel(graph, k)
+                sliced = (gradient if per_channel is None
+                          else min(gradient, math.ceil(per_channel) * width.gradient_bytes))
+                workspace -= gradient - sliced
+            ops.append(attrs.evolve(op, workspace_bytes=workspace))
+        return attrs.evolve(graph, ops=tuple(ops),
+                            metadata={**graph.metadata, "weights_on_storage": self.label})
+
+    @property
+    def label(self) -> str:
+        """``frozen``, ``trained``, ``all`` or ``none``."""
+        return {(True, True): "all", (True, False): "frozen",
+                (False, True): "trained"}.get((self.frozen, self.trained), "none")
+
+    @classmethod
+    def of(cls, graph: TrainingGraph) -> WeightsOnStorage:
+        """What a streamed graph (:meth:`graph`) records; none for any other graph."""
+        label = graph.metadata.get("weights_on_storage")
+        return cls(frozen=label in ("frozen", "all"), trained=label in ("trained", "all"))

@@ -48,7 +48,7 @@ import numpy as np
 import simpy
 
 from poetsim.boards.spec import Board, WriteBusy
-from poetsim.costs import OpCosts
+from poetsim.costs import OpCosts, transfer_phases
 from poetsim.graph.graph import TrainingGraph
 from poetsim.schedule.ops import Action, Schedule
 from poetsim.sim.bus import make_bus
@@ -405,6 +405,10 @@ class Simulation:
 
     def _report(self, makespan: float, machines: list, events: int, wall: float) -> SimReport:
         board, ram, storage, ledger = self.board, self.ram, self.storage, self.ledger
+        for step in self.steps:  # weights on storage written back inside their ops
+            written = int(self.costs.writeback_bytes[step.op])
+            if written and step.action is Action.COMPUTE:
+                storage.write_back(transfer_phases(board, written, write=True).device_bytes)
         violations = list(self.violations)
         for over in ram.overflows:
             violations.append(SimViolation(

@@ -327,6 +327,16 @@ class StorageModel:
             self._refresh()
 
     # ------------------------------------------------------------------ wear
+    def write_back(self, device_bytes: int) -> None:
+        """Book a write of ``device_bytes`` made inside an op (weights on storage written
+        back by their in-place update, :mod:`poetsim.graph.streaming`): its wear and its
+        bytes, like a page-out's; its time and energy are the op's."""
+        self.bytes_written += device_bytes
+        if self.wear is not None:
+            self.wear.write(device_bytes)
+        else:
+            self.worn_bytes += worn_bytes(self.spec, device_bytes)
+
     @property
     def wear_bytes(self) -> int:
         """Bytes worn so far: erased sectors on NOR flash, page-rounded write commands on

@@ -60,7 +60,7 @@ from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
 from poetsim.graph.memory import minimum_ram_bytes
 from poetsim.graph.precision import Precision
-from poetsim.graph.streaming import stream_frozen_weights
+from poetsim.graph.streaming import WeightsOnStorage
 from poetsim.graph.training import Training
 from poetsim.zoo.dscnn import ds_cnn_m, ds_cnn_s
 from poetsim.zoo.mcunet import MCUNET_IN1_SPARSE_UPDATE, mcunet_in1
@@ -339,6 +339,7 @@ def zoo_options(graph: TrainingGraph) -> dict[str, int] | None:
         rebuilt = build_model(name, **options)
     except InputError:
         return None
-    if graph.metadata.get("streamed_weights"):  # the request's streaming, not an option
-        rebuilt = stream_frozen_weights(rebuilt)
+    on_storage = WeightsOnStorage.of(graph)  # the request's placement, not an option
+    if on_storage:
+        rebuilt = on_storage.graph(rebuilt)
     return options if graph_fingerprint(rebuilt) == graph_fingerprint(graph) else None
