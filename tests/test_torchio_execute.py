@@ -137,8 +137,12 @@ def _inplace(case: str, factory=None):
 @pytest.mark.parametrize("case", sorted(INPLACE_CASES))
 def test_inplace_updates_with_recomputation_and_paging_match_sgd(case, tmp_path):
     model, schedule, first = _inplace(case)
-    # The first layer's backward op (it outputs no gradient, only updates) runs twice.
-    schedule = tm.with_recomputed(schedule, model.graph, first)
+    # An in-place update runs once: the op-list contract refuses a second run (on the
+    # board it would apply the step again), even of the first layer's backward op,
+    # which passes no gradient on.
+    twice = check_schedule(model.graph, tm.with_recomputed(schedule, model.graph, first))
+    assert twice.violation is not None
+    assert twice.violation.rule == "recomputed_inplace_update"
     assert check_schedule(model.graph, schedule).valid
     assert schedule.page_ins > 0 and model.graph.op(first).inplace_update
     report = execute_schedule(model, schedule, lr=0.05, page_dir=tmp_path)
