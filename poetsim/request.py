@@ -117,6 +117,9 @@ class Request:
     deadline_margin: str | None = None
     flash_weight_bytes: int = 0
     streamed_weight_bytes: int = 0
+    #: The options with which the zoo builds exactly ``graph`` (:func:`poetsim.zoo.zoo_options`),
+    #: or None when it is no zoo model's graph.
+    model_options: dict[str, int] | None = attrs.field(default=None, eq=False)
 
     @property
     def frozen_weight_bytes(self) -> int:
@@ -194,9 +197,8 @@ class Request:
         if self.deadline_margin is not None:
             out.update(deadline_margin=self.deadline_margin,
                        planning_deadline_s=self.planning_deadline_s)
-        options = zoo_options(self.graph)
-        if options is not None:  # how to build the graph again (simulate, regress)
-            out.update(model=self.graph.metadata["model"], model_options=options)
+        if self.model_options is not None:  # how to build the graph again (simulate, regress)
+            out.update(model=self.graph.metadata["model"], model_options=self.model_options)
         return out
 
     def describe_budget(self) -> str:
@@ -215,11 +217,10 @@ class Request:
         """Weights streamed from storage, if any (physical only)."""
         if not self.streamed_weight_bytes:
             return ""
-        which = {"frozen": "frozen weights", "trained": "trained weights",
-                 "all": "weights"}[WeightsOnStorage.of(self.graph).label]
+        on_storage = WeightsOnStorage.of(self.graph)
         written = ("; the trained ones are written back by their in-place updates"
-                   if WeightsOnStorage.of(self.graph).trained else "")
-        return (f"; {format_bytes(self.streamed_weight_bytes)} of {which} on "
+                   if on_storage.trained else "")
+        return (f"; {format_bytes(self.streamed_weight_bytes)} of {on_storage.what} on "
                 f"{self.board.storage.kind.value} storage, streamed by the ops that read "
                 f"them each time they run{written}")
 
@@ -345,10 +346,8 @@ def resolve_request(graph: TrainingGraph, board: Board, *, ram: str | int = "100
     resident -= flash_weights
     on_storage = _weights_on_storage(graph, resident, usable) if physical and not flash_weights \
         else WeightsOnStorage()
-    streamed = 0
+    streamed = on_storage.total_bytes(graph)
     if on_storage:
-        streamed = ((graph.param_bytes - graph.trained_param_bytes) * on_storage.frozen
-                    + graph.trained_param_bytes * on_storage.trained)
         graph, costs, resident = on_storage.graph(graph), None, resident - streamed
     if costs is None:
         costs = op_costs(graph, board)
@@ -372,7 +371,7 @@ def resolve_request(graph: TrainingGraph, board: Board, *, ram: str | int = "100
                    optimizer=optimizer, deadline_margin_s=margin_s,
                    deadline_margin=None if deadline_margin is None
                    else str(deadline_margin).strip(), flash_weight_bytes=flash_weights,
-                   streamed_weight_bytes=streamed)
+                   streamed_weight_bytes=streamed, model_options=zoo_options(graph))
 
 
 def _weights_on_storage(graph: TrainingGraph, resident: int, usable: int) -> WeightsOnStorage:
@@ -397,11 +396,10 @@ def in_row_bands(request: Request, resolve: Callable[[TrainingGraph], Request]) 
     let every op fit the activation budget (:func:`poetsim.zoo.row_bands_to_fit`) when one
     op alone would not; ``resolve`` makes the request of a graph (the same ``ram``,
     ``deadline`` and accounting)."""
-    graph = request.graph
-    options = zoo_options(graph)
+    options = request.model_options
     if options is None:
         return request
-    model = str(graph.metadata["model"])
+    model = str(request.graph.metadata["model"])
     bands = row_bands_to_fit(model, options, request.activation_budget_bytes)
     return resolve(build_model(model, **options, row_bands=bands)) if bands else request
 

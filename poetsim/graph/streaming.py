@@ -87,6 +87,17 @@ class WeightsOnStorage:
     def __bool__(self) -> bool:
         return self.frozen or self.trained
 
+    def total_bytes(self, graph: TrainingGraph) -> int:
+        """Bytes of ``graph``'s weights that live on storage."""
+        frozen = graph.param_bytes - graph.trained_param_bytes
+        return frozen * self.frozen + graph.trained_param_bytes * self.trained
+
+    @property
+    def what(self) -> str:
+        """Which weights, in words."""
+        return {"all": "weights", "frozen": "frozen weights", "trained": "trained weights",
+                "none": "no weights"}[self.label]
+
     def bytes_read(self, graph: TrainingGraph, k: int) -> int:
         """Bytes of weights op ``k`` reads from storage each time it runs."""
         owner = _owner(graph, k)
