@@ -205,3 +205,14 @@ def test_resnet18_full_fine_tuning_streams_every_weight(tmp_path, capsys):
     assert main(["solve", "--model", "resnet18_cifar", *sets, "--board", "nrf52840",
                  "--deadline", "1.5x", "--effort", "10"]) == 1
     assert "op 'layer1.1.relu2/grad' alone needs 262144 B" in capsys.readouterr().out
+
+
+def test_every_row_band_streams_the_weights_it_reads():
+    """A frozen front in row bands: band 0 owns a layer's weights, and every band reads
+    them, so every band streams them from storage."""
+    graph = build_model("mobilenet_v2_w035", head=0, int8=1, sparse_update=1, classes=10,
+                        row_bands=2)
+    band0, band1 = graph.index("stem.conv.band0"), graph.index("stem.conv.band1")
+    assert graph.ops[band1].param_bytes == 0
+    assert frozen_weights_read(graph, band1) == frozen_weights_read(graph, band0) > 0
+    assert weight_slice_bytes(graph, band1) == weight_slice_bytes(graph, band0) == 3 * 3 * 3

@@ -192,6 +192,10 @@ class TrainingGraph:
     def __len__(self) -> int:
         return len(self.ops)
 
+    def __contains__(self, name: object) -> bool:
+        """Whether the graph has an op named ``name``."""
+        return name in self._index
+
     def index(self, name: str) -> int:
         """Position of the op called ``name``."""
         try:

@@ -34,6 +34,7 @@ import attrs
 from poetsim.graph.graph import TrainingGraph, inplace_gradient_bytes
 from poetsim.graph.ops import Op, Phase
 from poetsim.graph.precision import precision_of
+from poetsim.graph.tiling import first_band
 
 __all__ = ["STREAM_BUFFERS", "WeightsOnStorage", "frozen_weights_read", "weight_slice_bytes"]
 
@@ -46,9 +47,13 @@ _CHANNEL_KINDS = frozenset({"conv2d", "conv2d_relu", "conv2d_relu6", "linear"})
 
 
 def _owner(graph: TrainingGraph, k: int) -> Op:
-    """The op whose parameters op ``k`` reads: itself, or the op it differentiates."""
+    """The op whose parameters op ``k`` reads: itself, the op it differentiates, or for a
+    later row band the band that owns the layer's weights (:mod:`poetsim.graph.tiling`)."""
     op = graph.ops[k]
-    return graph.op(op.forward_of) if op.phase is Phase.BACKWARD else op  # type: ignore[arg-type]
+    if op.phase is Phase.BACKWARD:
+        return graph.op(op.forward_of)  # type: ignore[arg-type]
+    owner = first_band(op.name)
+    return op if owner is None or owner not in graph else graph.op(owner)
 
 
 def frozen_weights_read(graph: TrainingGraph, k: int) -> int:

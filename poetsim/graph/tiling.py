@@ -41,7 +41,7 @@ from poetsim.errors import InputError
 if TYPE_CHECKING:
     from poetsim.graph.autograd import ForwardOp
 
-__all__ = ["Rows", "band_name", "forward_working_set", "tile_rows"]
+__all__ = ["Rows", "band_name", "first_band", "forward_working_set", "tile_rows"]
 
 
 @attrs.frozen
@@ -76,6 +76,13 @@ class Rows:
 def band_name(name: str, band: int) -> str:
     """Name of band ``band`` of op ``name``."""
     return f"{name}.band{band}"
+
+
+def first_band(name: str) -> str | None:
+    """For a later band of an op (``v.band3``), the name of its band 0, which owns the
+    weights every band reads; None for any other op."""
+    base, dot, band = name.rpartition(".band")
+    return band_name(base, 0) if dot and band.isdigit() and band != "0" else None
 
 
 def forward_working_set(forward: Sequence[ForwardOp]) -> tuple[int, str]:
