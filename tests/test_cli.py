@@ -106,6 +106,15 @@ def test_solve_writes_schedules_that_simulate(capsys, tmp_path):
     assert events["traceEvents"] and events["otherData"]["verdict"] == "PASS"
     status, out, _ = run(capsys, "simulate", str(out_json), "--board", "rpi4")
     assert status == 0 and "PASS" in out and "simulated vs predicted energy" in out
+    # without --board, the board the file records (not the default nrf52840)
+    assert run_json(capsys, "simulate", str(out_json))["board_ram_bytes"] \
+        == sim["board_ram_bytes"]
+    doc = json.loads(out_json.read_text())
+    doc["metadata"]["board"] = "myboard"
+    out_json.write_text(json.dumps(doc))
+    status, _, err = run(capsys, "simulate", str(out_json))
+    assert status == 2 and "made for board 'myboard', which is not built in: give it with " \
+        "--board FILE" in err and len(err.strip().splitlines()) == 1
 
 
 def _paper_schedule(capsys, tmp_path):

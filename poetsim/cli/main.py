@@ -35,7 +35,13 @@ from poetsim.demo import (
     DEMO_RAM,
     DEMO_SETTINGS,
 )
-from poetsim.errors import InputError, InternalError, PoetsimError, ScheduleError
+from poetsim.errors import (
+    InputError,
+    InternalError,
+    PoetsimError,
+    ScheduleError,
+    UnknownNameError,
+)
 from poetsim.graph import TrainingGraph, read_graph, write_graph
 from poetsim.methods import DEFAULT_EFFORT, DEFAULT_TIME_LIMIT_S, SolverSettings, seeded_solve
 from poetsim.optimizer import SolveResult, SolveStatus
@@ -591,7 +597,14 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         if not options and meta.model == model and meta.model_options:
             options = dict(meta.model_options)  # the file says how its graph was built
         graph = build_model(model, **options)
-    board = get_board(args.board or meta.board or DEFAULT_BOARD)
+    if args.board is None and meta.board is not None:  # the board the file was made for
+        try:
+            board = get_board(meta.board)
+        except UnknownNameError as err:
+            raise UnknownNameError(f"{args.schedule}: made for board {meta.board!r}, which is "
+                                   f"not built in: give it with --board FILE ({err})") from None
+    else:
+        board = get_board(args.board or DEFAULT_BOARD)
     # The request is the user's, or the one the file records in words ("50%", "1.5x"),
     # resolved again here; the file's own byte and second figures are only compared.
     ram = args.ram or meta.ram or "board"
