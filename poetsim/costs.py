@@ -26,10 +26,11 @@ time as an estimate). Paper-profile boards keep POET's formulas and fp32 figures
 The data input op reads the batch from storage, so its "compute" is a page-in.
 With weights on storage (:class:`~poetsim.graph.streaming.WeightsOnStorage`, read from
 the graph's metadata), every op that reads them also reads them from storage each time it
-runs, priced like that input: a page-in of those bytes added to the op's time and energy;
-an in-place update of weights on storage writes them back, a page-out of those bytes
-added too (``writeback_bytes``; the CPU waits for both, their overlap with compute under
-DMA is not claimed).
+runs, priced like that input, one transfer per slice (the stream holds two slices, so
+each slice is its own command, block-rounded: :func:`~poetsim.graph.streaming.stream_commands`);
+an in-place update of weights on storage writes them back slice by slice, page-outs of
+those slices added too (``writeback_bytes``; the CPU waits for both, their overlap with
+compute under DMA is not claimed).
 
 Page-out (write) of a tensor of ``b`` bytes, and page-in (read) symmetrically::
 
@@ -95,7 +96,7 @@ from poetsim.boards.spec import Board, Profile, Storage, StorageKind
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.ops import Phase
 from poetsim.graph.precision import compute_widths, precision_of, rescale_bytes
-from poetsim.graph.streaming import WeightsOnStorage
+from poetsim.graph.streaming import WeightsOnStorage, stream_commands
 
 __all__ = ["RATE_FIELDS", "ComputeRate", "OpCosts", "Transfer", "TransferPhases", "WaitPower",
            "compute_rate", "op_costs", "transfer_cost", "transfer_phases", "wait_power"]
@@ -322,9 +323,10 @@ def _compute(graph: TrainingGraph, board: Board, k: int, width: int,
     compute = Transfer(time_s, time_s * cpu.active_power_w)
     for nbytes, write in ((on_storage.bytes_read(graph, k), False),
                           (on_storage.bytes_written(graph, k), True)):
-        if nbytes:
-            moved = transfer_cost(board, nbytes, write=write)
-            compute = Transfer(compute.time_s + moved.time_s, compute.energy_j + moved.energy_j)
+        for size, count in stream_commands(graph, k, nbytes):
+            moved = transfer_cost(board, size, write=write)
+            compute = Transfer(compute.time_s + count * moved.time_s,
+                               compute.energy_j + count * moved.energy_j)
     return compute
 
 

@@ -15,6 +15,7 @@ from poetsim.graph.streaming import (
     STREAM_BUFFERS,
     WeightsOnStorage,
     frozen_weights_read,
+    stream_commands,
     weight_slice_bytes,
 )
 from poetsim.request import resolve_request
@@ -71,12 +72,13 @@ def test_the_streamed_graph_holds_two_slices_where_weights_are_read(resnet):
 def test_each_run_reads_its_frozen_weights_from_storage(resnet):
     board = get_board("nrf52840")
     plain, streamed = op_costs(resnet, board), op_costs(FROZEN.graph(resnet), board)
-    conv = resnet.index("layer1.0.conv1")
-    read = transfer_cost(board, frozen_weights_read(resnet, conv), write=False)
+    conv = resnet.index("layer1.0.conv1")  # 64 slices of 64 x 3 x 3 int8 weights
+    assert stream_commands(resnet, conv, frozen_weights_read(resnet, conv)) == [(576, 64)]
+    read = transfer_cost(board, 576, write=False)  # one command each, block-rounded
     assert streamed.compute_time_s[conv] == pytest.approx(plain.compute_time_s[conv]
-                                                         + read.time_s)
+                                                         + 64 * read.time_s)
     assert streamed.compute_energy_j[conv] == pytest.approx(plain.compute_energy_j[conv]
-                                                           + read.energy_j)
+                                                           + 64 * read.energy_j)
     fc = resnet.index("fc")
     assert streamed.compute_time_s[fc] == plain.compute_time_s[fc]
 
@@ -146,11 +148,13 @@ def test_trained_weights_on_storage_are_read_updated_and_written_back():
     board = get_board("nrf52840")
     costs = op_costs(streamed, board)
     assert costs.writeback_bytes[grad] == trained and costs.writeback_bytes[fc2] == 0
-    back = transfer_cost(board, trained, write=True)
-    read = transfer_cost(board, trained, write=False)
+    # 64 rows of weights and the bias row: 65 slices of 256 B, read and written back
+    assert stream_commands(graph, grad, trained) == [(row, 65)]
+    back = transfer_cost(board, row, write=True)
+    read = transfer_cost(board, row, write=False)
     plain = op_costs(graph, board)
     assert costs.compute_time_s[grad] == pytest.approx(
-        plain.compute_time_s[grad] + read.time_s + back.time_s)
+        plain.compute_time_s[grad] + 65 * (read.time_s + back.time_s))
 
 
 def test_trained_weights_go_to_storage_only_when_updated_in_place():
@@ -178,7 +182,11 @@ def test_write_backs_wear_the_card(tmp_path):
     assert verdict.passed
     written = int(forced.costs.writeback_bytes.sum())
     assert report.bytes_written >= written > 0
-    assert report.storage_wear_bytes >= written
+    # each 256 B row is its own write command and wears a whole 16 KiB NAND page
+    rows = sum(count for k in range(len(streamed))
+               for _, count in stream_commands(streamed, k,
+                                               int(forced.costs.writeback_bytes[k])))
+    assert report.storage_wear_bytes == rows * board.storage.wear_page_bytes
     assert report.storage_lifetime_iterations == pytest.approx(
         board.storage.endurance_bytes_written / report.storage_wear_bytes)
 

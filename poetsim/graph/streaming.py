@@ -36,7 +36,8 @@ from poetsim.graph.ops import Op, Phase
 from poetsim.graph.precision import precision_of
 from poetsim.graph.tiling import first_band
 
-__all__ = ["STREAM_BUFFERS", "WeightsOnStorage", "frozen_weights_read", "weight_slice_bytes"]
+__all__ = ["STREAM_BUFFERS", "WeightsOnStorage", "frozen_weights_read", "stream_commands",
+           "weight_slice_bytes"]
 
 #: Slices held at once while streaming: the one in use and the one being read.
 STREAM_BUFFERS = 2
@@ -80,6 +81,16 @@ def weight_slice_bytes(graph: TrainingGraph, k: int, nbytes: int | None = None) 
     if not nbytes or per_channel is None:
         return nbytes
     return min(nbytes, math.ceil(per_channel) * precision_of(graph).weight_bytes)
+
+
+def stream_commands(graph: TrainingGraph, k: int, nbytes: int) -> list[tuple[int, int]]:
+    """The storage commands that move ``nbytes`` of op ``k``'s weights slice by slice, as
+    (bytes, count) pairs: whole slices (:func:`weight_slice_bytes`) and the remainder."""
+    if not nbytes:
+        return []
+    size = weight_slice_bytes(graph, k, nbytes)
+    whole, rest = divmod(nbytes, size)
+    return ([(size, whole)] if whole else []) + ([(rest, 1)] if rest else [])
 
 
 @attrs.frozen

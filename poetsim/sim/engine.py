@@ -50,6 +50,7 @@ import simpy
 from poetsim.boards.spec import Board, WriteBusy
 from poetsim.costs import OpCosts, transfer_phases
 from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.streaming import WeightsOnStorage, stream_commands
 from poetsim.schedule.ops import Action, Schedule
 from poetsim.sim.bus import make_bus
 from poetsim.sim.cpu import CpuModel
@@ -405,10 +406,15 @@ class Simulation:
 
     def _report(self, makespan: float, machines: list, events: int, wall: float) -> SimReport:
         board, ram, storage, ledger = self.board, self.ram, self.storage, self.ledger
+        on_storage = WeightsOnStorage.of(self.graph)
         for step in self.steps:  # weights on storage written back inside their ops
-            written = int(self.costs.writeback_bytes[step.op])
-            if written and step.action is Action.COMPUTE:
-                storage.write_back(transfer_phases(board, written, write=True).device_bytes)
+            if step.action is not Action.COMPUTE or not self.costs.writeback_bytes[step.op]:
+                continue
+            written = on_storage.bytes_written(self.graph, step.op)
+            for size, count in stream_commands(self.graph, step.op, written):
+                device = transfer_phases(board, size, write=True).device_bytes
+                for _ in range(count):
+                    storage.write_back(device)
         violations = list(self.violations)
         for over in ram.overflows:
             violations.append(SimViolation(
