@@ -30,7 +30,11 @@ runs, priced like that input, one transfer per slice (the stream holds two slice
 each slice is its own command, block-rounded: :func:`~poetsim.graph.streaming.stream_commands`);
 an in-place update of weights on storage writes them back slice by slice, page-outs of
 those slices added too (``writeback_bytes``; the CPU waits for both, their overlap with
-compute under DMA is not claimed).
+compute under DMA is not claimed). The storage between those commands is priced inside
+the op too: when the op computes longer than ``auto_sleep_timeout_s`` between two slices
+the storage falls asleep and each slice wakes it (``wakeup_j``, ``wakeup_s`` of latency
+with the CPU idle, and the awake tail), else it wakes once and stays awake between them
+(``awake_w`` over the gaps, one tail).
 
 Page-out (write) of a tensor of ``b`` bytes, and page-in (read) symmetrically::
 
@@ -321,13 +325,32 @@ def _compute(graph: TrainingGraph, board: Board, k: int, width: int,
     time_s = max(op.flops / compute_rate(board, width).ops_per_s,
                  _moved_bytes(graph, k) / board.ram.bandwidth_bytes_per_s)
     compute = Transfer(time_s, time_s * cpu.active_power_w)
+    slices = 0
     for nbytes, write in ((on_storage.bytes_read(graph, k), False),
                           (on_storage.bytes_written(graph, k), True)):
         for size, count in stream_commands(graph, k, nbytes):
             moved = transfer_cost(board, size, write=write)
             compute = Transfer(compute.time_s + count * moved.time_s,
                                compute.energy_j + count * moved.energy_j)
-    return compute
+            slices += count
+    if not slices:
+        return compute
+    waits = _stream_waits(board, slices, time_s)
+    return Transfer(compute.time_s + waits.time_s, compute.energy_j + waits.energy_j)
+
+
+def _stream_waits(board: Board, slices: int, compute_s: float) -> Transfer:
+    """What the storage adds to an op that streams ``slices`` commands between
+    ``compute_s`` of computing (see the module docstring): wake-ups, awake time between
+    commands, the awake tail; the CPU idles through each wake-up's latency."""
+    wait = wait_power(board)
+    gap_s = compute_s / slices
+    if gap_s > wait.awake_s:  # the storage falls asleep between two slices
+        wakes, awake_j = slices, 0.0
+    else:  # it stays awake between them
+        wakes, awake_j = 1, (slices - 1) * wait.awake_w * gap_s
+    latency_s = wakes * wait.wakeup_s
+    return Transfer(latency_s, wakes * wait.wake_j + awake_j + latency_s * wait.cpu_wait_w)
 
 
 def op_costs(graph: TrainingGraph, board: Board) -> OpCosts:

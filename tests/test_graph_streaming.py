@@ -9,7 +9,7 @@ import attrs
 import pytest
 
 from poetsim.boards import get_board
-from poetsim.costs import op_costs, transfer_cost
+from poetsim.costs import op_costs, transfer_cost, wait_power
 from poetsim.graph.graph import inplace_gradient_bytes
 from poetsim.graph.streaming import (
     STREAM_BUFFERS,
@@ -75,10 +75,15 @@ def test_each_run_reads_its_frozen_weights_from_storage(resnet):
     conv = resnet.index("layer1.0.conv1")  # 64 slices of 64 x 3 x 3 int8 weights
     assert stream_commands(resnet, conv, frozen_weights_read(resnet, conv)) == [(576, 64)]
     read = transfer_cost(board, 576, write=False)  # one command each, block-rounded
+    # ~46 ms of computing between two slices, over the SD card's 5 ms auto-sleep: each
+    # slice wakes it (66 uJ, 1 ms with the CPU idle, then 5 ms awake)
+    wait = wait_power(board)
+    assert plain.compute_time_s[conv] / 64 > wait.awake_s
+    wake_s, wake_j = 64 * wait.wakeup_s, 64 * wait.wake_j + 64 * wait.wakeup_s * wait.cpu_wait_w
     assert streamed.compute_time_s[conv] == pytest.approx(plain.compute_time_s[conv]
-                                                         + 64 * read.time_s)
+                                                         + 64 * read.time_s + wake_s)
     assert streamed.compute_energy_j[conv] == pytest.approx(plain.compute_energy_j[conv]
-                                                           + 64 * read.energy_j)
+                                                           + 64 * read.energy_j + wake_j)
     fc = resnet.index("fc")
     assert streamed.compute_time_s[fc] == plain.compute_time_s[fc]
 
@@ -153,8 +158,15 @@ def test_trained_weights_on_storage_are_read_updated_and_written_back():
     back = transfer_cost(board, row, write=True)
     read = transfer_cost(board, row, write=False)
     plain = op_costs(graph, board)
+    # 130 commands 20 us of computing apart: the card wakes once and stays awake
+    wait = wait_power(board)
+    gap = plain.compute_time_s[grad] / 130
+    assert gap < wait.awake_s
     assert costs.compute_time_s[grad] == pytest.approx(
-        plain.compute_time_s[grad] + 65 * (read.time_s + back.time_s))
+        plain.compute_time_s[grad] + 65 * (read.time_s + back.time_s) + wait.wakeup_s)
+    assert costs.compute_energy_j[grad] == pytest.approx(
+        plain.compute_energy_j[grad] + 65 * (read.energy_j + back.energy_j) + wait.wake_j
+        + 129 * wait.awake_w * gap + wait.wakeup_s * wait.cpu_wait_w)
 
 
 def test_trained_weights_go_to_storage_only_when_updated_in_place():
