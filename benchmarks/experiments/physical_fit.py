@@ -9,8 +9,9 @@ paper's accounting (activations only) says. The MCU models are also listed under
 training modes that shrink the state (last layer only, bias-only, Lin et al.'s sparse
 update, int8, in-place update). Each cell is the request poetsim makes of the board
 (:func:`poetsim.request.resolve_request`, then :func:`poetsim.request.in_row_bands`):
-frozen weights read in place from the board's flash when they fit it, the frozen front
-in row bands when one op alone would not fit. Writes
+frozen weights read in place from the board's flash when they fit it, weights streamed
+from storage when neither flash nor RAM holds them, the frozen front in row bands when
+one op alone would not fit. Writes
 ``benchmarks/results/physical_fit.md``; runs in seconds::
 
     python -m benchmarks.experiments.physical_fit
@@ -46,6 +47,7 @@ MODE_ROWS: tuple[tuple[str, dict[str, int]], ...] = (
     ("mobilenet_v2_w035", {"head": 0, "int8": 1, "sparse_update": 1, "inplace_update": 1,
                            "classes": 10}),
     ("resnet18_cifar", {"int8": 1, "train_last": 1}),
+    ("resnet18_cifar", {"int8": 1, "gradient_bytes": 1, "inplace_update": 1}),
 )
 
 
@@ -61,8 +63,10 @@ def table() -> str:
              "working set) against the board's usable RAM: **fits** or the factor it is "
              "over. `plain` marks where even the plain schedule (no remat, no paging) fits. "
              "The resident state is what the board keeps in RAM: frozen weights are read in "
-             "place from its flash when they fit it; `bands` marks a frozen front run in row "
-             "bands because one op alone would not fit. Under the physical verdict "
+             "place from its flash when they fit it; `streamed` marks weights that live on "
+             "the storage device and are streamed by the ops that read them (neither flash "
+             "nor RAM holds them); `bands` marks a frozen front run in row bands because "
+             "one op alone would not fit. Under the physical verdict "
              "(poetsim's default) a cell that does not fit FAILs for every method; the "
              "paper's accounting leaves the resident state out and so passes MCU points "
              "that cannot run. Rows with options train only part of the model (`--set "
@@ -83,7 +87,8 @@ def table() -> str:
             request = in_row_bands(resolve(graph), resolve)
             usable = board.ram.usable_bytes
             need = request.resident_bytes + minimum_ram_bytes(request.graph)[0]
-            bands = ", bands" if request.graph is not graph else ""
+            bands = (", bands" if request.graph.metadata.get("row_bands") else "") + (
+                ", streamed" if request.streamed_weight_bytes else "")
             if need > usable:
                 cells.append(f"{need / usable:.3g}x over")
             elif request.resident_bytes + plain_peak(request.graph).bytes <= usable:
