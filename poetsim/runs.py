@@ -60,7 +60,7 @@ MAX_DEADLINE_TIGHTENINGS = 3
 
 #: Part of the key of the MILP methods' runs: bumped when the optimizer's search changes,
 #: so that their cached runs go stale while the baselines' stay valid.
-SOLVER_VERSION = 8
+SOLVER_VERSION = 9
 
 #: The fields a cache entry keeps: everything an unjudged outcome holds but its schedule.
 _RUN_FIELDS = ("method", "status", "reason", "accounting", "budget_bytes",
@@ -267,8 +267,8 @@ def run_method(request: Request, method: str, settings: SolverSettings = SolverS
 def _meet_simulated_deadline(request: Request, outcome: Outcome, attempt: Any) -> Outcome:
     """Re-solve with a tighter deadline while the simulation finds the schedule late.
 
-    The MILP counts a stage's transfers as overlapped with its compute; on a real board a
-    page-in can stall its consumer, the storage wakes up, the bus is shared. The first
+    The MILP's timeline is the stage model's; on a real board the bus is shared and the
+    transfers are planned step by step, so a schedule can still run late. The first
     schedule that meets the planning deadline (the user's, minus any margin) in simulation
     is kept; if none does, the last one (whose verdict says whether it met the user's).
     """

@@ -30,7 +30,7 @@ options = { layers = 4, width = 64 }
 board = "nrf52840"
 accounting = "paper"
 ram = "90%"
-deadline = "1.05x"
+deadline = "1.3x"
 method = "poet"
 effort = 20
 time_limit_s = 60

@@ -59,7 +59,7 @@ def _restore_energies(costs: OpCosts) -> tuple[list[float], list[float], list[fl
     no plan can undercut (the time-proportional energy folded in).
 
     A plan's wait energy (:class:`poetsim.costs.WaitPower`) is at least ``rest_w`` times
-    (compute time - storage busy time): every stage lasts at least its compute, the CPU's
+    (compute time - storage busy time): the iteration lasts at least its compute, the CPU's
     waits and the wake-ups cost nothing negative. So each recomputation costs at least
     ``E + rest_w t`` and each transfer at least ``E - rest_w t``, which is still the least
     cost of a restore as long as no transfer comes out negative; otherwise the active

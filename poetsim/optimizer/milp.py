@@ -25,17 +25,23 @@ Formulation (paper Algorithm 1 on Checkmate's frontier-advancing stages; notatio
   inputs, output and workspace and every tensor kept into stage ``t + 1``:
   ``sum_{i < t, i not an input of t} S[t+1,i] m_i <= budget - m_t - w_t - sum_inputs m_u``;
   and when stage ``t`` starts: ``sum_i (S[t,i] + Min[t,i]) m_i <= budget``.
-* time: with DMA each stage lasts ``T_t >= compute_t`` and ``T_t >= transfers_t``;
-  without DMA ``T_t = compute_t + transfers_t``; ``sum_t T_t <= deadline``. Transfers
-  include the storage's wake-up latency where it wakes: ``W_t`` (binary) marks a stage
-  that transfers, ``wake_t >= W_t - sum_{s in near(t)} W_s`` one that wakes the storage
-  (:func:`~poetsim.optimizer.plan.storage_near`); every page-out is paged in again
+* time (:func:`~poetsim.optimizer.plan.stage_timeline`): without DMA the makespan is
+  ``sum_t compute_t + transfers_t``; with DMA continuous stage times on a storage lane
+  beside the CPU (:meth:`MilpModel._add_lane`): per stage page-ins arrived ``P_t``,
+  compute done ``C_t``, lane done ``L_t``, stage end ``E_t``, each at least the bounds of
+  the timeline's rules; a rule that holds only for some plans (the stage reads its page-in,
+  the previous stage paged in, the tensor written is no longer kept) is switched by its
+  decision and a bound on how far the lane can be ahead of the CPU (all transfers, or the
+  deadline); the makespan is at least the last ``E`` and ``L`` and at most the deadline.
+  Transfers include the storage's wake-up latency where it wakes: ``W_t`` (binary) marks
+  a stage that transfers, ``wake_t >= W_t - sum_{s in near(t)} W_s`` one that wakes the
+  storage (:func:`~poetsim.optimizer.plan.storage_near`); every page-out is paged in again
   (``sum_t Mout[t,i] <= sum_t Min[t,i]``), so that no write poses as a keep-awake.
 * storage capacity: ``sum_{t,i} Mout[t,i] m_i <= capacity``.
 * objective: ``sum R E_compute + Min E_pagein + Mout E_pageout`` plus the time-proportional
-  energy (:class:`~poetsim.costs.WaitPower`): every second of a stage at CPU-idle plus rest
-  power, less what the CPU's busy seconds and the storage's busy seconds replace, plus the
-  wake-ups. Equal, plan by plan, to :func:`~poetsim.optimizer.plan.evaluate_plan`.
+  energy (:class:`~poetsim.costs.WaitPower`): every second of the makespan at CPU-idle plus
+  rest power, less what the CPU's busy seconds and the storage's busy seconds replace, plus
+  the wake-ups. Equal, plan by plan, to :func:`~poetsim.optimizer.plan.evaluate_plan`.
 
 Reductions that keep the model exact: a variable exists only where it can be nonzero
 (lower triangle; tensor ``i`` matters in stage ``t`` only while ``t`` is at most the index
@@ -129,7 +135,16 @@ class MilpModel:
         self.Mout: dict[tuple[int, int], Any] = {}
         self.F: dict[tuple[int, int, int], Any] = {}
         self.U: dict[tuple[int, int], Any] = {}
-        self.T: dict[int, Any] = {}
+        # the DMA timeline (:meth:`_add_lane`)
+        self.P: dict[int, Any] = {}
+        self.C: dict[int, Any] = {}
+        self.L: dict[int, Any] = {}
+        self.E: dict[int, Any] = {}
+        self.y: dict[int, Any] = {}
+        self.v: dict[int, Any] = {}
+        self.behind: dict[tuple[int, int], Any] = {}
+        self.makespan: Any = None
+        self.stored: dict[tuple[int, int], Any] = {}
         self.moves: dict[int, Any] = {}
         self.wake: dict[int, Any] = {}
         self.moved_before: dict[int, Any] = {}
@@ -216,6 +231,7 @@ class MilpModel:
                     m.addCons(a == level + Mout[t - 1, i], name=f"aux_{t}_{i}")
                     level = a
                 stored[t, i] = level
+        self.stored = stored
 
         for t in range(n):
             if self.build_deadline is not None and time.perf_counter() > self.build_deadline:
@@ -347,33 +363,147 @@ class MilpModel:
             transfers[t].append((float(c.pageout_time_s[i]), v))
         if self.priced and (wait.wake_j or wait.wakeup_s):
             self._add_wakes(transfers)
-        stage_terms = []
-        for t in range(n):
-            compute = quicksum(scale * float(c.compute_time_s[k]) * self.r(t, k)
-                               for k in self.runnable(t))
-            storage = quicksum(scale * seconds * v for seconds, v in transfers[t])
-            if t in self.wake:
-                storage += scale * wait.wakeup_s * self.wake[t]
-            if c.cpu_moves or not (transfers[t] or self.priced):
-                stage_terms.append(compute + storage)
-                continue
-            T = m.addVar(vtype="C", lb=0.0, name=f"T_{t}",
-                         obj=self.energy_scale * self._stage_w / scale)
-            self.T[t] = T
-            m.addCons(T >= compute, name=f"tc_{t}")
-            if transfers[t]:
-                m.addCons(T >= storage, name=f"tt_{t}")
-            stage_terms.append(T)
+        if c.cpu_moves:
+            makespan = quicksum(self._compute_s(t) + quicksum(scale * seconds * v
+                                                              for seconds, v in transfers[t])
+                                + self._wake_s(t) for t in range(n))
+        else:
+            makespan = self._add_lane()
         if deadline:
             # A hair under 1, so that SCIP's feasibility tolerance cannot push a plan past it.
-            m.addCons(quicksum(stage_terms) <= (1.0 - 1e-7) * self.deadline_s * scale,
-                      name="deadline")
+            m.addCons(makespan <= (1.0 - 1e-7) * self.deadline_s * scale, name="deadline")
+
+    def _compute_s(self, t: int) -> Any:
+        """Stage ``t``'s compute time (scaled)."""
+        return quicksum(self.time_scale * float(self.costs.compute_time_s[k]) * self.r(t, k)
+                        for k in self.runnable(t))
+
+    def _wake_s(self, t: int) -> Any:
+        """The storage's wake-up latency in stage ``t`` (scaled), where it may wake."""
+        if t not in self.wake:
+            return 0.0
+        return self.time_scale * self.costs.wait.wakeup_s * self.wake[t]
+
+    def _lead_bound(self) -> float:
+        """How far (scaled) the storage lane can ever be ahead of the CPU, to switch off
+        the rows of :meth:`_add_lane` that hold only for some plans (each compares a time
+        of the lane with one of the CPU). After stage ``t`` ends, the lane works without a
+        break on what is left: page-ins of stage ``t`` (earlier ones have arrived before
+        a compute of stage ``t``), the page-outs (each tensor is written at most once) and
+        their wake-ups; a stage's page-ins then come on top, each tensor once. So twice
+        every page-in, every page-out and a wake-up per tensor and two more bound it, and
+        so does the deadline."""
+        c = self.costs
+        tensors = {i for (_, i) in self.Min} | {i for (_, i) in self.Mout}
+        seconds = sum(2 * float(c.pagein_time_s[i]) + float(c.pageout_time_s[i])
+                      for i in tensors)
+        if self.moves:
+            seconds += (len(tensors) + 2) * c.wait.wakeup_s
+        lead = self.time_scale * seconds * (1 + 1e-9)
+        if self.deadline_s is not None and math.isfinite(self.deadline_s):
+            lead = min(lead, 1.0)
+        return lead
+
+    def _add_lane(self) -> Any:
+        """The DMA timeline of :func:`~poetsim.optimizer.plan.stage_timeline`, per stage
+        ``t``: page-ins arrived ``P``, compute done ``C``, lane done ``L``, stage end ``E``;
+        ``y_t`` / ``v_t`` (continuous, integral at integral plans) mark a stage that reads
+        one of its page-ins / pages in at all (the next stage's compute then waits for
+        them); :meth:`_add_write_waits` adds the waits for writes. Rows that hold only
+        under such a mark are switched off by :meth:`_lead_bound`. Returns the makespan
+        variable, which carries the stage power in the objective."""
+        m, c, n, scale = self.model, self.costs, self.n, self.time_scale
+        big = self._lead_bound()
+        ins_of: dict[int, list[tuple[int, Any]]] = {}
+        outs_of: dict[int, list[tuple[int, Any]]] = {}
+        for (t, i), v in self.Min.items():
+            ins_of.setdefault(t, []).append((i, v))
+        for (t, i), v in self.Mout.items():
+            outs_of.setdefault(t, []).append((i, v))
+        end_prev: Any = 0.0
+        lane_prev: Any = 0.0
+        prefetch: tuple[Any, Any] | None = None  # the previous stage's (P, v) if it pages in
+        for t in range(n):
+            compute = self._compute_s(t)
+            ins = ins_of.get(t, [])
+            pagein = quicksum(scale * float(c.pagein_time_s[i]) * v for i, v in ins)
+            pageout = quicksum(scale * float(c.pageout_time_s[i]) * v
+                               for i, v in outs_of.get(t, []))
+            arrived = m.addVar(vtype="C", lb=0.0, name=f"P_{t}")
+            done = m.addVar(vtype="C", lb=0.0, name=f"C_{t}")
+            lane = m.addVar(vtype="C", lb=0.0, name=f"L_{t}")
+            end = m.addVar(vtype="C", lb=0.0, name=f"E_{t}")
+            self.P[t], self.C[t], self.L[t], self.E[t] = arrived, done, lane, end
+            m.addCons(arrived >= lane_prev + self._wake_s(t) + pagein, name=f"pl_{t}")
+            m.addCons(arrived >= end_prev + self._wake_s(t) + pagein, name=f"pe_{t}")
+            m.addCons(done >= end_prev + compute, name=f"ce_{t}")
+            m.addCons(lane >= arrived + pageout, name=f"lp_{t}")
+            m.addCons(lane >= done + pageout, name=f"lc_{t}")
+            m.addCons(end >= done, name=f"ec_{t}")
+            if prefetch is not None:
+                m.addCons(done >= prefetch[0] + compute - big * (1 - prefetch[1]),
+                          name=f"cf_{t}")
+            prefetch = None
+            if ins:
+                reads = m.addVar(vtype="C", lb=0.0, ub=1.0, name=f"y_{t}")
+                pages = m.addVar(vtype="C", lb=0.0, ub=1.0, name=f"v_{t}")
+                self.y[t], self.v[t] = reads, pages
+                run = set(self.runnable(t))
+                # v_t is exactly whether the stage pages in (it lowers the row of a write-only
+                # stage's wake-up below, so it is bounded from both sides)
+                m.addCons(pages <= quicksum(v for _, v in ins), name=f"vu_{t}")
+                for i, v in ins:
+                    m.addCons(pages >= v, name=f"v_{t}_{i}")
+                    for j in self.graph.successors(i):
+                        if j in run:
+                            m.addCons(reads >= v + self.r(t, j) - 1, name=f"y_{t}_{i}_{j}")
+                m.addCons(done >= arrived + compute - big * (1 - reads), name=f"cp_{t}")
+                prefetch = (arrived, pages)
+            if t in self.wake:
+                # a stage that only writes wakes the storage when its writes start
+                pages_in = self.v.get(t, 0)
+                m.addCons(lane >= done + pageout
+                          + scale * c.wait.wakeup_s * (self.wake[t] - pages_in), name=f"lw_{t}")
+            end_prev, lane_prev = end, lane
+        self._add_write_waits(big)
+        makespan = m.addVar(vtype="C", lb=0.0, name="makespan",
+                            obj=self.energy_scale * self._stage_w / scale)
+        self.makespan = makespan
+        if n:
+            m.addCons(makespan >= end_prev, name="makespan_cpu")
+            m.addCons(makespan >= lane_prev, name="makespan_lane")
+        return makespan
+
+    def _add_write_waits(self, big: float) -> None:
+        """Every stage ``s`` by which tensor ``i`` is written and that does not keep it into
+        ``s + 1`` ends after the write (the first such stage is where ``i`` leaves RAM; the
+        later ones follow). ``D[s,i] >= 0`` is how far the write ends after stage ``s``:
+        at least ``L[t] - E[t]`` in the stage ``t`` that writes it, and carried on, less
+        the stages' lengths; where the stage stops keeping ``i`` it must be 0."""
+        m = self.model
+        pageable = sorted({i for (_, i) in self.Mout})
+        for i in pageable:
+            behind: Any = None
+            for s in range(i, self._horizon(i) + 1):
+                d = m.addVar(vtype="C", lb=0.0, name=f"D_{s}_{i}")
+                self.behind[s, i] = d
+                if behind is not None:
+                    m.addCons(d >= behind + self.E[s - 1] - self.E[s], name=f"dc_{s}_{i}")
+                if (s, i) in self.Mout:
+                    m.addCons(d >= self.L[s] - self.E[s] - big * (1 - self.Mout[s, i]),
+                              name=f"dw_{s}_{i}")
+                written = self.stored.get((s + 1, i))
+                if written is None:
+                    written = self.stored.get((s, i), 0) + self.Mout.get((s, i), 0)
+                kept = self.S.get((s + 1, i), 0)
+                m.addCons(d <= big * (1 - written + kept), name=f"wait_{s}_{i}")
+                behind = d
 
     # The wait energy (WaitPower.energy_j) spread over the variables that cause it: every
-    # second of a stage costs cpu_wait + rest; a second the CPU computes (or, without DMA,
-    # moves bytes) saves cpu_wait of it, a second the storage is busy or waking saves rest.
-    # With DMA the stage's seconds are the variable T_t; without, they are its compute,
-    # transfers and wake-up latency, so their coefficients carry the stage's power.
+    # second of the makespan costs cpu_wait + rest; a second the CPU computes (or, without
+    # DMA, moves bytes) saves cpu_wait of it, a second the storage is busy or waking saves
+    # rest. With DMA the makespan is a variable; without, it is the compute, transfers and
+    # wake-up latency of every stage, so their coefficients carry the stage's power.
 
     @property
     def _stage_w(self) -> float:
@@ -529,11 +659,23 @@ class MilpModel:
                 level += self.mem[k] * (1 if plan.compute[t, k] else 0)
                 m.setSolVal(sol, self.U[t, k], level)
                 previous = k
-        timeline = stage_timeline(self.costs, plan)
-        storage_s = timeline.transfer_s + timeline.wakes * self.costs.wait.wakeup_s
-        for t, var in self.T.items():
-            m.setSolVal(sol, var, self.time_scale * max(float(timeline.compute_s[t]),
-                                                        float(storage_s[t])))
+        timeline = stage_timeline(self.graph, self.costs, plan)
+        scale = self.time_scale
+        for times, family in ((timeline.pagein_end_s, self.P), (timeline.compute_end_s, self.C),
+                              (timeline.lane_end_s, self.L), (timeline.end_s, self.E)):
+            for t, var in family.items():
+                m.setSolVal(sol, var, scale * float(times[t]))
+        for t, var in self.y.items():
+            m.setSolVal(sol, var, 1.0 if timeline.reads_page_in[t] else 0.0)
+        for t, var in self.v.items():
+            m.setSolVal(sol, var, 1.0 if plan.page_in[t].any() else 0.0)
+        for (s, i), var in self.behind.items():
+            # the write's end after the end of stage s, once it is written
+            late = float(timeline.write_end_s[i] - timeline.end_s[s])
+            written = plan.stored[s, i] or plan.page_out[s, i]
+            m.setSolVal(sol, var, scale * max(0.0, late) if written else 0.0)
+        if self.makespan is not None:
+            m.setSolVal(sol, self.makespan, scale * timeline.makespan_s)
         for t, var in self.moves.items():
             m.setSolVal(sol, var, 1.0 if (plan.page_in[t].any() or plan.page_out[t].any())
                         else 0.0)

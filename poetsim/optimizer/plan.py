@@ -19,11 +19,14 @@ tensor read by ``k`` (or ``k``'s own output) is freed when no later op of the st
 and it is not kept into stage ``t + 1``. Tensors that are neither read in the stage nor kept
 are freed when the stage ends.
 
-Time and energy (:func:`stage_timeline`, :func:`evaluate_plan`): a stage lasts its compute
-and its transfers, overlapped with DMA and added up without; the first stage that
-transfers, and every one that does after the storage had time to fall asleep, also waits
-for the storage's wake-up. The energy is the ops' and transfers' own plus the
-time-proportional part of :class:`poetsim.costs.WaitPower` over this timeline.
+Time and energy (:func:`stage_timeline`, :func:`evaluate_plan`): without DMA a stage lasts
+its compute and its transfers. With DMA the transfers run on one storage lane beside the
+CPU and may run on into later stages: the CPU waits for a page-in before the stage that
+reads it computes, and for a write before the tensor's RAM is given back (where the plan
+stops keeping it). The first stage that transfers, and every one that does after the
+storage had time to fall asleep, also waits for the storage's wake-up. The energy is the
+ops' and transfers' own plus the time-proportional part of
+:class:`poetsim.costs.WaitPower` over this timeline.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from poetsim.schedule import Action, Schedule, Step
 
 __all__ = ["PlanMetrics", "StagePlan", "StageTimeline", "drop_idle_keeps",
            "drop_unread_page_outs", "evaluate_plan", "lower_plan", "plan_from_schedule",
-           "plan_violations", "stage_timeline", "storage_near"]
+           "plan_violations", "reads_own_page_in", "stage_peak_bytes", "stage_timeline",
+           "storage_near"]
 
 _MATRICES = ("compute", "keep", "stored", "page_in", "page_out")
 
@@ -86,10 +90,11 @@ def drop_unread_page_outs(plan: StagePlan) -> StagePlan:
 
 def drop_idle_keeps(graph: TrainingGraph, plan: StagePlan) -> StagePlan:
     """``plan`` without its idle keeps: a tensor kept into stage ``t`` that no op of the
-    stage reads, that is not kept into ``t + 1`` and not written in ``t`` is only freed
+    stage reads, that is not kept into ``t + 1`` and has no copy on storage is only freed
     when the stage ends (the accounting rule), so it holds RAM through the stage for
-    nothing; not keeping it frees it when stage ``t - 1`` ends instead. Energy and time
-    are unchanged and no stage's memory grows. Stages are visited from the last, so that
+    nothing; not keeping it frees it when stage ``t - 1`` ends instead. (A written tensor
+    may be held for its write, :func:`stage_timeline`.) Energy and time are unchanged and
+    no stage's memory grows. Stages are visited from the last, so that
     a keep made idle by a later one goes too. The same plan when there are none.
 
     An op list that frees a tensor in the middle of a stage that does not read it (DTR
@@ -102,7 +107,8 @@ def drop_idle_keeps(graph: TrainingGraph, plan: StagePlan) -> StagePlan:
         for i in np.flatnonzero(keep[t]):
             i = int(i)
             read = any(plan.compute[t, j] for j in graph.successors(i))
-            if not (read or plan.page_out[t, i] or (t + 1 < n and keep[t + 1, i])):
+            written = plan.page_out[t, i] or plan.stored[t, i]
+            if not (read or written or (t + 1 < n and keep[t + 1, i])):
                 keep[t, i] = False
     if np.array_equal(keep, plan.keep):
         return plan
@@ -207,57 +213,135 @@ def storage_near(costs: OpCosts) -> list[int]:
 
 @attrs.frozen
 class StageTimeline:
-    """The stage model's timeline of a plan, per stage: compute time (the CPU's, the
-    op's own and recomputations), storage transfer time, whether the stage wakes the
-    storage, and the stage's duration."""
+    """The stage model's timeline of a plan (:func:`stage_timeline`), per stage: compute
+    time (the CPU's, the op's own and recomputations), storage transfer time, whether the
+    stage wakes the storage and whether it reads a tensor it pages in; and when its
+    page-ins have arrived, its compute ends, the storage lane is done with its transfers
+    and the stage ends. ``write_end_s[i]``: when tensor ``i``'s page-out ends (0 if none)."""
 
     compute_s: np.ndarray
     transfer_s: np.ndarray
     wakes: np.ndarray
-    stage_s: np.ndarray
+    reads_page_in: np.ndarray
+    pagein_end_s: np.ndarray
+    compute_end_s: np.ndarray
+    lane_end_s: np.ndarray
+    end_s: np.ndarray
+    write_end_s: np.ndarray
+
+    @property
+    def makespan_s(self) -> float:
+        """The CPU's last stage or the lane's last transfer, whichever ends later."""
+        return float(max(self.end_s[-1], self.lane_end_s[-1])) if len(self.end_s) else 0.0
 
     def wait_energy_j(self, costs: OpCosts) -> float:
         cpu_busy = self.compute_s.sum() + (self.transfer_s.sum() if costs.cpu_moves else 0.0)
-        return costs.wait.energy_j(makespan_s=float(self.stage_s.sum()),
+        return costs.wait.energy_j(makespan_s=self.makespan_s,
                                    cpu_busy_s=float(cpu_busy),
                                    storage_busy_s=float(self.transfer_s.sum()),
                                    wakeups=int(self.wakes.sum()))
 
 
-def stage_timeline(costs: OpCosts, plan: StagePlan) -> StageTimeline:
-    """Each stage lasts its compute time and its transfers (with the storage's wake-up
-    latency when it wakes), overlapped with DMA and added up without."""
+def reads_own_page_in(graph: TrainingGraph, plan: StagePlan) -> np.ndarray:
+    """For each stage, whether one of its ops reads a tensor the stage pages in (the
+    stage's compute then waits for its page-ins; otherwise they are a prefetch, kept for
+    a later stage)."""
+    reads = np.zeros(plan.n, dtype=bool)
+    for t, i in zip(*np.nonzero(plan.page_in)):
+        if any(plan.compute[t, j] for j in graph.successors(int(i))):
+            reads[t] = True
+    return reads
+
+
+def stage_timeline(graph: TrainingGraph, costs: OpCosts, plan: StagePlan) -> StageTimeline:
+    """When each stage's work happens.
+
+    Without DMA the CPU moves every byte itself, in list order: a stage lasts its
+    compute, its transfers and the storage's wake-up latency when it wakes.
+
+    With DMA the transfers run on one storage lane, in stage order, beside the CPU, and
+    may run on while later stages compute. Stage ``t`` starts when stage ``t - 1`` ends
+    (``E[t-1]``). Its page-ins (after a wake-up) run once the lane is free and the stage
+    has started: they arrive at ``P[t] = max(L[t-1], E[t-1]) + wake + in``. Its compute
+    starts when the stage does, and not before ``P[t]`` if it reads one of its page-ins,
+    nor before ``P[t-1]`` if stage ``t - 1`` paged in (a page-in no op of its stage reads
+    is a prefetch, kept for a later stage, and arrives before the next stage computes);
+    it ends ``compute`` later, at ``C[t]``. Its page-outs start once its compute and
+    page-ins are done (and, in a stage without page-ins, the storage awake) and end at
+    ``L[t] = max(P[t], C[t] + wake if no page-in) + out`` (a page-out of a tensor made
+    earlier may start sooner in the op list, never later). The stage ends at
+    ``E[t] = max(C[t], W[i] for every written tensor i not kept into t + 1)``: a tensor's
+    RAM is not given back before its write ends (``W[i]``, the ``L`` of its write's
+    stage), so the CPU waits for the write where the plan stops keeping the tensor. The
+    iteration lasts until the CPU's last stage and the lane's last transfer are done.
+    """
+    n = plan.n
     compute = plan.compute.astype(float) @ costs.compute_time_s
-    transfer = (plan.page_in.astype(float) @ costs.pagein_time_s
-                + plan.page_out.astype(float) @ costs.pageout_time_s)
+    pagein = plan.page_in.astype(float) @ costs.pagein_time_s
+    pageout = plan.page_out.astype(float) @ costs.pageout_time_s
+    transfer = pagein + pageout
     moves = plan.page_in.any(axis=1) | plan.page_out.any(axis=1)
     near = storage_near(costs)
-    wakes = np.array([bool(moves[t]) and not moves[near[t]:t].any() for t in range(plan.n)],
+    wakes = np.array([bool(moves[t]) and not moves[near[t]:t].any() for t in range(n)],
                      dtype=bool)
-    storage = transfer + wakes * costs.wait.wakeup_s
-    stage = compute + storage if costs.cpu_moves else np.maximum(compute, storage)
-    return StageTimeline(compute, transfer, wakes, stage)
+    wake_s = wakes * costs.wait.wakeup_s
+    reads = reads_own_page_in(graph, plan)
+    written = np.zeros(n)
+    if costs.cpu_moves:
+        end = np.cumsum(compute + transfer + wake_s)
+        return StageTimeline(compute, transfer, wakes, reads, end, end, end, end, written)
+    arrived, done, lane, end = (np.zeros(n) for _ in range(4))
+    pages_in = plan.page_in.any(axis=1)
+    pending: list[int] = []  # written tensors still kept
+    last_end = last_lane = prefetched = 0.0
+    for t in range(n):
+        arrived[t] = max(last_lane, last_end) + wake_s[t] + pagein[t]
+        done[t] = max(last_end, arrived[t] if reads[t] else 0.0, prefetched) + compute[t]
+        # a stage that only writes wakes the storage when its writes start
+        lane[t] = max(arrived[t], done[t] + (0.0 if pages_in[t] else wake_s[t])) + pageout[t]
+        for i in np.flatnonzero(plan.page_out[t]):
+            written[i] = lane[t]
+            pending.append(int(i))
+        keep_next = plan.keep[t + 1] if t + 1 < n else np.zeros(n, dtype=bool)
+        freed = [i for i in pending if not keep_next[i]]
+        pending = [i for i in pending if keep_next[i]]
+        end[t] = max([done[t]] + [float(written[i]) for i in freed])
+        last_end, last_lane = end[t], lane[t]
+        prefetched = arrived[t] if pages_in[t] else 0.0
+    return StageTimeline(compute, transfer, wakes, reads, arrived, done, lane, end, written)
+
+
+def stage_peak_bytes(graph: TrainingGraph, costs: OpCosts, plan: StagePlan, t: int
+                     ) -> tuple[int, int]:
+    """The most RAM stage ``t`` holds (the accounting rule of the module docstring) and
+    the op it holds it at (the first such)."""
+    size = costs.output_bytes
+    workspace = costs.workspace_bytes
+    after, _ = _frees(graph, plan, t)
+    mem = int(size[plan.keep[t] | plan.page_in[t]].sum())
+    peak, peak_op = -1, t
+    for k in np.flatnonzero(plan.compute[t]):
+        k = int(k)
+        mem += int(size[k])
+        if mem + int(workspace[k]) > peak:
+            peak, peak_op = mem + int(workspace[k]), k
+        mem -= int(sum(size[i] for i in after.get(k, ())))
+    return peak, peak_op
 
 
 def evaluate_plan(graph: TrainingGraph, costs: OpCosts, plan: StagePlan) -> PlanMetrics:
     """Exact accounting of ``plan`` (see the module docstring)."""
     size = costs.output_bytes
-    workspace = costs.workspace_bytes
     peak, peak_stage, peak_op = -1, 0, 0
     for t in range(plan.n):
-        after, _ = _frees(graph, plan, t)
-        mem = int(size[plan.keep[t] | plan.page_in[t]].sum())
-        for k in np.flatnonzero(plan.compute[t]):
-            k = int(k)
-            mem += int(size[k])
-            if mem + int(workspace[k]) > peak:
-                peak, peak_stage, peak_op = mem + int(workspace[k]), t, k
-            mem -= int(sum(size[i] for i in after.get(k, ())))
+        stage_peak, op = stage_peak_bytes(graph, costs, plan, t)
+        if stage_peak > peak:
+            peak, peak_stage, peak_op = stage_peak, t, op
     R = plan.compute.astype(float)
     e_compute = float((R @ costs.compute_energy_j).sum())
     e_in = float((plan.page_in.astype(float) @ costs.pagein_energy_j).sum())
     e_out = float((plan.page_out.astype(float) @ costs.pageout_energy_j).sum())
-    timeline = stage_timeline(costs, plan)
+    timeline = stage_timeline(graph, costs, plan)
     e_wait = timeline.wait_energy_j(costs)
     stored_final = plan.stored[-1] | plan.page_out[-1]
     return PlanMetrics(
@@ -267,7 +351,7 @@ def evaluate_plan(graph: TrainingGraph, costs: OpCosts, plan: StagePlan) -> Plan
         pageout_energy_j=e_out,
         wait_energy_j=e_wait,
         storage_wakeups=int(timeline.wakes.sum()),
-        time_s=float(timeline.stage_s.sum()),
+        time_s=timeline.makespan_s,
         compute_time_s=float(timeline.compute_s.sum()),
         transfer_time_s=float(timeline.transfer_s.sum()),
         peak_ram_bytes=peak,

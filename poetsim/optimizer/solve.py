@@ -32,7 +32,7 @@ from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.memory import minimum_ram_bytes
 from poetsim.optimizer.bound import relaxation_bound_j
 from poetsim.optimizer.effort import WorkLimit
-from poetsim.optimizer.heuristic import greedy_plan, plain_plan
+from poetsim.optimizer.heuristic import greedy_plan, overlap_transfers, plain_plan
 from poetsim.optimizer.milp import Formulation, MilpModel, build_milp
 from poetsim.optimizer.plan import (
     PlanMetrics,
@@ -309,7 +309,8 @@ def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline:
         # what the list keeps guides the greedy; the plan itself need not hold it idle
         lifted.append((position, name, plan))
         if _allowed(plan, formulation):
-            consider(1 + position, name, drop_idle_keeps(graph, plan))
+            consider(1 + position, name, overlap_transfers(
+                graph, costs, budget, drop_idle_keeps(graph, plan)))
     for number, run in enumerate(runs[1:], start=1):
         if out_of_time():
             return best
