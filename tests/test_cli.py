@@ -225,7 +225,7 @@ def test_an_internal_error_exits_3_with_the_traceback_saved(capsys, monkeypatch,
     def broken(*_a, **_k):
         raise ZeroDivisionError("a bug\nsecond line")
 
-    monkeypatch.setattr(cli, "op_costs", broken)
+    monkeypatch.setattr(cli, "resolve_request", broken)
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile
     monkeypatch.setattr(tempfile, "tempdir", None)

@@ -26,7 +26,6 @@ from poetsim.boards import DEFAULT_BOARD, board_to_dict, builtin_board_names, ge
 from poetsim.boards.spec import Board
 from poetsim.cli import sweep_commands, torch_commands
 from poetsim.compare import compare, format_table, write_outcomes
-from poetsim.costs import op_costs
 from poetsim.demo import (
     DEMO_BOARD,
     DEMO_DEADLINE,
@@ -46,7 +45,7 @@ from poetsim.graph import TrainingGraph, read_graph, write_graph
 from poetsim.methods import DEFAULT_EFFORT, DEFAULT_TIME_LIMIT_S, SolverSettings, seeded_solve
 from poetsim.optimizer import SolveResult, SolveStatus
 from poetsim.report import plot_simulation
-from poetsim.request import Accounting, Request, in_row_bands, resolve_request
+from poetsim.request import BOARD_RAM, Accounting, Request, in_row_bands, resolve_request
 from poetsim.schedule import read_schedule, write_schedule, write_schedule_binary
 from poetsim.schedule.metadata import disagreements, parse_metadata
 from poetsim.sim.montecarlo import MAX_RUNS, MonteCarlo, monte_carlo
@@ -331,8 +330,12 @@ def _cmd_costs(args: argparse.Namespace) -> None:
 
 
 def _show_costs(graph: TrainingGraph, board: Board, args: argparse.Namespace) -> None:
-    costs = op_costs(graph, board)
-    summary = cost_summary(graph, board, costs)
+    # the graph and costs the board's request plans (row bands, streamed weights), as solve
+    def resolve(g: TrainingGraph) -> Request:
+        return resolve_request(g, board, ram=BOARD_RAM)
+    request = in_row_bands(resolve(graph), resolve)
+    graph, costs = request.graph, request.costs
+    summary = cost_summary(graph, board, costs, request=request)
     if args.json:
         doc: dict[str, Any] = summary.as_dict()
         if args.per_op:
@@ -366,6 +369,9 @@ def _show_costs(graph: TrainingGraph, board: Board, args: argparse.Namespace) ->
     if s.streamed_weight_bytes:
         print(_row("weights on storage", f"{format_bytes(s.streamed_weight_bytes)} "
                                          "(streamed by each op that reads them)"))
+    if graph.metadata.get("row_bands"):
+        print(_row("row bands", f"{graph.metadata['row_bands']} (the frozen front, so that "
+                                "every op fits the board)"))
     print(_row("plain-schedule activation peak", format_bytes(s.plain_peak_bytes)))
     verdict = ("fits without remat or paging" if s.fits_without_remat_or_paging
                else "needs remat or paging" if s.resident_fits
