@@ -124,7 +124,7 @@ class Request:
     @property
     def frozen_weight_bytes(self) -> int:
         """Bytes of the graph's frozen weights (wherever they live)."""
-        return self.graph.param_bytes - self.graph.trained_param_bytes
+        return self.graph.frozen_param_bytes
 
     @property
     def board_flash_bytes(self) -> int | None:
@@ -380,13 +380,12 @@ def _weights_on_storage(graph: TrainingGraph, resident: int, usable: int) -> Wei
     ones too if that is not enough and every update is in place (no resident gradient)."""
     def fits(g: TrainingGraph, held: int) -> bool:
         return held + minimum_ram_bytes(g)[0] <= usable
-    frozen, trained = graph.param_bytes - graph.trained_param_bytes, graph.trained_param_bytes
     if fits(graph, resident):
         return WeightsOnStorage()
-    choice = WeightsOnStorage(frozen=frozen > 0)
-    held = resident - frozen * choice.frozen
+    choice = WeightsOnStorage(frozen=graph.frozen_param_bytes > 0)
+    held = resident - choice.total_bytes(graph)
     in_place = resident_memory(graph).gradient_bytes == 0
-    if trained and in_place and not fits(choice.graph(graph), held):
+    if graph.trained_param_bytes and in_place and not fits(choice.graph(graph), held):
         choice = attrs.evolve(choice, trained=True)
     return choice
 
@@ -409,7 +408,7 @@ def flash_weight_placement(graph: TrainingGraph, board: Board) -> int:
     place: all of the graph's frozen weights when the board has ``[flash]`` and they fit
     its usable bytes, else 0 (they stay in RAM). Used by :func:`resolve_request` under
     physical accounting; call that, not this, to decide a request."""
-    frozen = graph.param_bytes - graph.trained_param_bytes
+    frozen = graph.frozen_param_bytes
     if board.flash is None or frozen <= 0 or frozen > board.flash.usable_bytes:
         return 0
     return frozen

@@ -252,6 +252,11 @@ class TrainingGraph:
         return sum(op.trained_param_bytes for op in self.ops)
 
     @property
+    def frozen_param_bytes(self) -> int:
+        """Bytes of the parameters that are not trained."""
+        return sum(op.frozen_param_bytes for op in self.ops)
+
+    @property
     def flops(self) -> float:
         """FLOPs of one training iteration with every op computed once."""
         return sum(op.flops for op in self.ops)

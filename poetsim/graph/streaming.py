@@ -105,8 +105,8 @@ class WeightsOnStorage:
 
     def total_bytes(self, graph: TrainingGraph) -> int:
         """Bytes of ``graph``'s weights that live on storage."""
-        frozen = graph.param_bytes - graph.trained_param_bytes
-        return frozen * self.frozen + graph.trained_param_bytes * self.trained
+        return (graph.frozen_param_bytes * self.frozen
+                + graph.trained_param_bytes * self.trained)
 
     @property
     def what(self) -> str:

@@ -34,7 +34,11 @@ page-out's extra write-busy time is drawn once, before the run, in plan order
 
 The data input op is a COMPUTE like any other: its OpCosts cost is already the read of the
 batch from storage (:mod:`poetsim.costs`), so it runs on the CPU for that time and energy,
-without occupying the storage device or waking it (a simplification).
+without occupying the storage device or waking it (a simplification). The same holds for
+an op that streams weights from storage (:mod:`poetsim.graph.streaming`): its reads,
+write-backs and the storage's wake-ups between them are in its cost, and only the
+write-backs' wear is booked on the device; a page transfer the DMA runs meanwhile is not
+delayed by them.
 """
 
 from __future__ import annotations
