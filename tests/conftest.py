@@ -78,3 +78,20 @@ def paper_request(graph: TrainingGraph, board: Board, ram: str | int = "100%",
 
     return resolve_request(graph, board, ram=ram, deadline=deadline, accounting="paper",
                            **options)
+
+
+def dtr_lifted_resnet18():
+    """ResNet-18 (CIFAR) on the nRF52840 at 50% (paper accounting): the graph, its costs,
+    the budget, DTR's op list and that list lifted into a stage plan (which, kept as DTR's
+    mid-stage evictions are, needs more than the budget)."""
+    from poetsim.baselines import dtr
+    from poetsim.boards import get_board
+    from poetsim.costs import op_costs
+    from poetsim.optimizer.plan import plan_from_schedule
+    from poetsim.zoo import build_model
+
+    graph, board = build_model("resnet18_cifar"), get_board("nrf52840")
+    costs = op_costs(graph, board)
+    budget = paper_request(graph, board, "50%").activation_budget_bytes
+    listed = dtr(graph, board, costs, budget)
+    return graph, costs, budget, listed, plan_from_schedule(graph, listed.schedule)

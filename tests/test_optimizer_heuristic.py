@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import make_board, paper_request, residual_graph
+from conftest import dtr_lifted_resnet18, make_board, residual_graph
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -172,15 +172,7 @@ def test_greedy_plans_on_random_graphs_are_valid(graph, fraction, flags, mode) -
 def test_a_keep_guide_steers_evictions() -> None:
     """Guided by what DTR keeps (its list has no stage form within 50%: it drops and
     recomputes inside stages), the greedy finds a stage plan cheaper than DTR itself."""
-    from poetsim.baselines import dtr
-    from poetsim.boards import get_board
-    from poetsim.optimizer.plan import plan_from_schedule
-
-    graph, board = build_model("resnet18_cifar"), get_board("nrf52840")
-    costs = op_costs(graph, board)
-    budget = paper_request(graph, board, "50%").activation_budget_bytes
-    listed = dtr(graph, board, costs, budget)
-    lifted = plan_from_schedule(graph, listed.schedule)
+    graph, costs, budget, listed, lifted = dtr_lifted_resnet18()
     assert evaluate_plan(graph, costs, lifted).peak_ram_bytes > budget
     guided = greedy_plan(graph, costs, budget, cascade=True, keep_guide=lifted.keep.astype(float))
     metrics = evaluate_plan(graph, costs, guided)

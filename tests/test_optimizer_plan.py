@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import make_board, op_list_energy, paper_request
+from conftest import dtr_lifted_resnet18, make_board, op_list_energy, paper_request
 
 from poetsim.costs import op_costs
 from poetsim.graph import TrainingGraph, plain_peak
@@ -513,15 +513,9 @@ def test_dtr_lifted_without_idle_keeps_fits_where_its_list_does():
     are kept at the stage boundaries, its ResNet-18 list at 50% needs more RAM than the
     list, and without those idle keeps it fits, prices DTR's own energy and lowers to a
     valid schedule of the plan's peak."""
-    from poetsim.baselines import dtr
-    from poetsim.boards import get_board
-    from poetsim.optimizer.plan import drop_idle_keeps, plan_from_schedule
+    from poetsim.optimizer.plan import drop_idle_keeps
 
-    graph, board = build_model("resnet18_cifar"), get_board("nrf52840")
-    costs = op_costs(graph, board)
-    budget = paper_request(graph, board, "50%").activation_budget_bytes
-    listed = dtr(graph, board, costs, budget)
-    lifted = plan_from_schedule(graph, listed.schedule)
+    graph, costs, budget, listed, lifted = dtr_lifted_resnet18()
     assert evaluate_plan(graph, costs, lifted).peak_ram_bytes > budget
     plan = drop_idle_keeps(graph, lifted)
     assert plan_violations(graph, plan) == []
