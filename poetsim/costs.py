@@ -325,6 +325,8 @@ def _compute(graph: TrainingGraph, board: Board, k: int, width: int,
     time_s = max(op.flops / compute_rate(board, width).ops_per_s,
                  _moved_bytes(graph, k) / board.ram.bandwidth_bytes_per_s)
     compute = Transfer(time_s, time_s * cpu.active_power_w)
+    if not on_storage:  # weights in RAM or flash: nothing streamed
+        return compute
     slices = 0
     for nbytes, write in ((on_storage.bytes_read(graph, k), False),
                           (on_storage.bytes_written(graph, k), True)):
