@@ -65,6 +65,31 @@ def test_a_failing_warm_start_is_skipped_with_a_warning(monkeypatch):
     assert result.schedule is not None
 
 
+def test_dtr_failing_at_the_budget_is_tried_at_smaller_ones(monkeypatch):
+    """DTR is not monotone in the budget: when it finds no schedule within the request's,
+    the warm starts try it at smaller budgets, whose schedules fit the request too."""
+    import poetsim.methods as methods
+    from poetsim.baselines.base import infeasible
+
+    real = methods.dtr
+    asked: list[int] = []
+    request = paper_request(build_model("mlp", layers=3), get_board("nrf52840"), "100%")
+    budget = request.activation_budget_bytes
+
+    def picky_dtr(graph, board, costs, budget_bytes, **kwargs):
+        asked.append(budget_bytes)
+        if budget_bytes > 0.88 * budget:
+            return infeasible("dtr", "nothing left to evict", budget_bytes, None)
+        return real(graph, board, costs, budget_bytes, **kwargs)
+
+    monkeypatch.setattr(methods, "dtr", picky_dtr)
+    monkeypatch.setattr(methods, "FAST_BASELINES", (picky_dtr,))
+    result = methods.seeded_solve(request, SolverSettings(time_limit_s=2))
+    # the first budget where DTR finishes ends the retries: its schedule is a warm start
+    assert asked == [budget, int(0.95 * budget), int(0.9 * budget), int(0.85 * budget)]
+    assert result.schedule is not None
+
+
 def test_a_baseline_refusing_a_graph_is_not_applicable(monkeypatch):
     import poetsim.methods as methods
     from poetsim.errors import GraphError
