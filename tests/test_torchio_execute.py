@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 from conftest import make_board, paper_request
 
+from poetsim.cli.main import main
 from poetsim.errors import InputError
 from poetsim.graph.autograd import KINDS, KindRule
 from poetsim.methods import SolverSettings, seeded_solve
@@ -236,3 +241,215 @@ def test_a_bad_learning_rate_is_one_line(imported, lr):
     with pytest.raises(InputError, match=r"^lr = .*: the learning rate must be a finite "
                                          r"number > 0$"):
         execute_schedule(model, tm.remat_and_page_schedule(model.graph, set(), set()), lr=lr)
+
+
+# ----------------------------------------------------------------------------- weights on storage
+
+
+def _tiny_ram_board(usable: int):
+    """The test board with only ``usable`` bytes of RAM for training, no flash: weights
+    that do not fit go to its SD card (:func:`poetsim.request.resolve_request`)."""
+    import attrs
+
+    from poetsim.boards import Ram
+
+    board = make_board()
+    return attrs.evolve(board, ram=Ram(bytes=usable + board.ram.reserved_bytes,
+                                       reserved_bytes=board.ram.reserved_bytes,
+                                       bandwidth_bytes_per_s=board.ram.bandwidth_bytes_per_s))
+
+
+#: factory, inputs, in-place update, usable RAM, expected placement, params on storage
+STREAM_CASES = {
+    # fc1 and fc2's weight frozen, on the card; fc2's bias and fc3 trained in RAM, stepped
+    # after the schedule
+    "frozen": (tm.frozen_mlp, tm.mlp_inputs, False, 3000, "frozen", 3),
+    # every weight trained in place and on the card
+    "trained": (tm.mlp, tm.mlp_inputs, True, 3000, "trained", 6),
+    # frozen and trained weights on the card
+    "all": (tm.frozen_mlp, tm.mlp_inputs, True, 900, "all", 6),
+}
+
+
+def _streamed(case: str):
+    """The imported model, the tiny board, and the physical request that streams weights."""
+    from poetsim.request import resolve_request
+
+    factory, inputs, inplace, usable, label, _ = STREAM_CASES[case]
+    model = import_module(factory(), inputs(), name=case, inplace_update=inplace)
+    board = _tiny_ram_board(usable)
+    request = resolve_request(model.graph, board, ram="board", deadline="3x")
+    return model, board, request
+
+
+def _record_loads(monkeypatch):
+    """Wrap weight loading: which parameters each op loaded, and that none of the weights on
+    storage was in RAM besides them."""
+    loads: list[tuple[str, tuple[str, ...]]] = []
+    original = execute_module._Runner.load_weights
+
+    def load(self, k):
+        original(self, k)
+        assert not set(self.params) & set(self.weight_files)  # never held in RAM
+        loads.append((self.graph.ops[k].name, tuple(sorted(self.loaded))))
+
+    monkeypatch.setattr(execute_module._Runner, "load_weights", load)
+    return loads
+
+
+@pytest.mark.parametrize("case", sorted(STREAM_CASES))
+def test_weights_on_storage_are_read_from_files_and_updated_there(case, tmp_path,
+                                                                  monkeypatch):
+    from poetsim.graph.streaming import WeightsOnStorage
+
+    model, board, request = _streamed(case)
+    *_, label, on_files = STREAM_CASES[case]
+    on_storage = WeightsOnStorage.of(request.graph)
+    assert on_storage.label == label
+    assert request.streamed_weight_bytes == on_storage.total_bytes(model.graph) > 0
+    # relu1 paged, fc2 and relu2 recomputed: fc2 runs again in the backward pass, so its
+    # weights are read twice
+    schedule = tm.remat_and_page_schedule(request.graph, {"relu1"}, {"fc2", "relu2"})
+    assert check_schedule(request.graph, schedule).valid and schedule.recomputations() > 0
+    loads = _record_loads(monkeypatch)
+    report = execute_schedule(model, schedule, board=board, lr=0.05, page_dir=tmp_path)
+    assert report.passed, report.reasons
+    assert report.weights_on_storage == label and report.params_on_storage == on_files
+    assert report.max_rel_weight_error <= 1e-9 and report.max_rel_grad_error <= 1e-9
+    # the byte counts are the cost model's, summed over the COMPUTE steps run
+    computes = [s.op for s in schedule.steps if s.action is Action.COMPUTE]
+    read = sum(on_storage.bytes_read(request.graph, k) for k in computes)
+    written = sum(on_storage.bytes_written(request.graph, k) for k in computes)
+    assert report.weights_read_bytes == report.cost_model_weights_read_bytes == read > 0
+    assert report.weights_written_bytes == report.cost_model_weights_written_bytes == written
+    # an in-place update writes each trained weight back once; frozen ones never
+    assert written == (model.graph.trained_param_bytes if on_storage.trained else 0)
+    assert report.weights_read_bytes > on_storage.total_bytes(model.graph)  # fc2 read twice
+    loaded = dict.fromkeys(op for op, names in loads if names)
+    assert "fc2" in loaded and "fc2/grad" in loaded  # forward and backward of a layer
+    assert sum(1 for op, names in loads if op == "fc2" and names) == 2  # recomputed
+    # the files hold the updated (trained) or untouched (frozen) weights; nothing else
+    files = {path.stem for path in (tmp_path / "weights").iterdir()}
+    assert len(files) == on_files
+    initial = dict(model.module.named_parameters())
+    for name in files:
+        value = torch.load(tmp_path / "weights" / f"{name}.pt", weights_only=True)
+        same = torch.equal(value, initial[name].detach().double())
+        assert same is (name in model.frozen_params), name
+
+
+def test_a_solved_schedule_runs_with_weights_on_storage(monkeypatch):
+    # the library path: resolve_request on the imported graph and a tiny-RAM board puts
+    # the weights on storage; POET solves the request's (streamed) graph
+    model, board, request = _streamed("all")
+    result = seeded_solve(request, SolverSettings(time_limit_s=5, effort=10))
+    assert result.schedule is not None
+    report = execute_schedule(model, result.schedule, board=board)
+    assert report.passed, report.reasons
+    assert report.weights_on_storage == "all"
+    assert report.budget_bytes == request.activation_budget_bytes
+    assert report.weights_read_bytes == report.cost_model_weights_read_bytes > 0
+    assert report.weights_written_bytes == model.graph.trained_param_bytes
+
+
+def test_paging_baseline_with_trained_weights_on_storage(tmp_path):
+    # a CNN whose weights leave 9000 B of RAM: all trained in place and on the card;
+    # Capuchin's schedule pages activations beside them
+    from poetsim.methods import produce
+    from poetsim.request import resolve_request
+
+    model = import_module(tm.small_cnn(), tm.small_cnn_inputs(), inplace_update=True)
+    board = _tiny_ram_board(9000)
+    request = resolve_request(model.graph, board, ram="board", deadline="3x")
+    schedule = produce(request, "capuchin").schedule
+    assert schedule is not None and schedule.page_ins > 0
+    report = execute_schedule(model, schedule, board=board, lr=0.05, page_dir=tmp_path)
+    assert report.passed, report.reasons
+    assert report.weights_on_storage == "trained" and report.params_on_storage == 9
+    assert report.params_updated_in_place == 9 and report.max_rel_weight_error <= 1e-9
+    assert report.weights_written_bytes == report.cost_model_weights_written_bytes \
+        == model.graph.trained_param_bytes
+    assert report.weights_read_bytes == report.cost_model_weights_read_bytes
+    assert report.peak_live_bytes <= report.budget_bytes
+
+
+def test_a_skipped_write_back_fails_the_weight_check(monkeypatch):
+    model, board, request = _streamed("trained")
+    schedule = tm.remat_and_page_schedule(request.graph, set(), set())
+    monkeypatch.setattr(execute_module._Runner, "write_back", lambda self, name: None)
+    report = execute_schedule(model, schedule, board=board)
+    assert not report.passed
+    assert report.max_rel_grad_error <= 1e-9  # the gradients are right; the card is not
+    assert report.max_rel_weight_error == pytest.approx(1.0, rel=1e-6)  # no step at all
+    assert report.weights_written_bytes == 0 < report.cost_model_weights_written_bytes
+    assert any("updated weights of" in reason for reason in report.reasons)
+    assert any(reason.startswith("weights on storage: read ") for reason in report.reasons)
+
+
+def test_an_op_that_reads_weights_it_did_not_load_is_an_error(monkeypatch):
+    # if the graph said a backward op read no weights, the op could not run from what it
+    # loaded: it needs its layer's weights for the input gradient
+    model, board, request = _streamed("frozen")
+    original = execute_module._Runner.weights_of
+    monkeypatch.setattr(execute_module._Runner, "weights_of",
+                        lambda self, k: [] if self.graph.ops[k].name == "fc2/grad"
+                        else original(self, k))
+    schedule = tm.remat_and_page_schedule(request.graph, set(), set())
+    with pytest.raises(ExecutionError, match=r"op 'fc2/grad' reads parameter 'fc2.weight', "
+                                             "which lives on storage"):
+        execute_schedule(model, schedule, board=board)
+
+
+def test_a_corrupted_weight_file_is_detected():
+    model, board, request = _streamed("frozen")
+    schedule = tm.remat_and_page_schedule(request.graph, set(), set())
+
+    def corrupt(position, step, directory):
+        if position == 0:
+            path = directory / "weights" / "fc2.weight.pt"
+            data = bytearray(path.read_bytes())
+            data[-20] ^= 0xFF
+            path.write_bytes(bytes(data))
+
+    with pytest.raises(ExecutionError, match="weight file .*fc2.weight.pt of 'fc2.weight' is "
+                                             "corrupted"):
+        execute_schedule(model, schedule, after_step=corrupt)
+
+
+def test_the_streamed_graph_is_found_by_fingerprint():
+    model, board, request = _streamed("trained")
+    schedule = tm.remat_and_page_schedule(request.graph, set(), set())
+    # without a board: any placement the fingerprint names
+    assert execute_schedule(model, schedule).weights_on_storage == "trained"
+    # with a board whose request keeps the weights in RAM: refused, in one line
+    with pytest.raises(ExecutionError, match=r"not for the imported graph 'trained' \(nor "
+                                             "for it with weights on storage as this board "
+                                             r"places them\)$"):
+        execute_schedule(model, schedule, board=make_board())
+
+
+def test_cli_import_solve_execute_with_weights_on_storage(tmp_path, capsys):
+    # `solve --graph` on a board file with 4,000 B of usable RAM streams the MLP's trained
+    # weights; `execute` with the same board runs the streamed graph
+    here = Path(__file__).parent
+    text = (here.parent / "device_models" / "mkr1000.toml").read_text()
+    text = re.sub(r'(?m)^name = ".*"', 'name = "tinyram"', text)
+    text = re.sub(r"(?m)^bytes = \{ value = 32_768,", "bytes = { value = 12_192,", text)
+    board = tmp_path / "tinyram.toml"
+    board.write_text(text)
+    factory = f"{here / 'torch_models.py'}:mlp"
+    graph, schedule = tmp_path / "g.json", tmp_path / "s.json"
+    model = ["--model-factory", factory, "--input-shape", "2,32", "--inplace-update"]
+    assert main(["import", factory, "--input-shape", "2,32", "--inplace-update", "--out",
+                 str(graph)]) == 0
+    assert main(["solve", "--graph", str(graph), "--board", str(board), "--ram", "board",
+                 "--time-limit", "5", "--out", str(schedule)]) == 0
+    assert "trained weights on sd_spi storage" in capsys.readouterr().out
+    assert main(["execute", str(schedule), *model, "--board", str(board), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed"] and report["weights_on_storage"] == "trained"
+    assert report["weights_written_bytes"] == report["cost_model_weights_written_bytes"] > 0
+    # on the default board the weights fit RAM: the streamed schedule is not for it
+    assert main(["execute", str(schedule), *model]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "give that board with --board" in err

@@ -75,14 +75,28 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
 def _cmd_execute(args: argparse.Namespace) -> int:
     from poetsim.boards import get_board
+    from poetsim.errors import ExecutionError
+    from poetsim.request import resolve_request
     from poetsim.schedule import read_schedule
     from poetsim.torchio import execute_schedule
-    from poetsim.torchio.execute import check_learning_rate
+    from poetsim.torchio.execute import check_learning_rate, schedule_graph
 
     lr = check_learning_rate(args.lr, "--lr")
     imported = _imported(args, args.model_factory)
-    schedule = read_schedule(args.schedule, imported.graph)
     board = get_board(args.board)
+    # the imported graph, or its streamed form when the board's request (as `solve --graph`
+    # resolved it) puts weights on storage: the schedule's fingerprint says which
+    recorded = read_schedule(args.schedule)
+    request = resolve_request(imported.graph, board,
+                              optimizer=str(recorded.metadata.get("optimizer") or "sgd"))
+    try:
+        graph = schedule_graph(imported, recorded, request=request)
+    except ExecutionError as err:
+        made_on = recorded.metadata.get("board")
+        hint = (f"; it was solved on board {made_on!r}: give that board with --board"
+                if made_on and made_on != board.name else "")
+        raise ExecutionError(f"{args.schedule}: {err}{hint}") from None
+    schedule = read_schedule(args.schedule, graph)
     report = execute_schedule(imported, schedule, seed=args.seed, board=board,
                               page_dir=args.page_dir, grad_rtol=args.rtol, lr=lr)
     if args.json:
@@ -111,6 +125,12 @@ def _cmd_execute(args: argparse.Namespace) -> int:
         if r.simulated_energy_j is not None:
             print(_row("simulated energy", f"{r.simulated_energy_j:.6g} J on {board.name}"))
         print(_row("written to page files", f"{r.bytes_written} B"))
+        if r.weights_on_storage != "none":
+            print(_row(f"weights on storage ({r.weights_on_storage})",
+                       f"{r.params_on_storage} params in files; read {r.weights_read_bytes} B, "
+                       f"written back {r.weights_written_bytes} B (cost model "
+                       f"{r.cost_model_weights_read_bytes} B / "
+                       f"{r.cost_model_weights_written_bytes} B)"))
     return 0 if report.passed else 1
 
 

@@ -34,13 +34,37 @@
   card's stand-in) and records its SHA-256; ``PAGE_IN`` reads it back and refuses a file
   whose digest changed; ``FREE`` drops it.
 
+What is in RAM and what in files. In RAM (Python objects): the resident activations, the
+parameter gradients (the checking harness's accumulator), the buffers (norm statistics),
+the data loader's batch, and every parameter *except* the weights the executed graph puts
+on storage. Those (:class:`~poetsim.graph.streaming.WeightsOnStorage`, recorded in the
+graph's ``weights_on_storage`` metadata by :func:`poetsim.request.resolve_request`: the
+frozen ones, the trained ones, or both) live in files, one per parameter, under
+``weights/`` in the page directory, written before the first step (the card the board
+boots with), each with its SHA-256. A COMPUTE loads, when it starts, the weights on storage
+that the cost model says the op reads (the parameters of the op it owns or differentiates;
+trained ones only in a forward op or an in-place update), refusing a file whose digest
+changed; the op reads parameters only from RAM or from what it loaded (any other parameter
+is an :class:`ExecutionError`); when it ends, an in-place update writes the updated tensor
+back to its file, and every loaded weight is dropped. The executor loads and writes back
+an op's *whole* parameter, not the board's output-channel slices
+(:func:`~poetsim.graph.streaming.weight_slice_bytes`): the bytes moved per op are the
+same, the weights held at once are not (``weights_held_peak_bytes`` reports them; they
+are not counted in the activation peak). The bytes read and written back are counted in
+the graph's units and must equal the cost model's
+(:meth:`~poetsim.graph.streaming.WeightsOnStorage.bytes_read` / ``bytes_written`` summed
+over the COMPUTE steps run), else the execution fails. A schedule solved for such a
+graph carries its fingerprint; :func:`schedule_graph` finds it (with a board, the one the
+board's request makes).
+
 Reading a tensor that is not resident, computing one that is, paging in one never paged
 out: each is an :class:`ExecutionError` naming the step. Live activation bytes are
 measured after every step from the tensors actually held (unique tensors), in the graph's
 units (elements x the graph's ``dtype_bytes``, comparable to the checker and simulator)
 and raw (``tensor.nbytes`` in float64 / int64); during a COMPUTE the output is counted on
 top of the resident set, as in the contract (workspace is not modelled by the executor).
-Finally the parameter gradients and the updated parameters are compared with plain
+Finally the parameter gradients and the updated parameters (for a weight on storage: its
+file's contents after the iteration, so a missing write-back is caught) are compared with plain
 ``loss.backward()`` and ``torch.optim.SGD(lr).step()`` on the trained parameters of a
 float64 copy of the module (dropout modules in eval mode: the graph takes dropout as the
 identity), same batch and targets. The gradient error of a parameter is its largest
@@ -56,6 +80,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import io
 import math
 import tempfile
 from collections.abc import Callable, Mapping
@@ -66,13 +91,16 @@ import attrs
 
 from poetsim.errors import ExecutionError, InputError
 from poetsim.graph.autograd import KINDS
+from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
 from poetsim.graph.ops import Phase
+from poetsim.graph.precision import precision_of
+from poetsim.graph.streaming import WeightsOnStorage
 from poetsim.schedule.check import check_schedule
 from poetsim.schedule.ops import Action, Schedule, Step
 from poetsim.torchio.trace import Cls, ImportedModel, require_torch, tables
 
-__all__ = ["ExecutionError", "ExecutionReport", "execute_schedule"]
+__all__ = ["ExecutionError", "ExecutionReport", "execute_schedule", "schedule_graph"]
 
 
 @attrs.frozen
@@ -88,6 +116,19 @@ class ExecutionReport:
     as it bounds the gradient error. ``params_updated_in_place`` were stepped by their
     backward op (``Op.inplace_update``), ``params_updated_after`` after the schedule;
     ``frozen_params`` (``requires_grad=False``) were checked unchanged.
+
+    ``weights_on_storage`` is what the executed graph records (``none``, ``frozen``,
+    ``trained``, ``all``; :class:`~poetsim.graph.streaming.WeightsOnStorage`) and
+    ``params_on_storage`` how many parameters therefore lived in weight files.
+    ``weights_read_bytes`` / ``weights_written_bytes`` are the weight bytes the ops loaded
+    from those files and wrote back (in-place updates), in the graph's units (elements x
+    the weight width, as the cost model counts them); ``cost_model_weights_read_bytes`` /
+    ``cost_model_weights_written_bytes`` are
+    :meth:`~poetsim.graph.streaming.WeightsOnStorage.bytes_read` / ``bytes_written``
+    summed over the executed COMPUTE steps, and must be equal. ``weights_held_peak_bytes``
+    is the most weight bytes one op held loaded at once (whole parameters, graph units; the
+    board holds :data:`~poetsim.graph.streaming.STREAM_BUFFERS` output-channel slices).
+    ``bytes_written`` counts the raw bytes of the activation page files.
     """
 
     graph_name: str
@@ -115,6 +156,13 @@ class ExecutionReport:
     simulated_energy_j: float | None
     bytes_written: int
     passed: bool
+    weights_on_storage: str = "none"
+    params_on_storage: int = 0
+    weights_read_bytes: int = 0
+    weights_written_bytes: int = 0
+    cost_model_weights_read_bytes: int = 0
+    cost_model_weights_written_bytes: int = 0
+    weights_held_peak_bytes: int = 0
     reasons: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
@@ -144,11 +192,11 @@ class _Runner:
     """State of one execution."""
 
     def __init__(self, imported: ImportedModel, inputs: tuple[Any, ...], seed: int,
-                 page_dir: Path, lr: float) -> None:
+                 page_dir: Path, lr: float, graph: TrainingGraph | None = None) -> None:
         torch = require_torch()
         self.torch = torch
         self.im = imported
-        self.graph = imported.graph
+        self.graph = imported.graph if graph is None else graph
         self.dtype_bytes = int(self.graph.metadata.get("dtype_bytes", 4))
         self.page_dir = page_dir
         model = copy.deepcopy(imported.module).double().train()
@@ -186,6 +234,105 @@ class _Runner:
         self.done_backward: set[str] = set()
         self.bytes_written = 0
         self.grad_ops = {o.name for o in self.graph.ops if o.phase is Phase.BACKWARD}
+        # Weights on storage: one file each, written before the iteration (the card as
+        # the board boots with it); they leave ``params`` and are only ever in ``loaded``,
+        # for the op that reads them.
+        self.on_storage = WeightsOnStorage.of(self.graph)
+        self.weight_width = precision_of(self.graph).weight_bytes
+        self.weight_files: dict[str, tuple[Path, str]] = {}
+        self.loaded: dict[str, Any] = {}
+        self.updated_loaded: list[str] = []
+        self.current: str | None = None
+        self.weights_read_bytes = 0
+        self.weights_written_bytes = 0
+        self.weights_held_peak_bytes = 0
+        if self.on_storage:
+            (page_dir / "weights").mkdir(parents=True, exist_ok=True)
+            for name in [n for n in self.params if self.lives_on_storage(n)]:
+                self.save_weight(name, self.params.pop(name).detach().clone())
+
+    # ------------------------------------------------------------------ weights on storage
+
+    def lives_on_storage(self, name: str) -> bool:
+        """Whether parameter ``name`` lives in a weight file (the graph's
+        ``weights_on_storage``: the frozen ones, the trained ones, or both)."""
+        return self.on_storage.trained if name in self.trained else self.on_storage.frozen
+
+    def weights_of(self, k: int) -> list[str]:
+        """The parameters on storage op ``k`` loads when it runs, as the cost model has it
+        (:meth:`~poetsim.graph.streaming.WeightsOnStorage.bytes_read`): those of the op it
+        owns, or differentiates; trained ones only for a forward op or an in-place update."""
+        op = self.graph.ops[k]
+        backward = op.phase is Phase.BACKWARD
+        owner = self.im.ops.get(op.forward_of if backward else op.name)  # type: ignore[arg-type]
+        if owner is None:
+            return []
+        return [p for p in owner.params if p in self.weight_files
+                and (p not in self.trained or not backward or op.inplace_update)]
+
+    def save_weight(self, name: str, value: Any) -> int:
+        """Write parameter ``name``'s weight file; its bytes in the graph's units."""
+        path = self.page_dir / "weights" / f"{name}.pt"
+        buffer = io.BytesIO()
+        self.torch.save(value.detach().clone(), buffer)
+        data = buffer.getvalue()
+        path.write_bytes(data)
+        self.weight_files[name] = (path, hashlib.sha256(data).hexdigest())
+        return int(value.numel()) * self.weight_width
+
+    def read_weight_file(self, name: str) -> Any:
+        """Parameter ``name`` as its weight file holds it (the digest checked)."""
+        path, digest = self.weight_files[name]
+        where = f" (op {self.current!r})" if self.current else ""
+        try:
+            data = path.read_bytes()
+        except OSError as err:
+            raise ExecutionError(f"cannot read weight file {path}{where}: "
+                                 f"{err.strerror}") from None
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise ExecutionError(f"weight file {path} of {name!r} is corrupted (checksum "
+                                 f"mismatch){where}")
+        return self.torch.load(io.BytesIO(data), weights_only=True)
+
+    def load_weights(self, k: int) -> None:
+        """Load the weights on storage op ``k`` reads, whole, for this op only."""
+        held = 0
+        for name in self.weights_of(k):
+            value = self.read_weight_file(name)
+            value.requires_grad_(name in self.trained)
+            self.loaded[name] = value
+            nbytes = int(value.numel()) * self.weight_width
+            self.weights_read_bytes += nbytes
+            held += nbytes
+        self.weights_held_peak_bytes = max(self.weights_held_peak_bytes, held)
+
+    def write_back(self, name: str) -> None:
+        """Write the loaded, updated parameter ``name`` back to its weight file."""
+        self.weights_written_bytes += self.save_weight(name, self.loaded[name])
+
+    def drop_weights(self) -> None:
+        """After the op: write back what it updated in place, then drop every loaded
+        weight (nothing of them stays in RAM)."""
+        for name in self.updated_loaded:
+            self.write_back(name)
+        self.updated_loaded.clear()
+        self.loaded.clear()
+
+    def param(self, name: str) -> Any:
+        """Parameter ``name`` for the running op: in RAM, or loaded from storage for it."""
+        if name in self.params:
+            return self.params[name]
+        if name in self.loaded:
+            return self.loaded[name]
+        raise ExecutionError(f"op {self.current!r} reads parameter {name!r}, which lives on "
+                             "storage and which the graph does not say the op reads")
+
+    def final_weight(self, name: str) -> Any:
+        """Parameter ``name`` after the iteration: its weight file's contents for a
+        weight on storage, else the tensor in RAM."""
+        if name in self.weight_files:
+            return self.read_weight_file(name)
+        return self.params[name].detach()
 
     # ------------------------------------------------------------------ evaluation
 
@@ -200,7 +347,7 @@ class _Runner:
             return cache[node]
         if node.op == "placeholder":
             if node in self.im.param_nodes:
-                result = self.params[self.im.param_nodes[node]]
+                result = self.param(self.im.param_nodes[node])
             elif node in self.im.buffer_nodes:
                 result = self.buffers[self.im.buffer_nodes[node]]
             else:
@@ -256,12 +403,18 @@ class _Runner:
         op = graph.ops[k]
         preds = {graph.ops[p].name: self.read(position, step, graph.ops[p].name)
                  for p in graph.predecessors(k)}
-        if op.phase is Phase.BACKWARD:
-            return self.backward(position, step, op.forward_of, preds)
-        if op.kind == "input":
-            return self.loader[op.name].clone()
-        with torch.no_grad():
-            out = self.evaluate(op.name, preds)
+        self.current = op.name
+        self.load_weights(k)
+        try:
+            if op.phase is Phase.BACKWARD:
+                return self.backward(position, step, op.forward_of, preds)
+            if op.kind == "input":
+                return self.loader[op.name].clone()
+            with torch.no_grad():
+                out = self.evaluate(op.name, preds)
+        finally:
+            self.drop_weights()
+            self.current = None
         if any(isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr()
                == out.untyped_storage().data_ptr() for v in preds.values()):
             out = out.clone()  # an op's output is its own tensor, never an alias
@@ -289,7 +442,7 @@ class _Runner:
         trained_weight = any(p not in op.biases for p in trained)
         saves_inputs = rule.saves_inputs and (trained_weight
                                               or not rule.saves_inputs_only_with_params)
-        params = [self.params[p] for p in trained]
+        params = [self.param(p) for p in trained]
 
         def leaves(values: Mapping[str, Any]) -> dict[str, Any]:
             out = {}
@@ -360,13 +513,22 @@ class _Runner:
         backward op did not update in place; how many parameters it stepped."""
         rest = [name for name in self.grads if name not in self.updated_in_place]
         for name in rest:
+            if name in self.weight_files:  # never planned (trained weights on storage are
+                # updated in place): read, step, write back, counted against the cost model
+                value = self.read_weight_file(name)
+                self.loaded[name] = value
+                self.weights_read_bytes += int(value.numel()) * self.weight_width
             self.apply_step(name, self.grads[name])
+            self.drop_weights()
         return len(rest)
 
     def apply_step(self, name: str, grad: Any) -> None:
-        """SGD on parameter ``name``, in place: ``p -= lr * grad``."""
+        """SGD on parameter ``name``, in place: ``p -= lr * grad``; a weight loaded from
+        storage is written back after the op (:meth:`drop_weights`)."""
         with self.torch.no_grad():
-            self.params[name].sub_(self.lr * grad)
+            self.param(name).sub_(self.lr * grad)
+        if name in self.loaded and name not in self.updated_loaded:
+            self.updated_loaded.append(name)
 
     def note_stale(self, name: str, result: dict[str, Any]) -> None:
         """Record how far a recomputed in-place backward op's output moved from its first
@@ -452,40 +614,50 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
     learning rate; ``grad_rtol`` the relative tolerance of the gradient and weight checks.
     ``after_step(position, step, page_dir)`` is called after every step (tests use it to
     tamper with page files).
+
+    The schedule may be for the imported graph or, when its request put weights on storage,
+    for the streamed graph (:func:`schedule_graph`; with a ``board``, the one its request
+    makes): the weights on storage then live in files under ``page_dir/weights`` and are
+    loaded, written back and counted as the module docstring says.
     """
     lr = check_learning_rate(lr)
     torch = require_torch()
-    graph = imported.graph
-    if schedule.graph_fingerprint != graph_fingerprint(graph):
-        raise ExecutionError(f"the schedule was made for graph {schedule.graph_name!r} "
-                             f"(fingerprint {schedule.graph_fingerprint[:12]}), not for the "
-                             f"imported graph {graph.name!r}")
+    meta = schedule.metadata
+    optimizer = str(meta.get("optimizer") or "sgd")
+    request = None
+    if board is not None:
+        # the request's placement on the board (frozen weights in flash, weights on
+        # storage), never the file's
+        from poetsim.request import resolve_request
+
+        request = resolve_request(imported.graph, board, optimizer=optimizer)
+    graph = schedule_graph(imported, schedule, request=request)
+    on_storage = WeightsOnStorage.of(graph)
     inputs = imported.example_inputs if inputs is None else tuple(inputs)
     for x, example in zip(inputs, imported.example_inputs):
         if tuple(x.shape) != tuple(example.shape):
             raise InputError(f"input shape {tuple(x.shape)} differs from the traced shape "
                              f"{tuple(example.shape)}")
-    meta = schedule.metadata
     if budget_bytes is None and "budget_activation_bytes" in meta:
         budget_bytes = int(meta["budget_activation_bytes"])
-    if resident_bytes is None and board is not None:
-        # the request's placement on the board (frozen weights in flash), never the file's
-        from poetsim.request import resolve_request
-
-        resident_bytes = resolve_request(graph, board,
-                                         optimizer=str(meta.get("optimizer") or "sgd")
-                                         ).resident_bytes
+    if resident_bytes is None and request is not None:
+        # a schedule for the un-streamed graph keeps the weights the request streams in RAM
+        resident_bytes = request.resident_bytes + (
+            0 if graph is request.graph else request.streamed_weight_bytes)
     elif resident_bytes is None:
-        # graph-only (no board, so no flash): every parameter and gradient in RAM
+        # graph-only (no board, so no flash): every parameter and gradient in RAM, but for
+        # the weights the graph puts on storage
         from poetsim.graph.graph import resident_memory
 
-        resident_bytes = resident_memory(graph).total_bytes
+        resident_bytes = (resident_memory(graph, optimizer=optimizer).total_bytes
+                          - on_storage.total_bytes(graph))
 
     with tempfile.TemporaryDirectory(prefix="poetsim-pages-") as tmp:
         directory = Path(page_dir) if page_dir is not None else Path(tmp)
         directory.mkdir(parents=True, exist_ok=True)
-        runner = _Runner(imported, inputs, seed, directory, lr)
+        runner = _Runner(imported, inputs, seed, directory, lr, graph)
         peak, peak_raw, peak_step = 0, 0, -1
+        model_read = model_written = 0  # the cost model's weight traffic of the steps run
         for position, step in enumerate(schedule.steps):
             if step.op >= len(graph.ops):
                 raise _err(position, step, graph, f"op index {step.op} is not in the graph")
@@ -495,6 +667,8 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
                 if name in runner.resident:
                     raise _err(position, step, graph, f"tensor {name!r} is already resident")
                 value = runner.compute(position, step)
+                model_read += on_storage.bytes_read(graph, step.op)
+                model_written += on_storage.bytes_written(graph, step.op)
                 during = runner.live_bytes(value)
                 runner.resident[name] = value
             elif step.action is Action.PAGE_OUT:
@@ -523,6 +697,11 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
         if budget_bytes is not None and peak > budget_bytes:
             reasons.append(f"measured peak {peak} B over the activation budget "
                            f"{budget_bytes} B")
+        measured = (runner.weights_read_bytes, runner.weights_written_bytes)
+        if measured != (model_read, model_written):
+            reasons.append(f"weights on storage: read {measured[0]} B and wrote back "
+                           f"{measured[1]} B, but the cost model prices {model_read} B read "
+                           f"and {model_written} B written for the steps run")
 
     check = check_schedule(graph, schedule)
     sim_peak = sim_energy = None
@@ -543,11 +722,50 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
         worst_param=worst_name, grad_rtol=grad_rtol, lr=lr,
         max_rel_weight_error=worst_weight, worst_weight_param=worst_weight_name,
         params_updated_in_place=len(runner.updated_in_place), params_updated_after=after,
-        frozen_params=len(runner.params) - len(runner.trained), peak_live_bytes=peak,
+        frozen_params=len(runner.initial) - len(runner.trained), peak_live_bytes=peak,
         peak_live_raw_bytes=peak_raw, peak_step=peak_step, budget_bytes=budget_bytes,
         checker_peak_bytes=check.peak_activation_bytes if check.valid else None,
         simulated_peak_bytes=sim_peak, simulated_energy_j=sim_energy,
-        bytes_written=runner.bytes_written, passed=not reasons, reasons=tuple(reasons))
+        bytes_written=runner.bytes_written, passed=not reasons,
+        weights_on_storage=on_storage.label, params_on_storage=len(runner.weight_files),
+        weights_read_bytes=runner.weights_read_bytes,
+        weights_written_bytes=runner.weights_written_bytes,
+        cost_model_weights_read_bytes=model_read,
+        cost_model_weights_written_bytes=model_written,
+        weights_held_peak_bytes=runner.weights_held_peak_bytes, reasons=tuple(reasons))
+
+
+def schedule_graph(imported: ImportedModel, schedule: Schedule, *, request: Any = None
+                   ) -> TrainingGraph:
+    """The graph ``schedule`` was made for: the imported graph, or its streamed form
+    (:meth:`~poetsim.graph.streaming.WeightsOnStorage.graph`) when the request it was
+    solved for put weights on storage, recognised by the graph fingerprint.
+
+    With ``request`` (a :class:`~poetsim.request.Request` resolved on the imported graph and
+    the board), only the request's graph is accepted besides the imported one: the board
+    decides which weights live on storage (:func:`~poetsim.request.resolve_request`),
+    not the executor. Without one, any placement whose graph the fingerprint names.
+    Neither: an :class:`ExecutionError`.
+    """
+    base = imported.graph
+    if request is not None:
+        candidates = [base, request.graph]
+    else:
+        candidates = [base] + [WeightsOnStorage(frozen, trained).graph(base)
+                               for frozen, trained in ((True, False), (False, True),
+                                                       (True, True))]
+    for graph in candidates:
+        if schedule.graph_fingerprint == graph_fingerprint(graph):
+            return graph
+    placed = ""
+    if request is not None and WeightsOnStorage.of(request.graph):
+        placed = (f"; on {request.board.name} its {WeightsOnStorage.of(request.graph).what} "
+                  "live on storage")
+    raise ExecutionError(f"the schedule was made for graph {schedule.graph_name!r} "
+                         f"(fingerprint {schedule.graph_fingerprint[:12]}), not for the "
+                         f"imported graph {base.name!r}{placed} (nor for it with weights "
+                         "on storage" + (" as this board places them" if request is not None
+                                         else "") + ")")
 
 
 def _floor(values: Mapping[str, Any]) -> float:
@@ -586,7 +804,7 @@ def _compare_weights(runner: _Runner, reference: _Reference, rtol: float
     worst, worst_name = 0.0, ""
     reasons: list[str] = []
     for name, ref in reference.weights.items():
-        got = runner.params[name].detach()
+        got = runner.final_weight(name)  # a weight on storage: its file's contents
         if name not in runner.trained and not runner.torch.equal(got, runner.initial[name]):
             reasons.append(f"frozen parameter {name!r} changed")
         err = _max_abs(got - ref) / max(_max_abs(steps[name]), floor, 1e-300)
