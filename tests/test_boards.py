@@ -743,3 +743,14 @@ def test_boards_show_prints_the_flash(capsys):
     assert "[flash]" in out and "flash usable (frozen weights)" in out
     assert main(["boards", "show", "rpi4", "--goldens", "/nonexistent"]) in (0, None)
     assert "[flash]" not in capsys.readouterr().out
+
+
+def test_board_for_schedule_prefers_the_given_then_the_recorded_then_the_default():
+    from poetsim.boards import DEFAULT_BOARD, board_for_schedule
+
+    assert board_for_schedule("rpi4", "mkr1000", "s.json").name == "rpi4"
+    assert board_for_schedule(None, "mkr1000", "s.json").name == "mkr1000"
+    assert board_for_schedule(None, None, "s.json").name == DEFAULT_BOARD
+    with pytest.raises(UnknownNameError, match=r"^s\.json: made for board 'tiny', which is not "
+                                               r"built in: give it with --board FILE"):
+        board_for_schedule(None, "tiny", "s.json")

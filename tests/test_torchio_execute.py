@@ -449,7 +449,11 @@ def test_cli_import_solve_execute_with_weights_on_storage(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["passed"] and report["weights_on_storage"] == "trained"
     assert report["weights_written_bytes"] == report["cost_model_weights_written_bytes"] > 0
-    # on the default board the weights fit RAM: the streamed schedule is not for it
+    # without --board it runs on the board the schedule records: not built in, so asked for
     assert main(["execute", str(schedule), *model]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "made for board 'tinyram', which is not built in" in err
+    # on the nRF52840 the weights fit RAM: the streamed schedule is not for it
+    assert main(["execute", str(schedule), *model, "--board", "nrf52840"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "give that board with --board" in err

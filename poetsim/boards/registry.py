@@ -10,7 +10,8 @@ from poetsim.boards.load import load_board
 from poetsim.boards.spec import Board
 from poetsim.errors import UnknownNameError
 
-__all__ = ["DEFAULT_BOARD", "builtin_board_dir", "builtin_board_names", "get_board"]
+__all__ = ["DEFAULT_BOARD", "board_for_schedule", "builtin_board_dir", "builtin_board_names",
+           "get_board"]
 
 #: The board the quick start and the demo use.
 DEFAULT_BOARD = "nrf52840"
@@ -49,3 +50,16 @@ def get_board(name_or_path: str | Path) -> Board:
             "(or give the path of a .toml board file)"
         )
     return _builtin(text)
+
+
+def board_for_schedule(given: str | Path | None, recorded: str | None, source: str) -> Board:
+    """The board a command runs a schedule on: the one the user ``given``, else the one the
+    schedule file (``source``) ``recorded`` it was made for, else :data:`DEFAULT_BOARD`. A
+    recorded board that is not built in is a one-line error asking for its file."""
+    if given is None and recorded is not None:
+        try:
+            return get_board(recorded)
+        except UnknownNameError as err:
+            raise UnknownNameError(f"{source}: made for board {recorded!r}, which is not built "
+                                   f"in: give it with --board FILE ({err})") from None
+    return get_board(given or DEFAULT_BOARD)

@@ -22,7 +22,14 @@ from typing import Any, NoReturn
 import attrs
 
 from poetsim import __version__
-from poetsim.boards import DEFAULT_BOARD, board_to_dict, builtin_board_names, get_board, load_board
+from poetsim.boards import (
+    DEFAULT_BOARD,
+    board_for_schedule,
+    board_to_dict,
+    builtin_board_names,
+    get_board,
+    load_board,
+)
 from poetsim.boards.spec import Board
 from poetsim.cli import sweep_commands, torch_commands
 from poetsim.compare import compare, format_table, write_outcomes
@@ -39,7 +46,6 @@ from poetsim.errors import (
     InternalError,
     PoetsimError,
     ScheduleError,
-    UnknownNameError,
 )
 from poetsim.graph import TrainingGraph, read_graph, write_graph
 from poetsim.methods import DEFAULT_EFFORT, DEFAULT_TIME_LIMIT_S, SolverSettings, seeded_solve
@@ -603,14 +609,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         if not options and meta.model == model and meta.model_options:
             options = dict(meta.model_options)  # the file says how its graph was built
         graph = build_model(model, **options)
-    if args.board is None and meta.board is not None:  # the board the file was made for
-        try:
-            board = get_board(meta.board)
-        except UnknownNameError as err:
-            raise UnknownNameError(f"{args.schedule}: made for board {meta.board!r}, which is "
-                                   f"not built in: give it with --board FILE ({err})") from None
-    else:
-        board = get_board(args.board or DEFAULT_BOARD)
+    board = board_for_schedule(args.board, meta.board, args.schedule)
     # The request is the user's, or the one the file records in words ("50%", "1.5x"),
     # resolved again here; the file's own byte and second figures are only compared.
     ram = args.ram or meta.ram or "board"

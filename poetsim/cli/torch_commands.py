@@ -74,7 +74,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
 
 def _cmd_execute(args: argparse.Namespace) -> int:
-    from poetsim.boards import get_board
+    from poetsim.boards import board_for_schedule
     from poetsim.errors import ExecutionError
     from poetsim.request import resolve_request
     from poetsim.schedule import read_schedule
@@ -83,10 +83,10 @@ def _cmd_execute(args: argparse.Namespace) -> int:
 
     lr = check_learning_rate(args.lr, "--lr")
     imported = _imported(args, args.model_factory)
-    board = get_board(args.board)
+    recorded = read_schedule(args.schedule)
+    board = board_for_schedule(args.board, recorded.metadata.get("board"), args.schedule)
     # the imported graph, or its streamed form when the board's request (as `solve --graph`
     # resolved it) puts weights on storage: the schedule's fingerprint says which
-    recorded = read_schedule(args.schedule)
     request = resolve_request(imported.graph, board,
                               optimizer=str(recorded.metadata.get("optimizer") or "sgd"))
     try:
@@ -187,8 +187,10 @@ def register(sub: Any, with_json: Callable[[argparse.ArgumentParser], argparse.A
     p.add_argument("schedule", metavar="SCHEDULE", help="schedule file (JSON)")
     p.add_argument("--model-factory", required=True, metavar="MODULE:FACTORY",
                    help=_FACTORY_HELP)
-    p.add_argument("--board", default="nrf52840", metavar="NAME|FILE",
-                   help="board for the simulator's prediction (default nrf52840)")
+    p.add_argument("--board", default=None, metavar="NAME|FILE",
+                   help="board whose request (weights on storage) and simulator prediction "
+                        "the run follows (default: the board the schedule records, else "
+                        "nrf52840)")
     p.add_argument("--page-dir", metavar="DIR",
                    help="directory for the page files (default: a temporary one)")
     p.add_argument("--rtol", type=float, default=1e-6, metavar="R",
