@@ -134,6 +134,20 @@ def test_example_sweep_file_is_valid():
 
 # ----------------------------------------------------------------------------- worker
 
+def test_run_point_records_where_the_request_put_the_weights():
+    # int8 MLP, last layer trained, physical accounting: 266,752 B of frozen weights do not
+    # fit the nRF52840's RAM beside the rest and are read in place from its flash
+    model = {"name": "mlp", "layers": 3, "width": 256, "train_last": 1, "int8": 1}
+    sweep = parse_sweep(doc(models=[model], ram=["board"], methods=["dtr"],
+                            accounting="physical"))
+    row = run_point(expand_points(sweep)[0], None)
+    assert row["status"] == "done", row
+    assert row["flash_weight_bytes"] == 266_752 and row["streamed_weight_bytes"] == 0
+    assert row["row_bands"] == 1
+    plain = run_point(expand_points(parse_sweep(doc(methods=["dtr"])))[0], None)
+    assert plain["flash_weight_bytes"] == plain["streamed_weight_bytes"] == 0
+
+
 def test_run_point_result_and_error(tmp_path):
     sweep = parse_sweep(doc(ram=["80%", "board", "1"]))
     points = expand_points(sweep)

@@ -73,7 +73,12 @@ def _evaluate(point: Point, cache_dir: str | None) -> dict[str, Any]:
         "makespan_s": row["makespan_s"], "peak_total_bytes": row["peak_total_bytes"],
         "board_ram_bytes": request.board_ram_bytes, "budget_bytes": row["budget_bytes"],
         "budget_activation_bytes": row["budget_activation_bytes"],
-        "resident_bytes": row["resident_bytes"], "deadline_s": row["deadline_s"],
+        "resident_bytes": row["resident_bytes"],
+        # where the request put the weights and how it split the front (request.py decides)
+        "flash_weight_bytes": request.flash_weight_bytes,
+        "streamed_weight_bytes": request.streamed_weight_bytes,
+        "row_bands": request.graph.metadata.get("row_bands", 1),
+        "deadline_s": row["deadline_s"],
         "within_budget": row.get("within_budget"), "deadline_met": row.get("deadline_met"),
         "gap": row["gap"], "bound_j": row["bound_j"],
         "recomputations": row["recomputations"], "page_outs": row["page_outs"],
