@@ -165,10 +165,11 @@ def seeded_solve(request: Request, settings: SolverSettings = SolverSettings(), 
 
     ``deadline_s`` plans against a deadline tighter than the request's (default: the
     request's planning deadline, its deadline minus any margin). A fast baseline
-    that fails is skipped: a warm start is a help, never a requirement. The warm starts
-    share :data:`_WARM_START_SHARE` of the time limit and the solve gets what they leave,
-    so the time limit holds for the whole; when they run out of their share, the result's
-    ``limits_hit`` says so (``"time"``).
+    that fails is skipped: a warm start is a help, never a requirement; DTR, when it finds
+    nothing within the budget, is tried at smaller ones (:data:`_DTR_RETRY_FRACTIONS`).
+    The warm starts share :data:`_WARM_START_SHARE` of the time limit and the solve gets
+    what they leave, so the time limit holds for the whole; when they run out of their
+    share, the result's ``limits_hit`` says so (``"time"``).
     """
     started = time.perf_counter()
     share = (_WARM_START_SHARE if len(request.graph) <= STAGE_MAX_OPS
