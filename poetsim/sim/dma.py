@@ -10,7 +10,8 @@ The *mover* books the mover's share of the transfer's power:
 * :class:`DmaEngine`: ``dma.channels`` long-lived SimPy processes take jobs first-in
   first-out from one queue; the engine's power machine is ``active`` while any channel
   serves a job (contributions per job kind) and ``idle`` otherwise. The CPU is free to
-  compute meanwhile.
+  compute meanwhile. While the CPU *holds* the engine (:meth:`DmaEngine.hold`: an op
+  streams weights from the same storage device) no queued job starts.
 * :class:`CpuMover` (``dma.channels = 0``): the CPU runs the transfer in its own program, in
   state ``transfer``, and can do nothing else.
 """
@@ -161,6 +162,10 @@ class DmaEngine:
         self.idle_channels: list[simpy.Event] = []
         self.active: list[TransferJob] = []
         self.channel_free_s = [0.0] * channels
+        #: held by the CPU while an op streams weights from the same storage device
+        self.held = False
+        self.running = 0
+        self._drained: simpy.Event | None = None
         self.busy_s = 0.0
         self._busy_since = 0.0
         self.processes = [env.process(self._channel(c)) for c in range(channels)]
@@ -214,16 +219,37 @@ class DmaEngine:
         job.state = CANCELLED
         return True
 
+    def hold(self) -> simpy.Event | None:
+        """Start no queued job until :meth:`release` (the CPU is about to use the storage
+        device itself, streaming weights); returns an event that fires when the jobs
+        running now are done, or None when none is."""
+        self.held = True
+        if not self.running:
+            return None
+        self._drained = self.env.event()
+        return self._drained
+
+    def release(self) -> None:
+        """Queued jobs may start again."""
+        self.held = False
+        while self.idle_channels and self.queue:
+            self.idle_channels.pop().succeed()
+
     def _channel(self, channel: int) -> Generator[simpy.Event, Any, None]:
         env = self.env
         queue = self.queue
         while True:
-            if not queue:
+            if not queue or self.held:
                 wake = env.event()
                 self.idle_channels.append(wake)
                 yield wake
                 continue
             job = queue.popleft()
             job.channel = channel
+            self.running += 1
             yield from run_transfer(env, job, self.storage, self.bus, self)
+            self.running -= 1
+            if not self.running and self._drained is not None:
+                self._drained.succeed()
+                self._drained = None
             self.on_done(job)

@@ -34,11 +34,12 @@ page-out's extra write-busy time is drawn once, before the run, in plan order
 
 The data input op is a COMPUTE like any other: its OpCosts cost is already the read of the
 batch from storage (:mod:`poetsim.costs`), so it runs on the CPU for that time and energy,
-without occupying the storage device or waking it (a simplification). The same holds for
-an op that streams weights from storage (:mod:`poetsim.graph.streaming`): its reads,
-write-backs and the storage's wake-ups between them are in its cost, and only the
-write-backs' wear is booked on the device; a page transfer the DMA runs meanwhile is not
-delayed by them.
+without occupying the storage device or waking it (a simplification). An op that streams
+weights from storage (:mod:`poetsim.graph.streaming`) has its reads, write-backs and the
+storage's wake-ups between them in its cost too, and the write-backs' wear is booked on
+the device; but it does occupy the device: before it starts, the CPU holds the DMA engine
+(no queued page transfer starts) and waits, stalled, for the transfers running to end, and
+it releases the engine when the op ends. The storage serves one command stream at a time.
 """
 
 from __future__ import annotations
@@ -115,6 +116,11 @@ class Simulation:
         self.compute_time = costs.compute_time_s.tolist()
         self.compute_energy = costs.compute_energy_j.tolist()
         self.preds = [graph.predecessors(k) for k in range(len(graph.ops))]
+        on_storage = WeightsOnStorage.of(graph)
+        #: ops that stream weights from the storage device (they hold the DMA engine)
+        self.streams = [bool(on_storage) and bool(on_storage.bytes_read(graph, k)
+                                                  or on_storage.bytes_written(graph, k))
+                        for k in range(len(graph.ops))]
 
         dma = board.dma.present
         self.profile = program_profile(graph, self.steps, costs, resident_bytes=resident_bytes,
@@ -270,6 +276,22 @@ class Simulation:
         self.stall_s += waited
         job.stall_s += waited
 
+    def _hold_storage(self) -> Generator[simpy.Event, Any, None]:
+        """Hold the DMA engine for an op that streams weights, stalled until the transfers
+        running now have ended."""
+        dma = self.dma
+        drained = dma.hold()  # type: ignore[union-attr]
+        if drained is None:
+            return
+        env = self.env
+        t0 = env.now
+        eta = max((job.eta_s for job in dma.active), default=t0)  # type: ignore[union-attr]
+        yield from self.cpu.wait(drained, eta, "stall")
+        self.stall_s += env.now - t0
+        if self.slices is not None and env.now > t0:
+            self.slices.append(("cpu", "stall", t0, env.now,
+                                {"waiting_for": "storage (streamed weights)", "step": self.pos}))
+
     def _make_room(self, need: int) -> Generator[simpy.Event, Any, None]:
         """Wait for writes in flight whose RAM is already freed, while ``need`` does not fit."""
         ram, limit = self.ram, self.ram_limit
@@ -337,6 +359,9 @@ class Simulation:
                 fired = triggers.get(i)
                 if fired:
                     self._fire(fired)
+                held = dma is not None and self.streams[k]
+                if held:
+                    yield from self._hold_storage()
                 kind = "recompute" if computed[k] else "compute"
                 computed[k] = True
                 duration = compute_time[k]
@@ -348,6 +373,8 @@ class Simulation:
                     cpu.run(kind, 0.0)
                     cpu.machine.quantum("active", kind, compute_energy[k])
                 self.compute_s += env.now - t0
+                if held:
+                    dma.release()
                 if slices is not None:
                     slices.append(("cpu", f"{kind} {names[k]}", t0, env.now,
                                    {"step": i, "op": k, "stage": step.stage}))
