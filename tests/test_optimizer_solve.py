@@ -46,6 +46,7 @@ from poetsim.optimizer import (
     plan_violations,
     solve,
 )
+from poetsim.optimizer.plan import storage_near
 from poetsim.request import (
     MAX_BUDGET_BYTES,
     MAX_DEADLINE_S,
@@ -103,6 +104,7 @@ class BruteForce:
         self.capacity = capacity
         self.overlap = not costs.cpu_moves
         self.wait = costs.wait
+        self.near = storage_near(costs)
 
     def step(self, t: int, computes, page_in, page_out, keep_next, last_moving: int | None,
              timing: tuple) -> tuple:
@@ -123,7 +125,9 @@ class BruteForce:
         in_s = sum(self.it[i] for i in page_in)
         out_s = sum(self.ot[i] for i in page_out)
         moves = bool(page_in or page_out)
-        asleep = last_moving is None or sum(self.ct[last_moving + 1:t]) >= w.awake_s
+        # the stage model's rule (storage_near), so that a gap equal to the timeout counts
+        # the same way here (its float boundary is not what this search checks)
+        asleep = last_moving is None or last_moving < self.near[t]
         wake = moves and asleep
         wake_s = w.wakeup_s if wake else 0.0
         cpu_s = compute_s if self.overlap else compute_s + in_s + out_s
@@ -171,7 +175,10 @@ class BruteForce:
                             if stage_peak(preds, size, self.workspace, start, computes,
                                           keep_next) > budget:
                                 continue
-                            for page_out in (_subsets((keep | computes) - stored) if paging
+                            # an empty tensor moves no bytes: the board sends no command,
+                            # so its "transfer" could not keep the storage awake either
+                            writable = {i for i in (keep | computes) - stored if size[i]}
+                            for page_out in (_subsets(writable) if paging
                                              else [frozenset()]):
                                 now_stored = stored | page_out
                                 if (self.capacity is not None
@@ -538,6 +545,26 @@ def test_random_tiny_dags_against_brute_force(graph, fraction, mode, dma, throug
     assert result.status is SolveStatus.OPTIMAL, result.message
     assert result.metrics.energy_j == pytest.approx(min(feasible), rel=REL)
     assert_result_is_sound(graph, board, result, budget, deadline)
+
+
+@pytest.mark.xfail(strict=True, reason="known gap, found by the random search above: with "
+                   "DMA the MILP's storage lane misses a plan the brute force finds, 6e-5 "
+                   "cheaper (a write's wait or prefetch row too tight), yet SCIP calls its "
+                   "own optimal")
+def test_lane_plan_the_milp_misses():
+    ops = [Op("x", "input", Phase.FORWARD, flops=0.0, output_bytes=8),
+           Op("f0", "linear", Phase.FORWARD, flops=100, output_bytes=0),
+           Op("f1", "linear", Phase.FORWARD, flops=5000, output_bytes=4, workspace_bytes=8),
+           Op("loss", "cross_entropy", Phase.LOSS, flops=100, output_bytes=4),
+           Op("b0", "linear", Phase.BACKWARD, flops=100, output_bytes=0, forward_of="loss")]
+    graph = TrainingGraph.from_ops("tiny", ops, {"f0": ["x"], "f1": ["f0"], "loss": ["f1"],
+                                                 "b0": ["loss", "x"]})
+    board = make_board(dma_channels=1, read_latency_s=1e-4, write_latency_s=1e-4,
+                       block_bytes=16, read_throughput_bytes_per_s=23792.0)
+    best = BruteForce(graph, op_costs(graph, board)).optimum(16, remat=False, paging=True)
+    result = solve(paper_request(graph, board, 16), remat=False, paging=True, time_limit_s=5)
+    assert result.status is SolveStatus.OPTIMAL
+    assert result.metrics.energy_j == pytest.approx(best, rel=REL)
 
 
 # ============================================================================ properties
