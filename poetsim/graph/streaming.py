@@ -21,8 +21,8 @@ which weights live there:
 
 The cost model (:func:`poetsim.costs.op_costs`) prices the reads like the data input's
 and the write-backs like a page-out, inside the op's time; the simulator counts the
-write-backs' wear and keeps page transfers off the device while such an op runs. :func:`poetsim.request.resolve_request` decides what lives on storage;
-nothing else does.
+write-backs' wear and keeps page transfers off the device while such an op runs.
+:func:`poetsim.request.resolve_request` decides what lives on storage; nothing else does.
 """
 
 from __future__ import annotations
