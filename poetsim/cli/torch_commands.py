@@ -76,29 +76,21 @@ def _cmd_import(args: argparse.Namespace) -> int:
 def _cmd_execute(args: argparse.Namespace) -> int:
     from poetsim.boards import board_for_schedule
     from poetsim.errors import ExecutionError
-    from poetsim.request import resolve_request
     from poetsim.schedule import read_schedule
     from poetsim.torchio import execute_schedule
-    from poetsim.torchio.execute import check_learning_rate, schedule_graph
+    from poetsim.torchio.execute import check_learning_rate
 
     lr = check_learning_rate(args.lr, "--lr")
     imported = _imported(args, args.model_factory)
-    recorded = read_schedule(args.schedule)
-    board = board_for_schedule(args.board, recorded.metadata.get("board"), args.schedule)
-    # the imported graph, or its streamed form when the board's request (as `solve --graph`
-    # resolved it) puts weights on storage: the schedule's fingerprint says which
-    request = resolve_request(imported.graph, board,
-                              optimizer=str(recorded.metadata.get("optimizer") or "sgd"))
+    # checked against the imported graph, or its streamed form when the board's request
+    # puts weights on storage, by execute_schedule (the fingerprint says which)
+    schedule = read_schedule(args.schedule)
+    board = board_for_schedule(args.board, schedule.metadata.get("board"), args.schedule)
     try:
-        graph = schedule_graph(imported, recorded, request=request)
+        report = execute_schedule(imported, schedule, seed=args.seed, board=board,
+                                  page_dir=args.page_dir, grad_rtol=args.rtol, lr=lr)
     except ExecutionError as err:
-        made_on = recorded.metadata.get("board")
-        hint = (f"; it was solved on board {made_on!r}: give that board with --board"
-                if made_on and made_on != board.name else "")
-        raise ExecutionError(f"{args.schedule}: {err}{hint}") from None
-    schedule = read_schedule(args.schedule, graph)
-    report = execute_schedule(imported, schedule, seed=args.seed, board=board,
-                              page_dir=args.page_dir, grad_rtol=args.rtol, lr=lr)
+        raise ExecutionError(f"{args.schedule}: {err}") from None
     if args.json:
         print(json.dumps(report.as_dict(), indent=2, default=str))
     else:

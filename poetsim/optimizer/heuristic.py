@@ -235,12 +235,12 @@ def overlap_transfers(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
     def choose(options: list[tuple[int, float, float]], apply: Any) -> None:
         """Apply the option (a reach) that beats the best most; the plan stays as it was
         otherwise."""
-        better = [(energy, reach) for reach, energy, makespan in options
+        better = [(energy, reach, makespan) for reach, energy, makespan in options
                   if energy < best[0] * (1 - 1e-12) and makespan <= best[1]]
         if better:
-            energy, chosen = min(better)
+            energy, chosen, makespan = min(better)
             apply(chosen)
-            best[:] = [energy, score([])[1]]
+            best[:] = [energy, makespan]
 
     # keeping a written tensor longer never makes anything later: extend the keep while
     # the CPU would wait for the write where it stops and the stage has room; a longer keep

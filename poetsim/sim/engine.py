@@ -437,11 +437,10 @@ class Simulation:
 
     def _report(self, makespan: float, machines: list, events: int, wall: float) -> SimReport:
         board, ram, storage, ledger = self.board, self.ram, self.storage, self.ledger
-        on_storage = WeightsOnStorage.of(self.graph)
         for step in self.steps:  # weights on storage written back inside their ops
-            if step.action is not Action.COMPUTE or not self.costs.writeback_bytes[step.op]:
+            written = int(self.costs.writeback_bytes[step.op])
+            if step.action is not Action.COMPUTE or not written:
                 continue
-            written = on_storage.bytes_written(self.graph, step.op)
             for size, count in stream_commands(self.graph, step.op, written):
                 device = transfer_phases(board, size, write=True).device_bytes
                 for _ in range(count):

@@ -294,16 +294,19 @@ class _Runner:
                                  f"mismatch){where}")
         return self.torch.load(io.BytesIO(data), weights_only=True)
 
+    def load_weight(self, name: str) -> int:
+        """Load parameter ``name`` from its weight file for the running op; its bytes in
+        the graph's units (counted as read)."""
+        value = self.read_weight_file(name)
+        value.requires_grad_(name in self.trained)
+        self.loaded[name] = value
+        nbytes = int(value.numel()) * self.weight_width
+        self.weights_read_bytes += nbytes
+        return nbytes
+
     def load_weights(self, k: int) -> None:
         """Load the weights on storage op ``k`` reads, whole, for this op only."""
-        held = 0
-        for name in self.weights_of(k):
-            value = self.read_weight_file(name)
-            value.requires_grad_(name in self.trained)
-            self.loaded[name] = value
-            nbytes = int(value.numel()) * self.weight_width
-            self.weights_read_bytes += nbytes
-            held += nbytes
+        held = sum(self.load_weight(name) for name in self.weights_of(k))
         self.weights_held_peak_bytes = max(self.weights_held_peak_bytes, held)
 
     def write_back(self, name: str) -> None:
@@ -515,9 +518,7 @@ class _Runner:
         for name in rest:
             if name in self.weight_files:  # never planned (trained weights on storage are
                 # updated in place): read, step, write back, counted against the cost model
-                value = self.read_weight_file(name)
-                self.loaded[name] = value
-                self.weights_read_bytes += int(value.numel()) * self.weight_width
+                self.load_weight(name)
             self.apply_step(name, self.grads[name])
             self.drop_weights()
         return len(rest)
@@ -631,7 +632,14 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
         from poetsim.request import resolve_request
 
         request = resolve_request(imported.graph, board, optimizer=optimizer)
-    graph = schedule_graph(imported, schedule, request=request)
+    try:
+        graph = schedule_graph(imported, schedule, request=request)
+    except ExecutionError as err:
+        made_on = meta.get("board")
+        if board is None or not made_on or made_on == board.name:
+            raise
+        raise ExecutionError(f"{err}; it was solved on board {made_on!r}: give that board "
+                             "with --board") from None
     on_storage = WeightsOnStorage.of(graph)
     inputs = imported.example_inputs if inputs is None else tuple(inputs)
     for x, example in zip(inputs, imported.example_inputs):
