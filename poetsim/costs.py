@@ -252,6 +252,10 @@ class OpCosts:
     #: Bytes each op writes to storage every time it runs besides page-outs: weights on
     #: storage written back by their in-place update (:mod:`poetsim.graph.streaming`).
     writeback_bytes: np.ndarray = _frozen_array(np.int64)
+    #: Ops that read or write weights on storage as they run: they hold the storage
+    #: device, so no page transfer runs beside them (the simulator's DMA hold; the stage
+    #: model and the op-list model make them wait for the transfers before them).
+    streams: np.ndarray = _frozen_array(bool)
     wait: WaitPower = WaitPower()
     #: the CPU moves every byte itself (no DMA): transfers add to compute time
     cpu_moves: bool = False
@@ -381,6 +385,8 @@ def op_costs(graph: TrainingGraph, board: Board) -> OpCosts:
         workspace_bytes=[op.workspace_bytes for op in graph.ops],
         measured=[not op.measured.empty for op in graph.ops],
         writeback_bytes=[on_storage.bytes_written(graph, k) for k in range(len(graph))],
+        streams=[bool(on_storage.bytes_read(graph, k) or on_storage.bytes_written(graph, k))
+                 for k in range(len(graph))],
         wait=wait_power(board), cpu_moves=not board.dma.present,
         **columns,
     )

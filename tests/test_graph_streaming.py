@@ -8,6 +8,7 @@ import json
 import attrs
 import pytest
 
+from poetsim.baselines.base import predict
 from poetsim.boards import get_board
 from poetsim.costs import op_costs, transfer_cost, wait_power
 from poetsim.graph.graph import inplace_gradient_bytes
@@ -260,7 +261,8 @@ def _paging(graph, tensor):
 def test_page_transfers_wait_for_the_ops_that_stream_weights_from_the_same_card(monkeypatch):
     """An op that streams weights occupies the storage device: no page transfer runs while
     it does (the DMA engine is held), and the CPU waits for the transfers running before
-    it starts one. Without the hold the same transfers would run beside those ops."""
+    it starts one; the op-list model agrees. Without the hold the same transfers would run
+    beside those ops."""
     from poetsim.sim.dma import DmaEngine
 
     board = get_board("nrf52840")
@@ -286,6 +288,10 @@ def test_page_transfers_wait_for_the_ops_that_stream_weights_from_the_same_card(
 
     held, shared_s = overlap_s()
     assert shared_s == 0.0
+    # the op-list model makes the same ops wait for the transfers before them
+    predicted = predict(streamed, board, request.costs, _paging(streamed, "relu1"))
+    assert predicted.time_s == pytest.approx(held.makespan_s, rel=1e-5)
+    assert predicted.energy_j == pytest.approx(held.energy_j, rel=1e-5)
     monkeypatch.setattr(DmaEngine, "hold", lambda self: None)  # the device shared freely
     unheld, unheld_s = overlap_s()
     assert unheld_s > 0.0 and held.makespan_s > unheld.makespan_s

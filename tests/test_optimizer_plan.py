@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+import attrs
 import numpy as np
 import pytest
 from conftest import dtr_lifted_resnet18, make_board, op_list_energy, paper_request
@@ -273,6 +274,28 @@ def test_hand_plan_with_paging_and_recomputation(residual: TrainingGraph, dma: i
     # A byte less fails in the checker as well.
     tight = check_schedule(residual, lower_plan(residual, plan), budget_bytes=63)
     assert not tight.valid and tight.violation.rule == "budget_exceeded"
+
+
+def test_a_stage_streaming_weights_waits_for_the_storage_lane(residual: TrainingGraph) -> None:
+    """In the hand plan above, x's write (after stage 0 and the storage's 1 ms wake-up)
+    runs beside stage 1's compute. If op 1 streams its weights from the same storage it
+    holds the device: stage 1 computes after the write instead, and the iteration is that
+    much longer; the rest of the timeline (the page-ins that stages 8 and 10 read) does
+    not change."""
+    board = make_board(dma_channels=1)
+    costs = op_costs(residual, board)
+    plan = residual_paging_remat_plan()
+    before = evaluate_plan(residual, costs, plan)
+    streams = np.zeros(len(residual), dtype=bool)
+    streams[1] = True
+    after = evaluate_plan(residual, attrs.evolve(costs, streams=streams), plan)
+    ct, pout = costs.compute_time_s, costs.pageout_time_s
+    write_end = float(ct[0]) + 1e-3 + float(pout[0])
+    later = write_end + float(ct[1]) - max(float(ct[0] + ct[1]), write_end)
+    assert later > 0
+    assert after.time_s == pytest.approx(before.time_s + later, rel=1e-12)
+    assert after.energy_j == pytest.approx(before.energy_j + later * (0.005 + 0.0001),
+                                           rel=1e-9)
 
 
 def test_keeping_a_tensor_past_its_reader_costs_memory_until_the_stage_ends(

@@ -137,9 +137,10 @@ def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule 
     its step, a page-in starts at its step (or when the lane frees up) and a COMPUTE waits
     for the page-ins of its inputs, and for the writes of tensors freed while they were
     written when their RAM is needed to stay within the schedule's own peak (as the
-    simulator's CPU does). A transfer that finds the storage asleep (the first, or
-    one more than the auto-sleep timeout after the previous one ended) waits for its
-    wake-up first. Peak: activation bytes by the contract's rule
+    simulator's CPU does); an op that streams weights (``OpCosts.streams``) waits for
+    every transfer before it, as it holds the storage. A transfer that finds the storage
+    asleep (the first, or one more than the auto-sleep timeout after the previous one
+    ended) waits for its wake-up first. Peak: activation bytes by the contract's rule
     (:func:`poetsim.schedule.ops.ram_during_steps`).
     """
     steps = list(steps.steps if isinstance(steps, Schedule) else steps)
@@ -172,6 +173,8 @@ def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule 
         if step.action is Action.COMPUTE:
             e_compute += float(costs.compute_energy_j[k])
             start = max([cpu] + [ready.get(u, 0.0) for u in graph.predecessors(k)])
+            if overlap and costs.streams[k]:  # it holds the storage: transfers end first
+                start = max(start, lane)
             # a freed tensor's RAM returns when its write ends: wait for as many writes as
             # the schedule's own peak needs
             while held and (held[0][0] <= start or ram[number] + held_bytes > peak):

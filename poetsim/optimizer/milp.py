@@ -141,6 +141,7 @@ class MilpModel:
         self.L: dict[int, Any] = {}
         self.E: dict[int, Any] = {}
         self.y: dict[int, Any] = {}
+        self.hold: dict[int, Any] = {}
         self.v: dict[int, Any] = {}
         self.behind: dict[tuple[int, int], Any] = {}
         self.makespan: Any = None
@@ -409,8 +410,9 @@ class MilpModel:
         ``t``: page-ins arrived ``P``, compute done ``C``, lane done ``L``, stage end ``E``;
         ``y_t`` / ``v_t`` (continuous, integral at integral plans) mark a stage that reads
         one of its page-ins / pages in at all (the next stage's compute then waits for
-        them); :meth:`_add_write_waits` adds the waits for writes. Rows that hold only
-        under such a mark are switched off by :meth:`_lead_bound`. Returns the makespan
+        them), :meth:`_holds` one whose compute holds the storage (it waits for the lane);
+        :meth:`_add_write_waits` adds the waits for writes. Rows that hold only under such
+        a mark are switched off by :meth:`_lead_bound`. Returns the makespan
         variable, which carries the stage power in the objective."""
         m, c, n, scale = self.model, self.costs, self.n, self.time_scale
         big = self._lead_bound()
@@ -444,6 +446,10 @@ class MilpModel:
                 m.addCons(done >= prefetch[0] + compute - big * (1 - prefetch[1]),
                           name=f"cf_{t}")
             prefetch = None
+            hold = self._holds(t)
+            if hold is not None:
+                # an op streaming weights holds the storage: the lane is done first
+                m.addCons(done >= lane_prev + compute - big * (1 - hold), name=f"hl_{t}")
             if ins:
                 reads = m.addVar(vtype="C", lb=0.0, ub=1.0, name=f"y_{t}")
                 pages = m.addVar(vtype="C", lb=0.0, ub=1.0, name=f"v_{t}")
@@ -458,6 +464,9 @@ class MilpModel:
                         if j in run:
                             m.addCons(reads >= v + self.r(t, j) - 1, name=f"y_{t}_{i}_{j}")
                 m.addCons(done >= arrived + compute - big * (1 - reads), name=f"cp_{t}")
+                if hold is not None:
+                    m.addCons(done >= arrived + compute - big * (2 - hold - pages),
+                              name=f"hp_{t}")
                 prefetch = (arrived, pages)
             if t in self.wake:
                 # a stage that only writes wakes the storage when its writes start
@@ -473,6 +482,22 @@ class MilpModel:
             m.addCons(makespan >= end_prev, name="makespan_cpu")
             m.addCons(makespan >= lane_prev, name="makespan_lane")
         return makespan
+
+    def _holds(self, t: int) -> Any:
+        """Whether stage ``t`` runs an op that streams weights (``OpCosts.streams``): 1 for
+        its own op, a continuous variable (integral at integral plans) when only a
+        recomputation may, None when none can."""
+        streams = self.costs.streams
+        if streams[t]:
+            return 1
+        recomputed = [self.R[t, k] for k in self.runnable(t) if k != t and streams[k]]
+        if not recomputed:
+            return None
+        hold = self.model.addVar(vtype="C", lb=0.0, ub=1.0, name=f"h_{t}")
+        for k, r in enumerate(recomputed):
+            self.model.addCons(hold >= r, name=f"h_{t}_{k}")
+        self.hold[t] = hold
+        return hold
 
     def _add_write_waits(self, big: float) -> None:
         """Every stage ``s`` by which tensor ``i`` is written and that does not keep it into
@@ -665,6 +690,8 @@ class MilpModel:
                               (timeline.lane_end_s, self.L), (timeline.end_s, self.E)):
             for t, var in family.items():
                 m.setSolVal(sol, var, scale * float(times[t]))
+        for t, var in self.hold.items():
+            m.setSolVal(sol, var, 1.0 if (plan.compute[t] & self.costs.streams).any() else 0.0)
         for t, var in self.y.items():
             m.setSolVal(sol, var, 1.0 if timeline.reads_page_in[t] else 0.0)
         for t, var in self.v.items():

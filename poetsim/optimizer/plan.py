@@ -12,6 +12,12 @@ recomputing whatever it needs. For stage ``t`` (row) and tensor ``i`` (column):
 * ``page_out[t, i]`` (``M_out``): tensor ``i`` is written during stage ``t``, as soon as it
   is in RAM (at the start if kept, right after it is computed otherwise).
 
+A tensor's life in a plan ends at its horizon, the last stage that reads it (with
+rematerialization, the last stage of its last descendant, which may rebuild a reader):
+no keep, page-in or page-out of it past there (the MILP has no such variables). Past it
+a transfer would serve no op; it could only keep the storage awake through a gap, which
+is the board's auto-sleep policy, not a schedule decision.
+
 Memory accounting (shared, byte for byte, by the MILP, :func:`evaluate_plan` and the
 schedule checker after :func:`lower_plan`): stage ``t`` starts with its kept and paged-in
 tensors; each op adds its output (and, while it runs, its workspace); after op ``k``, a
@@ -22,8 +28,9 @@ are freed when the stage ends.
 Time and energy (:func:`stage_timeline`, :func:`evaluate_plan`): without DMA a stage lasts
 its compute and its transfers. With DMA the transfers run on one storage lane beside the
 CPU and may run on into later stages: the CPU waits for a page-in before the stage that
-reads it computes, and for a write before the tensor's RAM is given back (where the plan
-stops keeping it). The first stage that transfers, and every one that does after the
+reads it computes, for a write before the tensor's RAM is given back (where the plan
+stops keeping it), and for every transfer before a stage that streams weights (the op
+holds the storage). The first stage that transfers, and every one that does after the
 storage had time to fall asleep, also waits for the storage's wake-up. The energy is the
 ops' and transfers' own plus the time-proportional part of
 :class:`poetsim.costs.WaitPower` over this timeline.
@@ -265,8 +272,10 @@ def stage_timeline(graph: TrainingGraph, costs: OpCosts, plan: StagePlan) -> Sta
     has started: they arrive at ``P[t] = max(L[t-1], E[t-1]) + wake + in``. Its compute
     starts when the stage does, and not before ``P[t]`` if it reads one of its page-ins,
     nor before ``P[t-1]`` if stage ``t - 1`` paged in (a page-in no op of its stage reads
-    is a prefetch, kept for a later stage, and arrives before the next stage computes);
-    it ends ``compute`` later, at ``C[t]``. Its page-outs start once its compute and
+    is a prefetch, kept for a later stage, and arrives before the next stage computes),
+    nor, in a stage that runs an op streaming weights (``OpCosts.streams``: it holds the
+    storage), before ``L[t-1]`` and its own page-ins' ``P[t]``; it ends ``compute``
+    later, at ``C[t]``. Its page-outs start once its compute and
     page-ins are done (and, in a stage without page-ins, the storage awake) and end at
     ``L[t] = max(P[t], C[t] + wake if no page-in) + out`` (a page-out of a tensor made
     earlier may start sooner in the op list, never later). The stage ends at
@@ -286,6 +295,7 @@ def stage_timeline(graph: TrainingGraph, costs: OpCosts, plan: StagePlan) -> Sta
                      dtype=bool)
     wake_s = wakes * costs.wait.wakeup_s
     reads = reads_own_page_in(graph, plan)
+    streams = plan.compute.astype(int) @ costs.streams.astype(int) > 0
     written = np.zeros(n)
     if costs.cpu_moves:
         end = np.cumsum(compute + transfer + wake_s)
@@ -296,7 +306,11 @@ def stage_timeline(graph: TrainingGraph, costs: OpCosts, plan: StagePlan) -> Sta
     last_end = last_lane = prefetched = 0.0
     for t in range(n):
         arrived[t] = max(last_lane, last_end) + wake_s[t] + pagein[t]
-        done[t] = max(last_end, arrived[t] if reads[t] else 0.0, prefetched) + compute[t]
+        # a stage that streams weights holds the storage: the lane's transfers, its own
+        # page-ins among them, end before its compute starts
+        held = (max(last_lane, arrived[t] if pages_in[t] else 0.0) if streams[t] else 0.0)
+        done[t] = (max(last_end, arrived[t] if reads[t] else 0.0, prefetched, held)
+                   + compute[t])
         # a stage that only writes wakes the storage when its writes start
         lane[t] = max(arrived[t], done[t] + (0.0 if pages_in[t] else wake_s[t])) + pageout[t]
         for i in np.flatnonzero(plan.page_out[t]):

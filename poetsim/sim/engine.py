@@ -55,7 +55,7 @@ import simpy
 from poetsim.boards.spec import Board, WriteBusy
 from poetsim.costs import OpCosts, transfer_phases
 from poetsim.graph.graph import TrainingGraph
-from poetsim.graph.streaming import WeightsOnStorage, stream_commands
+from poetsim.graph.streaming import stream_commands
 from poetsim.schedule.ops import Action, Schedule
 from poetsim.sim.bus import make_bus
 from poetsim.sim.cpu import CpuModel
@@ -116,11 +116,8 @@ class Simulation:
         self.compute_time = costs.compute_time_s.tolist()
         self.compute_energy = costs.compute_energy_j.tolist()
         self.preds = [graph.predecessors(k) for k in range(len(graph.ops))]
-        on_storage = WeightsOnStorage.of(graph)
         #: ops that stream weights from the storage device (they hold the DMA engine)
-        self.streams = [bool(on_storage) and bool(on_storage.bytes_read(graph, k)
-                                                  or on_storage.bytes_written(graph, k))
-                        for k in range(len(graph.ops))]
+        self.streams = costs.streams.tolist()
 
         dma = board.dma.present
         self.profile = program_profile(graph, self.steps, costs, resident_bytes=resident_bytes,
