@@ -242,7 +242,9 @@ def test_every_row_band_streams_the_weights_it_reads():
 def _paging(graph, tensor):
     """The plain schedule with ``tensor`` paged out after its last forward reader and back
     in before its first backward reader."""
+    from poetsim.graph.streaming import weight_steps
     from poetsim.schedule import Action, Schedule, Step
+    from poetsim.schedule.ops import with_weight_steps
 
     k = graph.index(tensor)
     readers = graph.successors(k)
@@ -255,7 +257,8 @@ def _paging(graph, tensor):
         steps.append(step)
         if step.action is Action.COMPUTE and step.op == last_forward:
             steps += [Step(Action.PAGE_OUT, k, step.stage), Step(Action.FREE, k, step.stage)]
-    return Schedule.for_graph(graph, steps, {"method": "hand"})
+    return Schedule.for_graph(graph, with_weight_steps(steps, *weight_steps(graph)),
+                              {"method": "hand"})
 
 
 def test_page_transfers_wait_for_the_ops_that_stream_weights_from_the_same_card(monkeypatch):
@@ -295,3 +298,21 @@ def test_page_transfers_wait_for_the_ops_that_stream_weights_from_the_same_card(
     monkeypatch.setattr(DmaEngine, "hold", lambda self: None)  # the device shared freely
     unheld, unheld_s = overlap_s()
     assert unheld_s > 0.0 and held.makespan_s > unheld.makespan_s
+
+
+def test_the_simulator_refuses_a_streaming_op_without_its_weight_steps():
+    """The op list must say where weights are read and written back: without the step the
+    simulator cannot execute it (the same rule as the checker's)."""
+    from poetsim.schedule import Action, ScheduleError
+    from poetsim.sim import simulate
+
+    board = get_board("nrf52840")
+    streamed = WeightsOnStorage(trained=True).graph(
+        build_model("mlp", layers=3, width=64, inplace_update=1))
+    plain = plain_schedule(streamed)
+    simulate(streamed, board, plain)  # with them it runs
+    for action, rule in ((Action.READ_WEIGHTS, "weights_not_read"),
+                         (Action.WRITE_WEIGHTS, "weights_not_written")):
+        stripped = attrs.evolve(plain, steps=[s for s in plain.steps if s.action is not action])
+        with pytest.raises(ScheduleError, match=rf"cannot simulate: .*\[{rule}\]"):
+            simulate(streamed, board, stripped)

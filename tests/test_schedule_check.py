@@ -344,3 +344,57 @@ def test_an_inplace_update_runs_once():
     assert violation.rule == "recomputed_inplace_update" and violation.position == at + 2
     assert graph.ops[k].name in violation.message
     assert check_schedule(graph, plain).valid
+
+
+# ----------------------------------------------------------------------------- weight steps
+
+
+@pytest.fixture(scope="module")
+def streamed():
+    """An MLP whose trained weights live on storage, updated in place: every forward op
+    reads its weights, every backward op that updates them reads and writes them back."""
+    from poetsim.graph.streaming import WeightsOnStorage
+
+    graph = build_model("mlp", layers=3, width=16, inplace_update=1)
+    return WeightsOnStorage(trained=True).graph(graph)
+
+
+def test_the_plain_schedule_brackets_every_streaming_op_with_its_weight_steps(streamed):
+    s = plain_schedule(streamed)
+    assert check_schedule(streamed, s).valid
+    fc1, grad = streamed.index("fc1"), streamed.index("fc1/grad")
+    pairs = [(step.action, step.op) for step in s.steps]
+    at = pairs.index((Action.COMPUTE, fc1))
+    assert pairs[at - 1] == (Action.READ_WEIGHTS, fc1) and pairs[at + 1] != \
+        (Action.WRITE_WEIGHTS, fc1)  # a forward op only reads
+    at = pairs.index((Action.COMPUTE, grad))
+    assert pairs[at - 1:at + 2] == [(Action.READ_WEIGHTS, grad), (Action.COMPUTE, grad),
+                                    (Action.WRITE_WEIGHTS, grad)]
+    relu = streamed.index("relu1")  # reads no weights
+    assert (Action.READ_WEIGHTS, relu) not in pairs
+    # a graph with its weights in RAM has no weight steps
+    assert not any(step.action in (Action.READ_WEIGHTS, Action.WRITE_WEIGHTS)
+                   for step in plain_schedule(build_model("mlp", layers=3, width=16)).steps)
+
+
+def _without(schedule: Schedule, action: Action, name: str, graph) -> Schedule:
+    k = graph.index(name)
+    return attrs.evolve(schedule, steps=[s for s in schedule.steps
+                                         if not (s.action is action and s.op == k)])
+
+
+@pytest.mark.parametrize(("change", "rule", "where"), [
+    (lambda s, g: _without(s, Action.READ_WEIGHTS, "fc2", g), "weights_not_read", "fc2"),
+    (lambda s, g: _without(s, Action.WRITE_WEIGHTS, "fc2/grad", g), "weights_not_written",
+     "fc2/grad"),
+    # a read of an op that reads no weights
+    (lambda s, g: attrs.evolve(s, steps=[Step(Action.READ_WEIGHTS, g.index("input"), 0),
+                                         *s.steps]), "stray_weight_step", "input"),
+    # the read away from its COMPUTE: the weights would sit in RAM unaccounted
+    (lambda s, g: attrs.evolve(s, steps=[Step(Action.READ_WEIGHTS, g.index("fc1"), 0),
+                                         *s.steps]), "stray_weight_step", "fc1"),
+])
+def test_weight_steps_must_bracket_their_compute(streamed, change, rule, where):
+    result = check_schedule(streamed, change(plain_schedule(streamed), streamed))
+    assert not result.valid and result.violation.rule == rule
+    assert repr(where) in result.violation.message

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from poetsim.errors import InputError
 from poetsim.graph import graph_fingerprint
 from poetsim.schedule import (
+    Action,
     Schedule,
     ScheduleError,
     ScheduleFileError,
@@ -111,7 +112,8 @@ def edit(doc, path, value):
                                    "[bad_format]"),
     (("version",), 2, "version = 2: this poetsim reads version 1 [unsupported_version]"),
     (("steps", 3), ["comptue", "r", 2], "steps[3]: action \"comptue\": must be one of "
-                                        "compute, page_out, page_in, free [unknown_action]"),
+                                        "compute, page_out, page_in, free, read_weights, "
+                                        "write_weights [unknown_action]"),
     (("steps", 4), ["compute", "conv9", 3], "steps[4]: op \"conv9\" is not in the ops list "
                                            "[unknown_op]"),
     (("steps", 5), ["compute", "s", -1], "steps[5]: stage -1: must be a non-negative "
@@ -177,6 +179,24 @@ def test_binary_round_trip(residual):
     assert encode_binary(s) == data  # op count from the steps: every op is computed
 
 
+def test_weight_steps_take_binary_version_2_and_json_by_name():
+    from poetsim.graph.streaming import WeightsOnStorage
+
+    graph = WeightsOnStorage(trained=True).graph(
+        build_model("mlp", layers=3, width=16, inplace_update=1))
+    s = plain_schedule(graph)
+    assert s.count(Action.READ_WEIGHTS) and s.count(Action.WRITE_WEIGHTS)
+    data = encode_binary(s, graph)
+    assert data[4] == 2  # three action bits
+    assert decode_binary(data, graph) == attrs.evolve(s, metadata={})
+    assert schedule_from_dict(schedule_to_dict(s, graph), graph) == s
+    assert ["read_weights", "fc1", graph.index("fc1")] in schedule_to_dict(s, graph)["steps"]
+    # codes 6 and 7 are no action: the first step word's top byte (little-endian) set to 7
+    with pytest.raises(ScheduleFileError, match=r"steps\[0\]: action code 7 .*"
+                                                r"\[unknown_action\]"):
+        decode_binary(corrupt(data, 25, 0xE0 | data[25] & 0x1F), graph)
+
+
 def test_binary_without_stages(residual):
     s = paging(residual)
     data = encode_binary(s, residual, stages=False)
@@ -236,7 +256,7 @@ STAGES = 24 + 2 * 25
     (lambda d: d[:30] + bytes([d[30] ^ 0x40]) + d[31:], "checksum_mismatch"),
     (lambda d: b"PNG\x00" + d[4:], "bad_magic"),
     (lambda d: b"PO", "truncated"),
-    (lambda d: corrupt(d, 4, 2), "unsupported_version"),
+    (lambda d: corrupt(d, 4, 3), "unsupported_version"),
     (lambda d: corrupt(d, 5, 0x83), "bad_header"),
     (lambda d: corrupt(d, 16, d[16] ^ 1), "fingerprint_mismatch"),
     (lambda d: corrupt(d, 8, 12), "op_count_mismatch"),

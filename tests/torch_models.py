@@ -252,7 +252,9 @@ def remat_and_page_schedule(graph, page: set[str], remat: set[str]):
     (recursively).
     """
     from poetsim.graph import Phase
+    from poetsim.graph.streaming import weight_steps
     from poetsim.schedule import Action, Schedule, Step
+    from poetsim.schedule.ops import with_weight_steps
 
     names = [op.name for op in graph.ops]
     loss = graph.loss_index
@@ -286,7 +288,9 @@ def remat_and_page_schedule(graph, page: set[str], remat: set[str]):
             if not later or (i < loss and t in chosen and not forward_later and t != i):
                 steps.append(Step(Action.FREE, t))
                 resident.discard(t)
-    return Schedule.for_graph(graph, steps, {"method": "hand-built remat and paging"})
+    # an op that reads or writes weights on storage is bracketed by its weight steps
+    return Schedule.for_graph(graph, with_weight_steps(steps, *weight_steps(graph)),
+                              {"method": "hand-built remat and paging"})
 
 
 def with_recomputed(schedule, graph, name: str):

@@ -34,8 +34,9 @@ from poetsim.costs import OpCosts, op_costs
 from poetsim.errors import InputError, OutOfTime
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import fingerprint_known, graph_fingerprint
+from poetsim.graph.streaming import weight_steps
 from poetsim.schedule import Action, Schedule, Step, check_schedule
-from poetsim.schedule.ops import ram_during_steps
+from poetsim.schedule.ops import ram_during_steps, with_weight_steps
 
 __all__ = ["INFEASIBLE", "NOT_APPLICABLE", "OK", "OUT_OF_TIME", "STATUSES", "BaselineResult",
            "OpListFigures", "OutOfTime", "Ticker", "check_budget", "costs_for", "finish",
@@ -231,7 +232,8 @@ def finish(method: str, graph: TrainingGraph, board: Board, costs: OpCosts, budg
     ``infeasible`` result (the method's own schedule does not fit); a structural violation
     is a bug of the method and raises ``AssertionError``.
     """
-    raw = list(steps.steps if isinstance(steps, Schedule) else steps)
+    raw = with_weight_steps(steps.steps if isinstance(steps, Schedule) else steps,
+                            *weight_steps(graph))
     capacity = board.storage.capacity_bytes
     schedule = Schedule(graph.name, graph_fingerprint(graph), raw, {})
     check = check_schedule(graph, schedule, storage_capacity_bytes=capacity)

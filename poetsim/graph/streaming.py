@@ -37,7 +37,7 @@ from poetsim.graph.precision import precision_of
 from poetsim.graph.tiling import first_band
 
 __all__ = ["STREAM_BUFFERS", "WeightsOnStorage", "frozen_weights_read", "stream_commands",
-           "weight_slice_bytes"]
+           "weight_slice_bytes", "weight_steps"]
 
 #: Slices held at once while streaming: the one in use and the one being read.
 STREAM_BUFFERS = 2
@@ -91,6 +91,17 @@ def stream_commands(graph: TrainingGraph, k: int, nbytes: int) -> list[tuple[int
     size = weight_slice_bytes(graph, k, nbytes)
     whole, rest = divmod(nbytes, size)
     return ([(size, whole)] if whole else []) + ([(rest, 1)] if rest else [])
+
+
+def weight_steps(graph: TrainingGraph) -> tuple[list[bool], list[bool]]:
+    """For each op of ``graph``, whether its runs read weights from storage and whether
+    they write weights back: where a schedule puts its ``READ_WEIGHTS`` and
+    ``WRITE_WEIGHTS`` steps (:func:`poetsim.schedule.ops.with_weight_steps`)."""
+    on_storage = WeightsOnStorage.of(graph)
+    if not on_storage:
+        return [False] * len(graph), [False] * len(graph)
+    return ([on_storage.bytes_read(graph, k) > 0 for k in range(len(graph))],
+            [on_storage.bytes_written(graph, k) > 0 for k in range(len(graph))])
 
 
 @attrs.frozen

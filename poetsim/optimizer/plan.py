@@ -44,7 +44,9 @@ import numpy as np
 from poetsim.costs import OpCosts
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
+from poetsim.graph.streaming import weight_steps
 from poetsim.schedule import Action, Schedule, Step
+from poetsim.schedule.ops import with_weight_steps
 
 __all__ = ["PlanMetrics", "StagePlan", "StageTimeline", "drop_idle_keeps",
            "drop_unread_page_outs", "evaluate_plan", "lower_plan", "plan_from_schedule",
@@ -400,7 +402,8 @@ def lower_plan(graph: TrainingGraph, plan: StagePlan, *, metadata: dict | None =
             steps.extend(Step(Action.FREE, i, t) for i in after.get(k, ()))
         steps.extend(Step(Action.FREE, i, t) for i in at_end)
     return Schedule(graph_name=graph.name, graph_fingerprint=graph_fingerprint(graph),
-                    steps=tuple(steps), metadata=metadata or {})
+                    steps=tuple(with_weight_steps(steps, *weight_steps(graph))),
+                    metadata=metadata or {})
 
 
 def plan_from_schedule(graph: TrainingGraph, schedule: Schedule) -> StagePlan | None:
@@ -463,7 +466,7 @@ def plan_from_schedule(graph: TrainingGraph, schedule: Schedule) -> StagePlan | 
                 pending.append(k)
             else:
                 write(t, k)
-        else:
+        elif step.action is Action.FREE:
             if k in pending:
                 pending.remove(k)
                 write(t, k)

@@ -160,7 +160,8 @@ def schedule_matrix(graph: TrainingGraph, schedule: Schedule) -> np.ndarray:
         elif action is Action.PAGE_OUT:
             code = CELL_PAGE_OUT
         else:
-            resident.discard(k)
+            if action is Action.FREE:
+                resident.discard(k)
             continue
         matrix[t, k] = max(matrix[t, k], code)
     return matrix

@@ -18,6 +18,9 @@ Rule codes (see :mod:`poetsim.schedule.ops` for their meaning):
 ``storage_full``            PAGE_OUT beyond ``storage_capacity_bytes``
 ``budget_exceeded``         activation bytes + ``resident_bytes`` over ``budget_bytes``
 ``never_computed``          an op is never computed (position ``len(steps)``)
+``weights_not_read``        COMPUTE of an op reading weights on storage, no READ_WEIGHTS
+``weights_not_written``     COMPUTE of an op writing weights back, no WRITE_WEIGHTS
+``stray_weight_step``       READ_WEIGHTS / WRITE_WEIGHTS not bracketing its op's COMPUTE
 ==========================  =====================================================
 
 Within a COMPUTE the structural rules are checked first (inputs, then the output), then
@@ -31,7 +34,8 @@ import attrs
 from poetsim.errors import ScheduleError
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
-from poetsim.schedule.ops import Action, Schedule, Step
+from poetsim.graph.streaming import weight_steps
+from poetsim.schedule.ops import Action, Schedule, Step, with_weight_steps
 
 __all__ = ["RULES", "CheckResult", "ScheduleError", "Violation", "check_schedule",
            "check_schedule_or_raise", "plain_schedule"]
@@ -40,7 +44,8 @@ __all__ = ["RULES", "CheckResult", "ScheduleError", "Violation", "check_schedule
 RULES = (
     "fingerprint_mismatch", "unknown_op", "input_not_resident", "already_resident",
     "not_resident", "not_on_storage", "redundant_page_out", "storage_full",
-    "budget_exceeded", "never_computed", "recomputed_inplace_update",
+    "budget_exceeded", "never_computed", "recomputed_inplace_update", "weights_not_read",
+    "weights_not_written", "stray_weight_step",
 )
 
 
@@ -91,6 +96,10 @@ class CheckResult:
     def peak_activation_bytes(self) -> int:
         """The peak without the fixed resident region."""
         return self.peak_ram_bytes - self.resident_bytes
+
+
+def _is(step: Step | None, action: Action, op: int) -> bool:
+    return step is not None and step.action is action and step.op == op
 
 
 def _bytes(n: int) -> str:
@@ -155,7 +164,9 @@ class _Replay:
                       f"{graph.name!r} (fingerprint {expected[:12]!r})")
             return
         n = len(ops)
-        for position, step in enumerate(self.schedule.steps):
+        steps = self.schedule.steps
+        reads, writes = weight_steps(graph)
+        for position, step in enumerate(steps):
             k = step.op
             if k >= n:
                 self.fail(position, step, "unknown_op",
@@ -165,7 +176,19 @@ class _Replay:
             name = ops[k].name
             size = ops[k].output_bytes
             action = step.action
+            before = steps[position - 1] if position else None
+            after = steps[position + 1] if position + 1 < len(steps) else None
             if action is Action.COMPUTE:
+                if reads[k] and not _is(before, Action.READ_WEIGHTS, k):
+                    self.fail(position, step, "weights_not_read",
+                              f"op {name!r} reads weights that live on storage: its "
+                              "COMPUTE must follow its READ_WEIGHTS", k)
+                    return
+                if writes[k] and not _is(after, Action.WRITE_WEIGHTS, k):
+                    self.fail(position, step, "weights_not_written",
+                              f"op {name!r} updates weights that live on storage in place: "
+                              "its COMPUTE must be followed by its WRITE_WEIGHTS", k)
+                    return
                 missing = next((p for p in graph.predecessors(k) if not self.resident[p]), None)
                 if missing is not None:
                     self.fail(position, step, "input_not_resident",
@@ -223,6 +246,19 @@ class _Replay:
                 self.resident[k] = True
                 self.live += size
                 self.bytes_in += size
+            elif action in (Action.READ_WEIGHTS, Action.WRITE_WEIGHTS):
+                reading = action is Action.READ_WEIGHTS
+                if not (reads if reading else writes)[k]:
+                    self.fail(position, step, "stray_weight_step",
+                              f"op {name!r} {'reads' if reading else 'writes'} no weights "
+                              f"{'from' if reading else 'to'} storage", k)
+                    return
+                if not _is(after if reading else before, Action.COMPUTE, k):
+                    self.fail(position, step, "stray_weight_step",
+                              f"{action.value} must come right "
+                              f"{'before' if reading else 'after'} a COMPUTE of op {name!r}",
+                              k)
+                    return
             else:  # FREE
                 if not self.resident[k]:
                     self.fail(position, step, "not_resident",
@@ -302,4 +338,5 @@ def plain_schedule(graph: TrainingGraph) -> Schedule:
     for k in range(n):
         steps.append(Step(Action.COMPUTE, k, k))
         steps.extend(Step(Action.FREE, i, k) for i in frees_after[k])
-    return Schedule.for_graph(graph, steps, {"method": "plain"})
+    return Schedule.for_graph(graph, with_weight_steps(steps, *weight_steps(graph)),
+                              {"method": "plain"})

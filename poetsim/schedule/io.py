@@ -21,21 +21,22 @@ Steps name their op, so a reader can follow the file without the graph::
     }
 
 Each step is ``[action, op name, stage]`` with ``action`` one of ``compute``,
-``page_out``, ``page_in``, ``free`` (see :mod:`poetsim.schedule.ops` for their meaning).
-``ops`` lists the graph's op names in graph order; it maps names to the op indices of
-:class:`~poetsim.schedule.ops.Step` when the file is read without the graph. Read with a
-graph, the file's fingerprint must equal the graph's. Any problem raises a one-line
+``page_out``, ``page_in``, ``free``, ``read_weights``, ``write_weights`` (see
+:mod:`poetsim.schedule.ops` for their meaning). ``ops`` lists the graph's op names in
+graph order; it maps names to the op indices of :class:`~poetsim.schedule.ops.Step` when
+the file is read without the graph. Read with a graph, the file's fingerprint must equal
+the graph's. Any problem raises a one-line
 :class:`ScheduleFileError` naming the file, the position (``steps[12]``) and a rule code in
 brackets, e.g. ``plan.json: steps[12]: op 'conv9' is not in the ops list [unknown_op]``.
 
-Binary (version 1)
-------------------
+Binary (versions 1 and 2)
+-------------------------
 Little-endian (the byte order of Cortex-M and Cortex-A cores), laid out so that the step
 words are naturally aligned::
 
     offset  size  field
     0       4     magic b"POET"
-    4       1     version (1)
+    4       1     version (1 or 2)
     5       1     flags: bit 0 = 32-bit step words, bit 1 = stage section present
     6       2     reserved, 0
     8       4     op count of the graph (uint32)
@@ -48,6 +49,11 @@ words are naturally aligned::
 A step word holds the action in its top 2 bits (compute 0, page_out 1, page_in 2, free 3)
 and the op index in the rest: 16-bit words (14-bit index) when the graph has at most
 16384 ops, 32-bit words (30-bit index) otherwise.
+
+Version 2 is the same with the action in the top 3 bits, adding read_weights 4 and
+write_weights 5 (13-bit index in 16-bit words, up to 8192 ops; 29-bit in 32-bit words).
+A schedule with weight steps is written as version 2, any other as version 1; both are
+read.
 
 Stages are kept, run-length encoded, by default: the section is a LEB128 varint run count,
 then per run of equal stages the zigzag-varint change of stage from the previous run (the
@@ -73,7 +79,7 @@ from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
 from poetsim.schedule.check import ScheduleError
 from poetsim.schedule.metadata import parse_metadata
-from poetsim.schedule.ops import Action, Schedule, Step
+from poetsim.schedule.ops import WEIGHT_ACTIONS, Action, Schedule, Step
 
 __all__ = [
     "BINARY_MAGIC", "BINARY_VERSION", "FORMAT", "VERSION", "ScheduleFileError",
@@ -84,17 +90,24 @@ __all__ = [
 FORMAT = "poetsim-schedule"
 VERSION = 1
 BINARY_MAGIC = b"POET"
-BINARY_VERSION = 1
+#: The newest binary version; a schedule without weight steps is still written as version 1.
+BINARY_VERSION = 2
 
 _KEYS = ("format", "version", "graph", "graph_fingerprint", "metadata", "ops", "steps")
 _HEADER = struct.Struct("<4sBBHII8s")
 _CRC = struct.Struct("<I")
 _FLAG_WIDE = 0x01
 _FLAG_STAGES = 0x02
-_NARROW_OPS = 1 << 14
-_WIDE_OPS = 1 << 30
-_CODES = {Action.COMPUTE: 0, Action.PAGE_OUT: 1, Action.PAGE_IN: 2, Action.FREE: 3}
+_CODES = {Action.COMPUTE: 0, Action.PAGE_OUT: 1, Action.PAGE_IN: 2, Action.FREE: 3,
+          Action.READ_WEIGHTS: 4, Action.WRITE_WEIGHTS: 5}
 _ACTIONS = {code: action for action, code in _CODES.items()}
+#: Bits of a step word that hold the action, per binary version.
+_ACTION_BITS = {1: 2, 2: 3}
+
+
+def _index_bits(version: int, wide: bool) -> int:
+    """Bits of a step word that hold the op index."""
+    return (32 if wide else 16) - _ACTION_BITS[version]
 
 
 class _Problem(Exception):
@@ -349,18 +362,20 @@ def encode_binary(schedule: Schedule, graph: TrainingGraph | None = None, *,
         op_count = len(graph.ops)
     else:
         op_count = max((step.op for step in schedule.steps), default=-1) + 1
-    if op_count > _WIDE_OPS:
+    version = 2 if any(step.action in WEIGHT_ACTIONS for step in schedule.steps) else 1
+    most = 1 << _index_bits(version, True)
+    if op_count > most:
         raise ScheduleError(f"graph has {op_count} ops: the binary format holds at most "
-                            f"{_WIDE_OPS}")
+                            f"{most}")
     if len(schedule.steps) >= 1 << 32:
         raise ScheduleError(f"{len(schedule.steps)} steps: the binary format holds fewer "
                             "than 2**32")
-    wide = op_count > _NARROW_OPS
+    wide = op_count > 1 << _index_bits(version, False)
     flags = (_FLAG_WIDE if wide else 0) | (_FLAG_STAGES if stages else 0)
-    out = bytearray(_HEADER.pack(BINARY_MAGIC, BINARY_VERSION, flags, 0, op_count,
+    out = bytearray(_HEADER.pack(BINARY_MAGIC, version, flags, 0, op_count,
                                  len(schedule.steps),
                                  _fingerprint_prefix(schedule.graph_fingerprint)))
-    shift, fmt = (30, "<I") if wide else (14, "<H")
+    shift, fmt = _index_bits(version, wide), ("<I" if wide else "<H")
     words = [(_CODES[step.action] << shift) | step.op for step in schedule.steps]
     out += struct.pack(f"{fmt[0]}{len(words)}{fmt[1]}", *words)
     if stages:
@@ -407,9 +422,9 @@ def _decode(data: bytes, fingerprint: str, op_count_expected: int | None) -> lis
         raise _Problem("", "checksum mismatch: the data is corrupted or truncated",
                        "checksum_mismatch")
     magic, version, flags, reserved, op_count, step_count, prefix = _HEADER.unpack_from(data)
-    if version != BINARY_VERSION:
-        raise _Problem("", f"version {version}: this poetsim reads version {BINARY_VERSION}",
-                       "unsupported_version")
+    if version not in _ACTION_BITS:
+        raise _Problem("", f"version {version}: this poetsim reads versions 1 to "
+                           f"{BINARY_VERSION}", "unsupported_version")
     if flags & ~(_FLAG_WIDE | _FLAG_STAGES) or reserved:
         raise _Problem("", f"header flags 0x{flags:02x} / reserved {reserved}: unknown bits set",
                        "bad_header")
@@ -420,7 +435,7 @@ def _decode(data: bytes, fingerprint: str, op_count_expected: int | None) -> lis
         raise _Problem("", f"made for a graph of {op_count} ops, the graph has "
                            f"{op_count_expected}", "op_count_mismatch")
     wide = bool(flags & _FLAG_WIDE)
-    word, shift = (4, 30) if wide else (2, 14)
+    word, shift = (4 if wide else 2), _index_bits(version, wide)
     body_end = len(data) - _CRC.size
     steps_end = _HEADER.size + step_count * word
     if steps_end > body_end:
@@ -454,7 +469,11 @@ def _decode(data: bytes, fingerprint: str, op_count_expected: int | None) -> lis
         if op >= op_count:
             raise _Problem(f"steps[{i}]", f"op index {op} is outside the graph's {op_count} "
                                           "ops", "unknown_op", i)
-        steps.append(Step(_ACTIONS[value >> shift], op, stage_of[i]))
+        action = _ACTIONS.get(value >> shift)
+        if action is None:
+            raise _Problem(f"steps[{i}]", f"action code {value >> shift} is not one of "
+                                          f"version {version}'s", "unknown_action", i)
+        steps.append(Step(action, op, stage_of[i]))
     return steps
 
 

@@ -40,6 +40,18 @@ Steps, in list order (each one finishes before the next starts)
 ``FREE k``
     Releases tensor ``k`` from RAM. It must be resident [``not_resident``]. Its storage
     copy, if any, stays (storage is never released within an iteration).
+``READ_WEIGHTS k`` and ``WRITE_WEIGHTS k``
+    On a graph whose weights live on the storage device (its ``weights_on_storage``
+    metadata, :mod:`poetsim.graph.streaming`), an op that reads weights from there runs as
+    ``READ_WEIGHTS k`` right before its ``COMPUTE k`` [``weights_not_read``], and one that
+    writes its in-place update back runs ``WRITE_WEIGHTS k`` right after it
+    [``weights_not_written``], every time it runs. Both steps belong to the op's run:
+    ``READ_WEIGHTS`` streams the op's weights slice by slice into the two slice buffers of
+    its workspace as it computes, ``WRITE_WEIGHTS`` writes the updated slices back, and
+    the op holds the storage device from the first to the last (no page transfer runs
+    beside it). They change neither set, and RAM is that of the ``COMPUTE``. Such a step
+    anywhere else, or for an op with no weights to read or write there, breaks
+    [``stray_weight_step``].
 
 Every step's op must be an op of the graph [``unknown_op``], and the schedule must be made
 for this graph: its ``graph_fingerprint`` equals
@@ -79,7 +91,8 @@ from poetsim.errors import InputError
 if TYPE_CHECKING:
     from poetsim.graph.graph import TrainingGraph
 
-__all__ = ["Action", "Schedule", "Step", "ram_during_steps"]
+__all__ = ["WEIGHT_ACTIONS", "Action", "Schedule", "Step", "ram_during_steps",
+           "with_weight_steps"]
 
 
 class Action(enum.Enum):
@@ -89,6 +102,12 @@ class Action(enum.Enum):
     PAGE_OUT = "page_out"
     PAGE_IN = "page_in"
     FREE = "free"
+    READ_WEIGHTS = "read_weights"
+    WRITE_WEIGHTS = "write_weights"
+
+
+#: The steps that move weights on storage (they bracket a COMPUTE, see the module docstring).
+WEIGHT_ACTIONS = frozenset({Action.READ_WEIGHTS, Action.WRITE_WEIGHTS})
 
 
 def _to_action(value: Any) -> Action:
@@ -251,3 +270,22 @@ def ram_during_steps(steps: Iterable[Step], output_bytes: Sequence[int],
             live -= output_bytes[k]
         append(live)
     return ram
+
+
+def with_weight_steps(steps: Iterable[Step], reads: Sequence[bool],
+                      writes: Sequence[bool]) -> list[Step]:
+    """``steps`` with each COMPUTE of an op that reads weights from storage
+    (``reads[k]``) preceded by its ``READ_WEIGHTS`` and each of one that writes them back
+    (``writes[k]``) followed by its ``WRITE_WEIGHTS`` (the contract's rule); any weight
+    steps already there are replaced. :func:`poetsim.graph.streaming.weight_steps` gives
+    the flags of a graph."""
+    out: list[Step] = []
+    for step in steps:
+        if step.action in WEIGHT_ACTIONS:
+            continue
+        if step.action is Action.COMPUTE and reads[step.op]:
+            out.append(Step(Action.READ_WEIGHTS, step.op, step.stage))
+        out.append(step)
+        if step.action is Action.COMPUTE and writes[step.op]:
+            out.append(Step(Action.WRITE_WEIGHTS, step.op, step.stage))
+    return out

@@ -35,11 +35,13 @@ page-out's extra write-busy time is drawn once, before the run, in plan order
 The data input op is a COMPUTE like any other: its OpCosts cost is already the read of the
 batch from storage (:mod:`poetsim.costs`), so it runs on the CPU for that time and energy,
 without occupying the storage device or waking it (a simplification). An op that streams
-weights from storage (:mod:`poetsim.graph.streaming`) has its reads, write-backs and the
-storage's wake-ups between them in its cost too, and the write-backs' wear is booked on
-the device; but it does occupy the device: before it starts, the CPU holds the DMA engine
-(no queued page transfer starts) and waits, stalled, for the transfers running to end, and
-it releases the engine when the op ends. The storage serves one command stream at a time.
+weights from storage (:mod:`poetsim.graph.streaming`; its COMPUTE follows its
+READ_WEIGHTS step, and a WRITE_WEIGHTS step follows it when it writes them back) has its
+reads, write-backs and the storage's wake-ups between them in its cost too, and each
+WRITE_WEIGHTS books its wear on the device; but it does occupy the device: once its
+inputs are in RAM, the CPU holds the DMA engine (no queued page transfer starts) and
+waits, stalled, for the transfers running to end, and it releases the engine when the op
+ends. The storage serves one command stream at a time.
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ from poetsim.sim.timeline import Slice, StateSlice, Timeline
 __all__ = ["Simulation"]
 
 _COMPUTE, _PAGE_OUT, _PAGE_IN, _FREE = Action.COMPUTE, Action.PAGE_OUT, Action.PAGE_IN, Action.FREE
+_READ_WEIGHTS, _WRITE_WEIGHTS = Action.READ_WEIGHTS, Action.WRITE_WEIGHTS
 
 
 class Simulation:
@@ -116,8 +119,6 @@ class Simulation:
         self.compute_time = costs.compute_time_s.tolist()
         self.compute_energy = costs.compute_energy_j.tolist()
         self.preds = [graph.predecessors(k) for k in range(len(graph.ops))]
-        #: ops that stream weights from the storage device (they hold the DMA engine)
-        self.streams = costs.streams.tolist()
 
         dma = board.dma.present
         self.profile = program_profile(graph, self.steps, costs, resident_bytes=resident_bytes,
@@ -339,11 +340,19 @@ class Simulation:
         arriving, triggers, job_at = self.arriving, self.triggers, self.job_at
         computed, slices, dma = self.computed, self.slices, self.dma
         limit = self.ram_limit
+        reads_weights = False  # the step before this COMPUTE is its READ_WEIGHTS
         for i, step in enumerate(self.steps):
             self.pos = i
             if self.deferred:
                 self._retry_deferred()
             action, k = step.action, step.op
+            if action is _READ_WEIGHTS or action is _WRITE_WEIGHTS:
+                # the op's run, with its reads and write-backs, is priced in its COMPUTE
+                reads_weights = action is _READ_WEIGHTS
+                fired = triggers.get(i)
+                if fired:
+                    self._fire(fired)
+                continue
             if action is _COMPUTE:
                 for u in preds[k]:
                     job = arriving.get(u)
@@ -356,7 +365,8 @@ class Simulation:
                 fired = triggers.get(i)
                 if fired:
                     self._fire(fired)
-                held = dma is not None and self.streams[k]
+                held = dma is not None and reads_weights
+                reads_weights = False
                 if held:
                     yield from self._hold_storage()
                 kind = "recompute" if computed[k] else "compute"
@@ -434,10 +444,10 @@ class Simulation:
 
     def _report(self, makespan: float, machines: list, events: int, wall: float) -> SimReport:
         board, ram, storage, ledger = self.board, self.ram, self.storage, self.ledger
-        for step in self.steps:  # weights on storage written back inside their ops
-            written = int(self.costs.writeback_bytes[step.op])
-            if step.action is not Action.COMPUTE or not written:
+        for step in self.steps:  # weights on storage written back by their ops' runs
+            if step.action is not Action.WRITE_WEIGHTS:
                 continue
+            written = int(self.costs.writeback_bytes[step.op])
             for size, count in stream_commands(self.graph, step.op, written):
                 device = transfer_phases(board, size, write=True).device_bytes
                 for _ in range(count):

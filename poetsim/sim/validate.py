@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
+from poetsim.graph.streaming import weight_steps
 from poetsim.schedule.check import ScheduleError, check_schedule
-from poetsim.schedule.ops import Action, Schedule
+from poetsim.schedule.ops import Action, Schedule, with_weight_steps
 
 __all__ = ["validate_structure"]
 
@@ -48,11 +49,15 @@ def _structurally_valid(graph: TrainingGraph, schedule: Schedule) -> bool:
             if not resident[k] or stored[k]:
                 return False
             stored[k] = True
-        else:
+        elif action is Action.PAGE_IN:
             if not stored[k] or resident[k]:
                 return False
             resident[k] = True
-    return all(computed)
+    if not all(computed):
+        return False
+    # the weight steps bracket exactly the COMPUTEs the contract says
+    expected = with_weight_steps(schedule.steps, *weight_steps(graph))
+    return [(s.action, s.op) for s in expected] == [(s.action, s.op) for s in schedule.steps]
 
 
 def validate_structure(graph: TrainingGraph, schedule: Schedule) -> None:

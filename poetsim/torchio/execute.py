@@ -41,12 +41,13 @@ on storage. Those (:class:`~poetsim.graph.streaming.WeightsOnStorage`, recorded 
 graph's ``weights_on_storage`` metadata by :func:`poetsim.request.resolve_request`: the
 frozen ones, the trained ones, or both) live in files, one per parameter, under
 ``weights/`` in the page directory, written before the first step (the card the board
-boots with), each with its SHA-256. A COMPUTE loads, when it starts, the weights on storage
-that the cost model says the op reads (the parameters of the op it owns or differentiates;
-trained ones only in a forward op or an in-place update), refusing a file whose digest
-changed; the op reads parameters only from RAM or from what it loaded (any other parameter
-is an :class:`ExecutionError`); when it ends, an in-place update writes the updated tensor
-back to its file, and every loaded weight is dropped. The executor loads and writes back
+boots with), each with its SHA-256. The schedule's READ_WEIGHTS step before a COMPUTE
+loads the weights on storage that the cost model says the op reads (the parameters of the
+op it owns or differentiates; trained ones only in a forward op or an in-place update),
+refusing a file whose digest changed; the op reads parameters only from RAM or from what
+was loaded for it (any other parameter is an :class:`ExecutionError`); the WRITE_WEIGHTS
+step after an in-place update writes the updated tensor back to its file, and every
+loaded weight is dropped when the op's run ends. The executor loads and writes back
 an op's *whole* parameter, not the board's output-channel slices
 (:func:`~poetsim.graph.streaming.weight_slice_bytes`): the bytes moved per op are the
 same, the weights held at once are not (``weights_held_peak_bytes`` reports them; they
@@ -305,7 +306,8 @@ class _Runner:
         return nbytes
 
     def load_weights(self, k: int) -> None:
-        """Load the weights on storage op ``k`` reads, whole, for this op only."""
+        """Load the weights on storage op ``k`` reads, whole, for this op only (its
+        READ_WEIGHTS step)."""
         held = sum(self.load_weight(name) for name in self.weights_of(k))
         self.weights_held_peak_bytes = max(self.weights_held_peak_bytes, held)
 
@@ -314,8 +316,8 @@ class _Runner:
         self.weights_written_bytes += self.save_weight(name, self.loaded[name])
 
     def drop_weights(self) -> None:
-        """After the op: write back what it updated in place, then drop every loaded
-        weight (nothing of them stays in RAM)."""
+        """After the op (its WRITE_WEIGHTS step): write back what it updated in place,
+        then drop every loaded weight (nothing of them stays in RAM)."""
         for name in self.updated_loaded:
             self.write_back(name)
         self.updated_loaded.clear()
@@ -407,7 +409,6 @@ class _Runner:
         preds = {graph.ops[p].name: self.read(position, step, graph.ops[p].name)
                  for p in graph.predecessors(k)}
         self.current = op.name
-        self.load_weights(k)
         try:
             if op.phase is Phase.BACKWARD:
                 return self.backward(position, step, op.forward_of, preds)
@@ -416,7 +417,8 @@ class _Runner:
             with torch.no_grad():
                 out = self.evaluate(op.name, preds)
         finally:
-            self.drop_weights()
+            if not self.updated_loaded:  # else its WRITE_WEIGHTS writes them back
+                self.loaded.clear()
             self.current = None
         if any(isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr()
                == out.untyped_storage().data_ptr() for v in preds.values()):
@@ -683,7 +685,11 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
                 runner.page_out(position, step, name)
             elif step.action is Action.PAGE_IN:
                 runner.resident[name] = runner.page_in(position, step, name)
-            else:
+            elif step.action is Action.READ_WEIGHTS:
+                runner.load_weights(step.op)
+            elif step.action is Action.WRITE_WEIGHTS:
+                runner.drop_weights()
+            elif step.action is Action.FREE:
                 runner.read(position, step, name)
                 del runner.resident[name]
             now = during or runner.live_bytes()
