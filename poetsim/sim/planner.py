@@ -40,7 +40,7 @@ import numpy as np
 
 from poetsim.costs import OpCosts
 from poetsim.graph.graph import TrainingGraph
-from poetsim.schedule.ops import WEIGHT_ACTIONS, Action, Step, ram_during_steps
+from poetsim.schedule.ops import Action, Step, ram_during_steps
 
 __all__ = ["PlannedTransfer", "ProgramProfile", "plan_transfers", "program_profile"]
 
@@ -177,9 +177,10 @@ def plan_transfers(graph: TrainingGraph, steps: Sequence[Step], costs: OpCosts,
     computes: dict[int, list[int]] = {}
     paged: set[int] = set()
     FREE, COMPUTE, PAGE_IN = Action.FREE, Action.COMPUTE, Action.PAGE_IN
+    READ, WRITE = Action.READ_WEIGHTS, Action.WRITE_WEIGHTS
     for i, step in enumerate(steps):
         k, action = step.op, step.action
-        if action in WEIGHT_ACTIONS:  # they touch weights, not tensor k
+        if action is READ or action is WRITE:  # they touch weights, not tensor k
             continue
         touches.setdefault(k, []).append(i)
         if action is COMPUTE:
