@@ -1214,3 +1214,26 @@ def test_graphs_beyond_stage_form_get_the_best_checked_op_list(monkeypatch):
     # with room for every activation, checkpoint-all is proven optimal
     roomy = solve(paper_request(graph, board, "100%"), time_limit_s=10)
     assert roomy.status is SolveStatus.OPTIMAL and roomy.metrics.recomputations == 0
+
+
+def test_the_remat_neighbourhood_pages_checkpoints_to_meet_a_deadline(monkeypatch):
+    """A deadline that remat alone cannot meet: the remat-only plan without it, with its
+    recomputations as the only ones allowed, is the neighbourhood the search starts from;
+    its plan is cheaper than the search finds without it at the same effort, and fits."""
+    import importlib
+
+    from poetsim.boards import get_board
+
+    solve_module = importlib.import_module("poetsim.optimizer.solve")
+    board = get_board("nrf52840")
+    graph = build_model("mlp", layers=5, width=256)
+    request = resolve_request(graph, board, ram="50%", deadline="1.2x", accounting="paper")
+    remat_alone = solve(request, remat=True, paging=False, time_limit_s=30, effort=60)
+    assert remat_alone.status is SolveStatus.INFEASIBLE
+    result = solve(request, time_limit_s=30, effort=60)
+    assert result.warm_start == "remat neighbourhood"
+    assert_result_is_sound(graph, board, result, request.activation_budget_bytes,
+                           request.deadline_s)
+    monkeypatch.setattr(solve_module, "_remat_neighbourhood", lambda search, milp: None)
+    without = solve(request, time_limit_s=30, effort=60)
+    assert result.metrics.energy_j < without.metrics.energy_j * (1 - 1e-3)
