@@ -229,6 +229,17 @@ class BruteForce:
         return min(feasible) if feasible else None
 
 
+def deadline_between(front: list[tuple[float, float]], pick: float | None) -> float | None:
+    """A deadline halfway between two times of the Pareto ``front``, chosen by ``pick``
+    in [0, 1] (None, or a front of one time: no deadline), so that a float tie between
+    the brute force and the solver cannot decide the case."""
+    times = sorted({s for _, s in front})
+    gaps = [(a + b) / 2 for a, b in zip(times, times[1:]) if b - a > 1e-6 * b]
+    if pick is None or not gaps:
+        return None
+    return gaps[min(int(pick * len(gaps)), len(gaps) - 1)]
+
+
 def _undominated(timings: list[tuple]) -> list[tuple]:
     """The timing states (energy, end, lane, prefetched, dues) no other one is at least as
     good in."""
@@ -551,11 +562,7 @@ def test_random_tiny_dags_against_brute_force(graph, fraction, mode, dma, throug
     high = plain_peak(graph).bytes
     budget = low + math.floor(fraction * (high - low))
     front = BruteForce(graph, costs).frontier(budget, remat=remat, paging=paging)
-    deadline = None
-    times = sorted({s for _, s in front})
-    gaps = [(a + b) / 2 for a, b in zip(times, times[1:]) if b - a > 1e-6 * b]
-    if deadline_pick is not None and gaps:
-        deadline = gaps[min(int(deadline_pick * len(gaps)), len(gaps) - 1)]
+    deadline = deadline_between(front, deadline_pick)
     feasible = [e for e, s in front if deadline is None or s <= deadline]
     result = solve(paper_request(graph, board, budget, deadline), remat=remat, paging=paging,
                    time_limit_s=5)
@@ -582,11 +589,7 @@ def test_ops_streaming_weights_hold_the_lane_as_in_the_brute_force(
     low, _ = minimum_ram_bytes(graph)
     budget = low + math.floor(fraction * (plain_peak(graph).bytes - low))
     front = BruteForce(graph, costs).frontier(budget, remat=remat, paging=True)
-    times = sorted({s for _, s in front})
-    gaps = [(a + b) / 2 for a, b in zip(times, times[1:]) if b - a > 1e-6 * b]
-    deadline = None
-    if deadline_pick is not None and gaps:
-        deadline = gaps[min(int(deadline_pick * len(gaps)), len(gaps) - 1)]
+    deadline = deadline_between(front, deadline_pick)
     best = min(e for e, s in front if deadline is None or s <= deadline)
     result = solve(paper_request(graph, board, budget, deadline, costs=costs), remat=remat,
                    paging=True, time_limit_s=5)
@@ -1009,11 +1012,7 @@ def test_status_stays_honest_when_memory_units_are_rounded(graph, fraction, mode
     high = plain_peak(graph).bytes
     budget = low + math.floor(fraction * (high - low))
     front = BruteForce(graph, costs).frontier(budget, remat=remat, paging=paging)
-    times = sorted({s for _, s in front})
-    gaps = [(a + b) / 2 for a, b in zip(times, times[1:]) if b - a > 1e-6 * b]
-    deadline = None
-    if deadline_pick is not None and gaps:
-        deadline = gaps[min(int(deadline_pick * len(gaps)), len(gaps) - 1)]
+    deadline = deadline_between(front, deadline_pick)
     feasible = [e for e, s in front if deadline is None or s <= deadline]
     expected = min(feasible) if feasible else None
     result = solve(paper_request(graph, board, budget, deadline), remat=remat, paging=paging,
