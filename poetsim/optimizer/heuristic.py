@@ -199,7 +199,8 @@ def greedy_plan(graph: TrainingGraph, costs: OpCosts, budget_bytes: int, *, rema
 
 
 def overlap_transfers(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
-                      plan: StagePlan, *, reach: int = _OVERLAP_REACH) -> StagePlan:
+                      plan: StagePlan, *, reach: int = _OVERLAP_REACH,
+                      max_work: int | None = None) -> StagePlan:
     """``plan`` with its transfers hidden behind more compute, where the RAM budget allows.
 
     On the DMA timeline (:func:`~poetsim.optimizer.plan.stage_timeline`) the CPU waits for
@@ -213,14 +214,25 @@ def overlap_transfers(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
     energy most without lengthening the iteration. A lifted op list
     (:func:`~poetsim.optimizer.plan.plan_from_schedule`) has neither: its page-outs free
     the tensor where the list does, its page-ins sit in the stage of their reader. The
-    same plan on a board without DMA or without transfers.
+    same plan on a board without DMA or without transfers. ``max_work`` bounds the work,
+    counted in stages timed (each timeline of the plan times all its stages): past it, the
+    plan as it is then.
     """
     if costs.cpu_moves or not (plan.page_in.any() or plan.page_out.any()):
         return plan
+    work = [0]
+
+    def spent() -> bool:
+        return max_work is not None and work[0] >= max_work
+
+    def timed(candidate: StagePlan) -> Any:
+        work[0] += candidate.n
+        return stage_timeline(graph, costs, candidate)
+
     n = plan.n
     m = {name: getattr(plan, name).copy() for name in ("compute", "keep", "stored",
                                                        "page_in", "page_out")}
-    timeline = stage_timeline(graph, costs, plan)
+    timeline = timed(plan)
     best = [timeline.wait_energy_j(costs), timeline.makespan_s]
 
     def score(stages: list[int]) -> tuple[float, float] | None:
@@ -229,7 +241,7 @@ def overlap_transfers(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
         candidate = StagePlan(**m)
         if any(stage_peak_bytes(graph, costs, candidate, s)[0] > budget_bytes for s in stages):
             return None
-        changed = stage_timeline(graph, costs, candidate)
+        changed = timed(candidate)
         return changed.wait_energy_j(costs), changed.makespan_s
 
     def choose(options: list[tuple[int, float, float]], apply: Any) -> None:
@@ -248,12 +260,14 @@ def overlap_transfers(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
     for _ in range(_OVERLAP_PASSES):
         extended = False
         for t, i in np.argwhere(m["page_out"]):
+            if spent():
+                return StagePlan(**m)
             i = int(i)
             last_reader = max(graph.successors(i), default=i)
             u = int(t)
             while u + 1 < n and m["keep"][u + 1, i]:
                 u += 1
-            timeline = stage_timeline(graph, costs, StagePlan(**m))
+            timeline = timed(StagePlan(**m))
             for s in range(u + 1, min(u + reach, last_reader) + 1):
                 if (timeline.write_end_s[i] <= timeline.compute_end_s[s - 1]
                         or m["compute"][s, i] or m["page_in"][s, i]):
@@ -263,13 +277,15 @@ def overlap_transfers(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
                 if stage_peak_bytes(graph, costs, candidate, s)[0] > budget_bytes:
                     m["keep"][s, i] = False
                     break
-                timeline = stage_timeline(graph, costs, candidate)
+                timeline = timed(candidate)
                 extended = True
         if not extended:
             break
-    timeline = stage_timeline(graph, costs, StagePlan(**m))
+    timeline = timed(StagePlan(**m))
     best[:] = [timeline.wait_energy_j(costs), timeline.makespan_s]
     for t, i in np.argwhere(m["page_in"]):
+        if spent():
+            break
         t, i = int(t), int(i)
         options = []
         s = t
