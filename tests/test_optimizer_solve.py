@@ -1148,7 +1148,7 @@ def test_window_search_never_worsens_the_incumbent() -> None:
                       storage_capacity_bytes=None,
                       energy_reference_j=float(costs.compute_energy_j.sum()))
     assert milp.add_warm_start(plan)
-    better, found, _ = _window_search(milp, graph, costs, plan, metrics, budget, None,
+    better, found, _ = _window_search(milp, plan, metrics, budget, None,
                                       time_budget=3.0, gap_limit=0.0)
     assert found.energy_j <= metrics.energy_j
     assert evaluate_plan(graph, costs, better) == found

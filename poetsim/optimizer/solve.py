@@ -94,8 +94,8 @@ _BOUND_MAX_S = 5.0
 _SAME_ENERGY = 1e-10
 
 
-def _window_search(milp: Any, graph: TrainingGraph, costs: OpCosts, plan: StagePlan,
-                   metrics: PlanMetrics, budget: int, deadline_s: float | None,
+def _window_search(milp: MilpModel, plan: StagePlan, metrics: PlanMetrics, budget: int,
+                   deadline_s: float | None,
                    *, time_budget: float, gap_limit: float, window_nodes: int | None = None,
                    work: WorkLimit | None = None, limits_hit: list[str] | None = None
                    ) -> tuple[StagePlan, PlanMetrics, int]:
@@ -117,7 +117,7 @@ def _window_search(milp: Any, graph: TrainingGraph, costs: OpCosts, plan: StageP
     # the caller's gap limit keeps the windows from stopping as soon as they start, and a
     # floor keeps a caller's gap of 0 from leaving every window unfinished.
     model.setParam("limits/gap", max(gap_limit / 10, _WINDOW_MIN_GAP))
-    n = len(graph)
+    n = milp.n
     step = max(1, n // _WINDOWS)
     starts = list(range(max(0, n - 2 * step), -1, -step))
     deadline_at = time.perf_counter() + time_budget
@@ -151,13 +151,10 @@ def _window_search(milp: Any, graph: TrainingGraph, costs: OpCosts, plan: StageP
             if model.getStatus() == "timelimit" and window_nodes is not None \
                     and limits_hit is not None:
                 limits_hit.append("time")
-            if model.getNSols() > 0:
-                candidate = milp.plan_from_solution(model.getBestSol())
-                found = evaluate_plan(graph, costs, candidate)
-                better = found.energy_j < metrics.energy_j * (1 - 1e-9)
-                if better and found.fits(budget, deadline_s):
-                    plan, metrics = candidate, found
-                    improved += 1
+            better = _better_solution(milp, budget, deadline_s, metrics)
+            if better is not None:
+                plan, metrics = better
+                improved += 1
             if model.getStatus() in ("optimal", "gaplimit", "infeasible"):
                 solved_for[first] = improved
             if work is not None and work.spent and model.getNNodes() <= 1:
@@ -682,7 +679,6 @@ def _build(search: _Search) -> MilpModel | SolveResult:
     if search.plan is not None and milp.add_warm_start(search.plan):
         search.warm_start = search.heuristic
     model = milp.model
-    model.setParam("limits/time", max(0.1, float(search.time_limit_s) - search.build_time_s))
     model.setParam("limits/gap", float(search.gap_limit))
     model.setParam("randomization/randomseedshift", int(search.seed))
     model.setParam("parallel/maxnthreads", int(search.threads))
@@ -695,6 +691,21 @@ def _build(search: _Search) -> MilpModel | SolveResult:
         # little; the fast setting keeps the time for the search.
         model.setPresolve(SCIP_PARAMSETTING.FAST)
     return milp
+
+
+def _better_solution(milp: MilpModel, budget: int, deadline_s: float | None,
+                     than: PlanMetrics | None) -> tuple[StagePlan, PlanMetrics] | None:
+    """SCIP's best solution of the model's last search as a plan with its exact metrics,
+    when it fits the budget and the deadline and costs less than ``than`` (any plan
+    does without it); None otherwise."""
+    if milp.model.getNSols() == 0:
+        return None
+    plan = milp.plan_from_solution(milp.model.getBestSol())
+    metrics = evaluate_plan(milp.graph, milp.costs, plan)
+    if not metrics.fits(budget, deadline_s) or (
+            than is not None and metrics.energy_j >= than.energy_j * (1 - 1e-9)):
+        return None
+    return plan, metrics
 
 
 def _remat_neighbourhood(search: _Search, milp: MilpModel) -> None:
@@ -722,20 +733,15 @@ def _remat_neighbourhood(search: _Search, milp: MilpModel) -> None:
     model.optimize()
     if model.getStatus() == "timelimit" and search.work is not None:
         search.limits_hit.append("time")
-    if model.getNSols() > 0:
-        plan = milp.plan_from_solution(model.getBestSol())
-        metrics = evaluate_plan(request.graph, request.costs, plan)
-        if metrics.fits(request.activation_budget_bytes, search.deadline_s,
-                        request.board.storage.capacity_bytes) and (
-                search.metrics is None or metrics.energy_j < search.metrics.energy_j):
-            search.plan, search.metrics = plan, metrics
-            search.heuristic = "remat neighbourhood"
-            search.warm_start = search.heuristic
+    better = _better_solution(milp, request.activation_budget_bytes, search.deadline_s,
+                              search.metrics)
+    if better is not None:
+        search.plan, search.metrics = better
+        search.heuristic = search.warm_start = "remat neighbourhood"
     model.freeTransform()
     milp.unfix()
     if search.work is not None:
         search.work.set(None)
-    model.setParam("limits/time", max(0.1, search.time_limit_s - search.elapsed_s))
     if search.plan is not None:
         milp.add_warm_start(search.plan)
 
@@ -772,11 +778,10 @@ def _search_and_conclude(search: _Search, milp: MilpModel) -> SolveResult:
             and milp.binaries > _WINDOW_SEARCH_BINARIES):
         remaining = (1 - _OVERLAP_SHARE) * search.time_limit_s - search.elapsed_s
         search.plan, search.metrics, improved_by_windows = _window_search(
-            milp, graph, costs, search.plan, search.metrics, budget, search.deadline_s,
+            milp, search.plan, search.metrics, budget, search.deadline_s,
             time_budget=remaining * (_WINDOW_SEARCH_SHARE if search.effort is None else 1.0),
             gap_limit=search.gap_limit, window_nodes=search.share(_EFFORT_WINDOW_SHARE),
             work=search.work, limits_hit=search.limits_hit)
-        model.setParam("limits/time", max(0.1, search.time_limit_s - search.elapsed_s))
         milp.add_warm_start(search.plan)
     if search.work is not None:
         search.work.set(search.effort)
