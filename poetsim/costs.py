@@ -100,7 +100,7 @@ from poetsim.boards.spec import Board, Profile, Storage, StorageKind
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.ops import Phase
 from poetsim.graph.precision import compute_widths, precision_of, rescale_bytes
-from poetsim.graph.streaming import WeightsOnStorage, stream_commands
+from poetsim.graph.streaming import WeightsOnStorage, stream_commands, weight_steps
 
 __all__ = ["RATE_FIELDS", "ComputeRate", "OpCosts", "Transfer", "TransferPhases", "WaitPower",
            "compute_rate", "op_costs", "transfer_cost", "transfer_phases", "wait_power"]
@@ -252,9 +252,10 @@ class OpCosts:
     #: Bytes each op writes to storage every time it runs besides page-outs: weights on
     #: storage written back by their in-place update (:mod:`poetsim.graph.streaming`).
     writeback_bytes: np.ndarray = _frozen_array(np.int64)
-    #: Ops that read or write weights on storage as they run: they hold the storage
-    #: device, so no page transfer runs beside them (the simulator's DMA hold; the stage
-    #: model and the op-list model make them wait for the transfers before them).
+    #: Ops that read or write weights on storage as they run (the ones a schedule brackets
+    #: with weight steps, :func:`poetsim.graph.streaming.weight_steps`): they hold the
+    #: storage device, so the stage model and the op-list model make them wait for the
+    #: transfers before them, as the simulator does from their READ_WEIGHTS step.
     streams: np.ndarray = _frozen_array(bool)
     wait: WaitPower = WaitPower()
     #: the CPU moves every byte itself (no DMA): transfers add to compute time
@@ -385,8 +386,7 @@ def op_costs(graph: TrainingGraph, board: Board) -> OpCosts:
         workspace_bytes=[op.workspace_bytes for op in graph.ops],
         measured=[not op.measured.empty for op in graph.ops],
         writeback_bytes=[on_storage.bytes_written(graph, k) for k in range(len(graph))],
-        streams=[bool(on_storage.bytes_read(graph, k) or on_storage.bytes_written(graph, k))
-                 for k in range(len(graph))],
+        streams=[read or written for read, written in zip(*weight_steps(graph))],
         wait=wait_power(board), cpu_moves=not board.dma.present,
         **columns,
     )

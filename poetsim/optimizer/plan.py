@@ -297,7 +297,7 @@ def stage_timeline(graph: TrainingGraph, costs: OpCosts, plan: StagePlan) -> Sta
                      dtype=bool)
     wake_s = wakes * costs.wait.wakeup_s
     reads = reads_own_page_in(graph, plan)
-    streams = plan.compute.astype(int) @ costs.streams.astype(int) > 0
+    streams = plan.compute[:, costs.streams].any(axis=1)
     written = np.zeros(n)
     if costs.cpu_moves:
         end = np.cumsum(compute + transfer + wake_s)

@@ -89,7 +89,7 @@ from poetsim.sim.timeline import Slice, StateSlice, Timeline
 __all__ = ["Simulation"]
 
 _COMPUTE, _PAGE_OUT, _PAGE_IN, _FREE = Action.COMPUTE, Action.PAGE_OUT, Action.PAGE_IN, Action.FREE
-_READ_WEIGHTS, _WRITE_WEIGHTS = Action.READ_WEIGHTS, Action.WRITE_WEIGHTS
+_READ_WEIGHTS = Action.READ_WEIGHTS
 
 
 class Simulation:
@@ -346,13 +346,6 @@ class Simulation:
             if self.deferred:
                 self._retry_deferred()
             action, k = step.action, step.op
-            if action is _READ_WEIGHTS or action is _WRITE_WEIGHTS:
-                # the op's run, with its reads and write-backs, is priced in its COMPUTE
-                reads_weights = action is _READ_WEIGHTS
-                fired = triggers.get(i)
-                if fired:
-                    self._fire(fired)
-                continue
             if action is _COMPUTE:
                 for u in preds[k]:
                     job = arriving.get(u)
@@ -413,8 +406,10 @@ class Simulation:
                     yield from self._move(job)
                 elif job.state == PLANNED and job.plan.trigger_step <= i:
                     self._issue(job)
-            else:
+            elif action is _FREE:
                 self._free(k)
+            else:  # a weight step: the op's reads and write-backs are priced in its COMPUTE
+                reads_weights = action is _READ_WEIGHTS
             fired = triggers.get(i)
             if fired:
                 self._fire(fired)

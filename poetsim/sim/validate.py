@@ -3,7 +3,8 @@
 The simulator runs any schedule that follows the contract of :mod:`poetsim.schedule.ops`,
 but it cannot execute one that breaks a *structural* rule (wrong graph, an input not in
 RAM, a page-in of a tensor never written, ...). :func:`validate_structure` replays the
-structural rules in one lean pass; only when it finds a problem does it ask the independent
+structural rules in one lean pass; only when it finds a problem (or the graph keeps weights
+on storage, whose steps are the checker's rule) does it ask the independent
 checker (:func:`poetsim.schedule.check.check_schedule`) for the canonical verdict and
 message, so the error names the same rule, step and op as the checker would. The RAM
 budget and the storage capacity are *not* structural: the simulator runs over them and
@@ -17,9 +18,9 @@ from __future__ import annotations
 
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
-from poetsim.graph.streaming import weight_steps
+from poetsim.graph.streaming import WeightsOnStorage
 from poetsim.schedule.check import ScheduleError, check_schedule
-from poetsim.schedule.ops import Action, Schedule, with_weight_steps
+from poetsim.schedule.ops import Action, Schedule
 
 __all__ = ["validate_structure"]
 
@@ -53,24 +54,22 @@ def _structurally_valid(graph: TrainingGraph, schedule: Schedule) -> bool:
             if not stored[k] or resident[k]:
                 return False
             resident[k] = True
-    if not all(computed):
-        return False
-    reads, writes = weight_steps(graph)
-    if not (any(reads) or any(writes)):
-        return True
-    # the weight steps bracket exactly the COMPUTEs the contract says
-    expected = with_weight_steps(schedule.steps, reads, writes)
-    return [(s.action, s.op) for s in expected] == [(s.action, s.op) for s in schedule.steps]
+    return all(computed)
 
 
 def validate_structure(graph: TrainingGraph, schedule: Schedule) -> None:
-    """Raise :class:`ScheduleError` if ``schedule`` cannot be executed on ``graph``."""
-    if schedule.graph_fingerprint == graph_fingerprint(graph) and _structurally_valid(graph,
-                                                                                      schedule):
+    """Raise :class:`ScheduleError` if ``schedule`` cannot be executed on ``graph``. With
+    weights on storage the checker judges it outright: where the weight steps go is its
+    rule (the fast replay knows only the tensors)."""
+    streamed = bool(WeightsOnStorage.of(graph))
+    if (not streamed and schedule.graph_fingerprint == graph_fingerprint(graph)
+            and _structurally_valid(graph, schedule)):
         return
     result = check_schedule(graph, schedule)
     if result.violation is not None:
         raise ScheduleError(f"cannot simulate: {result.violation.message} "
                             f"[{result.violation.rule}]")
+    if streamed:
+        return
     raise ScheduleError("cannot simulate: the schedule breaks a structural rule of the "
                         "schedule contract")  # pragma: no cover - the checker disagrees
