@@ -100,7 +100,12 @@ from poetsim.boards.spec import Board, Profile, Storage, StorageKind
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.ops import Phase
 from poetsim.graph.precision import compute_widths, precision_of, rescale_bytes
-from poetsim.graph.streaming import WeightsOnStorage, stream_commands, weight_steps
+from poetsim.graph.streaming import (
+    WeightsOnStorage,
+    hold_owners,
+    stream_commands,
+    weight_steps,
+)
 
 __all__ = ["RATE_FIELDS", "ComputeRate", "OpCosts", "Transfer", "TransferPhases", "WaitPower",
            "compute_rate", "op_costs", "transfer_cost", "transfer_phases", "wait_power"]
@@ -257,6 +262,14 @@ class OpCosts:
     #: storage device, so the stage model and the op-list model make them wait for the
     #: transfers before them, as the simulator does from their READ_WEIGHTS step.
     streams: np.ndarray = _frozen_array(bool)
+    #: Holds (:func:`poetsim.graph.streaming.hold_owners`): for each op, the forward op
+    #: whose run can load the weights it reads and keep them in RAM until it runs (-1:
+    #: none), the bytes kept, and the op's run when they are kept (no read from storage;
+    #: a write-back still streams). Equal to ``compute_*`` for an op without one.
+    hold_owner: np.ndarray = _frozen_array(np.int64)
+    held_bytes: np.ndarray = _frozen_array(np.int64)
+    held_compute_time_s: np.ndarray = _frozen_array()
+    held_compute_energy_j: np.ndarray = _frozen_array()
     wait: WaitPower = WaitPower()
     #: the CPU moves every byte itself (no DMA): transfers add to compute time
     cpu_moves: bool = False
@@ -266,15 +279,18 @@ class OpCosts:
 
     @property
     def plain_time_s(self) -> float:
-        """Every op once, nothing paged: the shortest time any schedule can take."""
-        return float(self.compute_time_s.sum())
+        """Every op once, nothing paged, every weight hold taken where it is shorter: the
+        shortest time any schedule can take."""
+        return float(np.minimum(self.compute_time_s, self.held_compute_time_s).sum())
 
     @property
     def plain_energy_j(self) -> float:
-        """Every op once, nothing paged: the least energy any schedule can spend (the CPU
-        never waits; the storage sleeps throughout)."""
+        """Every op once, nothing paged, every weight hold taken where it is cheaper: the
+        least energy any schedule can spend (the CPU never waits; the storage sleeps
+        throughout)."""
         time_s = self.plain_time_s
-        return float(self.compute_energy_j.sum()) + self.wait.energy_j(
+        energy = np.minimum(self.compute_energy_j, self.held_compute_energy_j)
+        return float(energy.sum()) + self.wait.energy_j(
             makespan_s=time_s, cpu_busy_s=time_s, storage_busy_s=0.0, wakeups=0)
 
 
@@ -320,7 +336,7 @@ def _moved_bytes(graph: TrainingGraph, k: int) -> int:
 
 
 def _compute(graph: TrainingGraph, board: Board, k: int, width: int,
-             on_storage: WeightsOnStorage) -> Transfer:
+             on_storage: WeightsOnStorage, *, held: bool = False) -> Transfer:
     op = graph.ops[k]
     cpu = board.cpu
     if board.profile is Profile.PAPER:
@@ -333,7 +349,8 @@ def _compute(graph: TrainingGraph, board: Board, k: int, width: int,
     if not on_storage:  # weights in RAM or flash: nothing streamed
         return compute
     slices = 0
-    for nbytes, write in ((on_storage.bytes_read(graph, k), False),
+    read = 0 if held else on_storage.bytes_read(graph, k)
+    for nbytes, write in ((read, False),
                           (on_storage.bytes_written(graph, k), True)):
         for size, count in stream_commands(graph, k, nbytes):
             moved = transfer_cost(board, size, write=write)
@@ -367,8 +384,14 @@ def op_costs(graph: TrainingGraph, board: Board) -> OpCosts:
         "pageout_time_s", "pageout_energy_j")}
     widths = compute_widths(graph)
     on_storage = WeightsOnStorage.of(graph)
+    owners = hold_owners(graph)
+    held_time, held_energy = [], []
     for k, op in enumerate(graph.ops):
         compute = _compute(graph, board, k, widths[k], on_storage)
+        held = (_compute(graph, board, k, widths[k], on_storage, held=True)
+                if owners[k] >= 0 else compute)
+        held_time.append(held.time_s)
+        held_energy.append(held.energy_j)
         pagein = transfer_cost(board, op.output_bytes, write=False)
         pageout = transfer_cost(board, op.output_bytes, write=True)
         analytic = {
@@ -387,6 +410,10 @@ def op_costs(graph: TrainingGraph, board: Board) -> OpCosts:
         measured=[not op.measured.empty for op in graph.ops],
         writeback_bytes=[on_storage.bytes_written(graph, k) for k in range(len(graph))],
         streams=[read or written for read, written in zip(*weight_steps(graph))],
+        hold_owner=owners,
+        held_bytes=[on_storage.bytes_read(graph, k) if owners[k] >= 0 else 0
+                    for k in range(len(graph))],
+        held_compute_time_s=held_time, held_compute_energy_j=held_energy,
         wait=wait_power(board), cpu_moves=not board.dma.present,
         **columns,
     )

@@ -62,12 +62,20 @@ def make_board(profile: str = "physical", *, dma_channels: int = 1, storage_kind
 
 
 def op_list_energy(schedule, costs) -> float:
-    """Energy of an op list from its steps alone, independent of the optimizer's accounting."""
+    """Energy of an op list from its steps alone, independent of the optimizer's accounting
+    (a COMPUTE without its READ_WEIGHTS runs on held weights, or reads none)."""
     from poetsim.schedule import Action
 
     per_action = {Action.COMPUTE: costs.compute_energy_j, Action.PAGE_IN: costs.pagein_energy_j,
                   Action.PAGE_OUT: costs.pageout_energy_j}
-    return sum(float(per_action[s.action][s.op]) for s in schedule.steps if s.action in per_action)
+    total, before = 0.0, None
+    for step in schedule.steps:
+        if step.action is Action.COMPUTE and before != (Action.READ_WEIGHTS, step.op):
+            total += float(costs.held_compute_energy_j[step.op])  # no read: held, or none
+        elif step.action in per_action:
+            total += float(per_action[step.action][step.op])
+        before = (step.action, step.op)
+    return total
 
 
 def paper_request(graph: TrainingGraph, board: Board, ram: str | int = "100%",

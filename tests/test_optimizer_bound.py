@@ -8,7 +8,15 @@ import pytest
 from conftest import make_board
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_optimizer_solve import MODES, TINY, BruteForce, budgets, tiny_dags
+from test_optimizer_solve import (
+    MODES,
+    TINY,
+    BruteForce,
+    budgets,
+    deadline_between,
+    tiny_dags,
+    tiny_streamed_dags,
+)
 
 from poetsim.boards import get_board
 from poetsim.costs import op_costs
@@ -236,3 +244,30 @@ def test_bound_is_below_proven_optima_of_a_residual_block(board_name) -> None:
     above_plain, _ = _check_against_proven_optima(
         graph, get_board(board_name), (0.85, 0.7, 0.55, 0.4), (None, 1.5))
     assert above_plain >= 2
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.filter_too_much])
+@given(graph=tiny_streamed_dags(), fraction=st.one_of(st.floats(0, 1), st.just(1.0)),
+       mode=st.sampled_from(MODES),
+       dma=st.sampled_from([0, 1]), deadline_pick=st.one_of(st.none(), st.floats(0, 1)))
+def test_bound_is_below_the_brute_force_optimum_with_weight_holds(graph, fraction, mode, dma,
+                                                                  deadline_pick) -> None:
+    """Weights on storage: holding them is a decision of the relaxation too (its bytes at
+    every frontier from the owner to the op, or the op's read paid), so the bound stays
+    below the optimum, and infeasible only where no plan exists."""
+    board = make_board(dma_channels=dma, read_latency_s=1e-4, write_latency_s=1e-4,
+                       block_bytes=16, read_throughput_bytes_per_s=1e4)
+    remat, paging = mode
+    costs = op_costs(graph, board)
+    low, _ = minimum_ram_bytes(graph)
+    high = plain_peak(graph).bytes + int(costs.held_bytes.sum())
+    budget = low + math.floor(fraction * (high - low))
+    front = BruteForce(graph, costs).frontier(budget, remat=remat, paging=paging)
+    deadline = deadline_between(front, deadline_pick)
+    feasible = [e for e, s in front if deadline is None or s <= deadline]
+    bound = _bound(graph, costs, budget, board, deadline, remat=remat, paging=paging)
+    if bound is None:
+        assert not feasible
+    elif feasible:
+        assert bound <= min(feasible) * (1 + 1e-9)

@@ -11,7 +11,9 @@ from poetsim.boards import get_board
 from poetsim.costs import op_costs
 from poetsim.graph import Phase, plain_peak
 from poetsim.graph.memory import minimum_ram_bytes
+from poetsim.graph.streaming import WeightsOnStorage
 from poetsim.optimizer import solve
+from poetsim.optimizer.heuristic import plain_plan
 from poetsim.optimizer.milp import Formulation, MilpModel, build_milp
 from poetsim.optimizer.plan import evaluate_plan
 from poetsim.zoo import build_model
@@ -59,3 +61,21 @@ def test_the_milp_prices_a_fixed_plan_as_the_stage_model_with_ops_streaming_weig
         assert _objective_at(graph, priced, plan, budget) == pytest.approx(expected, rel=1e-6)
         energies.append(expected)
     assert energies[1] > energies[0] * (1 + 1e-6)
+
+
+def test_the_milp_prices_a_fixed_plan_with_weight_holds_as_the_stage_model():
+    """Weights on storage, updated in place: at a fixed plan, with and without weight holds,
+    the MILP's energy is the stage model's, and holding every weight is cheaper."""
+    graph = WeightsOnStorage(trained=True).graph(
+        build_model("mlp", layers=3, width=16, inplace_update=1))
+    costs = op_costs(graph, get_board("nrf52840"))
+    plain = plain_plan(graph)
+    held = attrs.evolve(plain, hold=costs.hold_owner >= 0)
+    assert held.hold.sum() == 3
+    budget = evaluate_plan(graph, costs, held).peak_ram_bytes
+    energies = []
+    for plan in (plain, held):
+        expected = evaluate_plan(graph, costs, plan).energy_j
+        assert _objective_at(graph, costs, plan, budget) == pytest.approx(expected, rel=1e-6)
+        energies.append(expected)
+    assert energies[1] < energies[0] * (1 - 1e-3)

@@ -547,3 +547,39 @@ def test_dtr_lifted_without_idle_keeps_fits_where_its_list_does():
     assert metrics.energy_j == pytest.approx(listed.energy_j, rel=1e-9)
     check = check_schedule(graph, lower_plan(graph, plan), budget_bytes=budget)
     assert check.valid and check.peak_ram_bytes == metrics.peak_ram_bytes
+
+
+def test_weight_holds_lower_lift_and_price_as_the_op_list():
+    """A plan holding weights (an MLP whose trained weights are on storage, updated in
+    place): the op list loads each hold right before its owner's run and drops it right
+    after the held op's; the checker's peak is the stage model's, the plan lifts back
+    unchanged, and a held op's run costs its held figures."""
+    from poetsim.graph.streaming import WeightsOnStorage
+    from poetsim.optimizer.heuristic import add_holds
+    from poetsim.optimizer.plan import plan_from_schedule
+
+    graph = WeightsOnStorage(trained=True).graph(
+        build_model("mlp", layers=3, width=16, inplace_update=1))
+    costs = op_costs(graph, make_board(read_throughput_bytes_per_s=2e4))
+    plain = plain_plan(graph)
+    before = evaluate_plan(graph, costs, plain)
+    plan, metrics = add_holds(graph, costs, 10**9, plain)
+    assert plan.hold.tolist() == (costs.hold_owner >= 0).tolist()
+    saved = float((costs.compute_energy_j - costs.held_compute_energy_j)[plan.hold].sum())
+    assert metrics.compute_energy_j == pytest.approx(before.compute_energy_j - saved)
+    assert metrics.peak_ram_bytes > before.peak_ram_bytes
+    schedule = lower_plan(graph, plan)
+    steps = [(s.action, s.op) for s in schedule.steps]
+    for b in np.flatnonzero(plan.hold):
+        f = int(costs.hold_owner[b])
+        at = steps.index((Action.HOLD_WEIGHTS, b))
+        assert steps[at + 1:at + 3] == [(Action.READ_WEIGHTS, f), (Action.COMPUTE, f)]
+        run = steps.index((Action.COMPUTE, b))
+        assert steps[run - 1][0] is not Action.READ_WEIGHTS
+        assert (Action.DROP_WEIGHTS, b) in steps[run + 1:run + 3]
+    check = check_schedule(graph, schedule, budget_bytes=metrics.peak_ram_bytes)
+    assert check.valid and check.peak_ram_bytes == metrics.peak_ram_bytes
+    assert plan_from_schedule(graph, schedule) == plan
+    # a budget one byte short of the largest hold's stage leaves that hold out
+    tight, _ = add_holds(graph, costs, metrics.peak_ram_bytes - 1, plain)
+    assert 0 < tight.hold.sum() < plan.hold.sum()

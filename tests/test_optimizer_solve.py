@@ -9,7 +9,10 @@ no code with the optimizer. For stages ``t = 0 .. n-1`` it enumerates every choi
 * tensors to keep into stage ``t + 1`` (any subset of what was in RAM in the stage),
 * tensors to page out (in RAM in the stage, not yet stored; storage is never released),
 
-checks that every input of a computed op is computed earlier in the stage, kept or paged
+and, for every subset of the weight holds the graph allows (an op keeping the weights it
+reads in RAM from its owner's run to its own first run, which then reads nothing from
+storage and costs its held figures), checks that every input of a computed op is computed
+earlier in the stage, kept or paged
 in, rejects a plan with a page-out that no later stage pages in (pointless, and a plan is
 pruned of them before it is returned; priced by time, such a write could otherwise pose as
 a way to keep the storage awake), prices the stage's time (compute and transfers
@@ -31,13 +34,14 @@ import attrs
 import numpy as np
 import pytest
 from conftest import make_board, op_list_energy, paper_request, residual_graph
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from poetsim.costs import op_costs
 from poetsim.errors import InputError
 from poetsim.graph import ForwardGraph, Op, Phase, TrainingGraph, plain_peak, resident_memory
 from poetsim.graph.memory import minimum_ram_bytes
+from poetsim.graph.streaming import WeightsOnStorage, hold_owners
 from poetsim.optimizer import (
     SolveStatus,
     StagePlan,
@@ -72,13 +76,15 @@ def _subsets(items) -> list[frozenset[int]]:
 
 
 def stage_peak(preds, size, workspace, start: frozenset, computes: frozenset,
-               keep_next: frozenset) -> int:
-    """Peak bytes of one stage by the accounting rule (start = kept + paged-in tensors)."""
+               keep_next: frozenset, held: int = 0, loads: tuple[int, int] = (-1, 0)) -> int:
+    """Peak bytes of one stage by the accounting rule (start = kept + paged-in tensors,
+    and ``held`` bytes of held weights; ``loads``: op and bytes of the holds its run
+    loads)."""
     order = sorted(computes)
-    mem = sum(size[i] for i in start)
+    mem = sum(size[i] for i in start) + held
     peak = mem
     for pos, k in enumerate(order):
-        mem += size[k]
+        mem += size[k] + (loads[1] if k == loads[0] else 0)
         peak = max(peak, mem + workspace[k])
         later = order[pos + 1:]
         for i in set(preds[k]) | {k}:
@@ -105,6 +111,12 @@ class BruteForce:
         self.capacity = capacity
         self.overlap = not costs.cpu_moves
         self.streams = [bool(v) for v in costs.streams]
+        self.owner = [int(f) for f in costs.hold_owner]
+        self.held = [int(b) for b in costs.held_bytes]
+        self.hce = [float(v) for v in costs.held_compute_energy_j]
+        self.hct = [float(v) for v in costs.held_compute_time_s]
+        self.writes_back = [bool(v) for v in costs.writeback_bytes]
+        self.holds: frozenset[int] = frozenset()
         self.wait = costs.wait
         self.near = storage_near(costs)
         # Last stage that reads each tensor, and its last descendant's (remat may rebuild
@@ -133,7 +145,8 @@ class BruteForce:
         in a row."""
         w = self.wait
         energy, end, lane, prefetched, dues = timing
-        compute_s = sum(self.ct[k] for k in computes)
+        held = t in self.holds
+        compute_s = sum(self.hct[k] if held and k == t else self.ct[k] for k in computes)
         in_s = sum(self.it[i] for i in page_in)
         out_s = sum(self.ot[i] for i in page_out)
         moves = bool(page_in or page_out)
@@ -143,7 +156,8 @@ class BruteForce:
         wake = moves and asleep
         wake_s = w.wakeup_s if wake else 0.0
         cpu_s = compute_s if self.overlap else compute_s + in_s + out_s
-        energy += (sum(self.ce[k] for k in computes) + sum(self.ie[i] for i in page_in)
+        energy += (sum(self.hce[k] if held and k == t else self.ce[k] for k in computes)
+                   + sum(self.ie[i] for i in page_in)
                    + sum(self.oe[i] for i in page_out)
                    # the waiting, but for what every second of the makespan costs
                    - w.cpu_wait_w * cpu_s - w.rest_w * (in_s + out_s + wake_s)
@@ -155,7 +169,8 @@ class BruteForce:
         reads = any(u in page_in for k in computes for u in self.preds[k])
         # an op streaming weights holds the storage: earlier transfers end first
         held = (max(lane, arrived if page_in else 0.0)
-                if any(self.streams[k] for k in computes) else 0.0)
+                if any(self.streams[k] and not (held and k == t and not self.writes_back[k])
+                       for k in computes) else 0.0)
         done = max(end, prefetched, arrived if reads else end, held) + compute_s
         lane = max(arrived, done + (0.0 if page_in else wake_s)) + out_s
         writes = dict(dues) | {i: lane for i in page_out}
@@ -164,7 +179,15 @@ class BruteForce:
         return energy, end, lane, arrived if page_in else 0.0, dues
 
     def frontier(self, budget: int, *, remat: bool, paging: bool) -> list[tuple[float, float]]:
-        """Pareto front of (energy, time) over all plans within ``budget``; [] if none.
+        """Pareto front of (energy, time) over all plans within ``budget``; [] if none."""
+        front: list[tuple[float, float]] = []
+        for holds in _subsets(b for b in range(self.n) if self.owner[b] >= 0):
+            self.holds = holds
+            front += self._frontier(budget, remat=remat, paging=paging)
+        return list(_pareto(front))
+
+    def _frontier(self, budget: int, *, remat: bool, paging: bool) -> list[tuple[float, float]]:
+        """The front of the plans with the weight holds ``self.holds``.
 
         Stage by stage, over every (kept, stored, unread, last transferring stage, tensors
         whose write is still awaited) with the timing states that reach it; a timing state
@@ -177,6 +200,8 @@ class BruteForce:
             (frozenset(), frozenset(), frozenset(), None, ()): [(0.0, 0.0, 0.0, 0.0, ())]}
         for t in range(n):
             following: dict[tuple, list[tuple]] = {}
+            held = sum(self.held[b] for b in self.holds if self.owner[b] < t <= b)
+            loads = (t, sum(self.held[b] for b in self.holds if self.owner[b] == t))
             for (keep, stored, unread, last_moving, _), timings in states.items():
                 live = {i for i in range(t) if horizon[i] >= t}
                 for page_in in (_subsets((stored - keep) & live) if paging
@@ -192,7 +217,7 @@ class BruteForce:
                         alive = {i for i in in_ram if horizon[i] > t}
                         for keep_next in (_subsets(alive) if t + 1 < n else [frozenset()]):
                             if stage_peak(preds, size, self.workspace, start, computes,
-                                          keep_next) > budget:
+                                          keep_next, held, loads) > budget:
                                 continue
                             # an empty tensor moves no bytes: the board sends no command,
                             # so its "transfer" could not keep the storage awake either
@@ -274,13 +299,18 @@ def plan_peak(graph: TrainingGraph, costs, plan: StagePlan) -> int:
     preds = [frozenset(graph.predecessors(k)) for k in range(n)]
     size = [int(b) for b in costs.output_bytes]
     workspace = [int(b) for b in costs.workspace_bytes]
+    holds = [(int(costs.hold_owner[b]), int(b), int(costs.held_bytes[b]))
+             for b in np.flatnonzero(plan.hold)]
     peak = 0
     for t in range(n):
         start = frozenset(np.flatnonzero(plan.keep[t] | plan.page_in[t]).tolist())
         computes = frozenset(np.flatnonzero(plan.compute[t]).tolist())
         keep_next = (frozenset(np.flatnonzero(plan.keep[t + 1]).tolist()) if t + 1 < n
                      else frozenset())
-        peak = max(peak, stage_peak(preds, size, workspace, start, computes, keep_next))
+        held = sum(size for f, b, size in holds if f < t <= b)
+        loads = (t, sum(size for f, _, size in holds if f == t))
+        peak = max(peak, stage_peak(preds, size, workspace, start, computes, keep_next,
+                                    held, loads))
     return peak
 
 
@@ -595,6 +625,48 @@ def test_ops_streaming_weights_hold_the_lane_as_in_the_brute_force(
                    paging=True, time_limit_s=5)
     assert result.status is SolveStatus.OPTIMAL, result.message
     assert result.metrics.energy_j == pytest.approx(best, rel=REL)
+
+
+@st.composite
+def tiny_streamed_dags(draw) -> TrainingGraph:
+    """:func:`tiny_dags` whose forward ops' weights are half frozen, the frozen half on
+    storage: a backward op of such an op reads them, and may hold them instead."""
+    graph = draw(tiny_dags())
+    ops = [attrs.evolve(op, frozen_param_bytes=op.param_bytes // 2) if op.param_bytes else op
+           for op in graph.ops]
+    streamed = WeightsOnStorage(frozen=True).graph(attrs.evolve(graph, ops=tuple(ops)))
+    assume(any(owner >= 0 for owner in hold_owners(streamed)))
+    return streamed
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.filter_too_much])
+@given(graph=tiny_streamed_dags(), fraction=st.one_of(st.floats(0, 1), st.just(1.0)),
+       mode=st.sampled_from(MODES),
+       dma=st.sampled_from([0, 1]), throughput=st.floats(1e3, 2e5),
+       deadline_pick=st.one_of(st.none(), st.floats(0, 1)))
+def test_weight_holds_against_brute_force(graph, fraction, mode, dma, throughput,
+                                          deadline_pick):
+    """Weights on storage: the solver's optimum, weight holds included, is the brute
+    force's, and its schedule is sound."""
+    board = make_board(dma_channels=dma, read_latency_s=1e-4, write_latency_s=1e-4,
+                       block_bytes=16, read_throughput_bytes_per_s=throughput)
+    remat, paging = mode
+    costs = op_costs(graph, board)
+    low, _ = minimum_ram_bytes(graph)
+    high = plain_peak(graph).bytes + int(costs.held_bytes.sum())
+    budget = low + math.floor(fraction * (high - low))
+    front = BruteForce(graph, costs).frontier(budget, remat=remat, paging=paging)
+    deadline = deadline_between(front, deadline_pick)
+    feasible = [e for e, s in front if deadline is None or s <= deadline]
+    result = solve(paper_request(graph, board, budget, deadline), remat=remat, paging=paging,
+                   time_limit_s=5)
+    if not feasible:
+        assert result.status is SolveStatus.INFEASIBLE, result.message
+        return
+    assert result.status is SolveStatus.OPTIMAL, result.message
+    assert result.metrics.energy_j == pytest.approx(min(feasible), rel=REL)
+    assert_result_is_sound(graph, board, result, budget, deadline)
 
 
 def test_no_dummy_transfer_past_a_tensors_last_reader():

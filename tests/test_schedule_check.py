@@ -398,3 +398,165 @@ def test_weight_steps_must_bracket_their_compute(streamed, change, rule, where):
     result = check_schedule(streamed, change(plain_schedule(streamed), streamed))
     assert not result.valid and result.violation.rule == rule
     assert repr(where) in result.violation.message
+
+
+# ----------------------------------------------------------------------------- weight holds
+
+
+def with_holds(graph, steps, names) -> Schedule:
+    """``steps`` (weight steps in them dropped) with the weights of the backward ops
+    ``names`` held: ``HOLD_WEIGHTS b`` right before the first COMPUTE of its hold owner,
+    ``DROP_WEIGHTS b`` right after its first COMPUTE; the weight steps put back by
+    :func:`poetsim.schedule.ops.with_weight_steps`."""
+    from poetsim.graph.streaming import hold_owners, weight_steps
+    from poetsim.schedule.ops import WEIGHT_ACTIONS, with_weight_steps
+
+    owners = hold_owners(graph)
+    held = {graph.index(name) for name in names}
+    assert all(owners[b] >= 0 for b in held)
+    by_owner = {owners[b]: b for b in held}
+    out = []
+    for step in steps:
+        if step.action in WEIGHT_ACTIONS:
+            continue
+        first = step.action is Action.COMPUTE and step not in out
+        if first and step.op in by_owner:
+            out.append(Step(Action.HOLD_WEIGHTS, by_owner[step.op], step.stage))
+        out.append(step)
+        if first and step.op in held:
+            out.append(Step(Action.DROP_WEIGHTS, step.op, step.stage))
+    return Schedule.for_graph(graph, with_weight_steps(out, *weight_steps(graph)),
+                              {"method": "hand, holds"})
+
+
+def _pairs(schedule: Schedule) -> list[tuple[Action, int]]:
+    return [(step.action, step.op) for step in schedule.steps]
+
+
+def test_a_hold_replaces_the_backward_ops_read(streamed):
+    plain = plain_schedule(streamed)
+    s = with_holds(streamed, plain.steps, ["fc2/grad"])
+    assert check_schedule(streamed, s).valid
+    f, b = streamed.index("fc2"), streamed.index("fc2/grad")
+    pairs = _pairs(s)
+    at = pairs.index((Action.HOLD_WEIGHTS, b))
+    assert pairs[at:at + 3] == [(Action.HOLD_WEIGHTS, b), (Action.READ_WEIGHTS, f),
+                                (Action.COMPUTE, f)]
+    at = pairs.index((Action.COMPUTE, b))
+    # no read before the held run; the write-back still follows it, then the drop
+    assert pairs[at - 1] != (Action.READ_WEIGHTS, b)
+    assert pairs[at:at + 3] == [(Action.COMPUTE, b), (Action.WRITE_WEIGHTS, b),
+                                (Action.DROP_WEIGHTS, b)]
+    assert len(s) == len(plain) + 2 - 1  # a hold and a drop, one read fewer
+    # with_weight_steps is idempotent on a held list
+    from poetsim.graph.streaming import weight_steps
+    from poetsim.schedule.ops import with_weight_steps
+
+    assert with_weight_steps(s.steps, *weight_steps(streamed)) == list(s.steps)
+
+
+def test_held_weights_count_in_ram_from_the_hold_to_the_drop(streamed):
+    from poetsim.schedule.ops import held_bytes_of, ram_during_steps
+
+    held_bytes = held_bytes_of(streamed)
+    b = streamed.index("fc1/grad")
+    assert held_bytes[b] == 50240 and sum(held_bytes) == 50240 + 1088 + 680
+    plain = plain_schedule(streamed)
+    s = with_holds(streamed, plain.steps, ["fc1/grad"])
+    sizes = [op.output_bytes for op in streamed.ops]
+    workspace = [op.workspace_bytes for op in streamed.ops]
+    ram = ram_during_steps(s.steps, sizes, workspace, held_bytes=held_bytes)
+    base = ram_during_steps(plain.steps, sizes, workspace)
+    pairs = _pairs(s)
+    hold, drop = pairs.index((Action.HOLD_WEIGHTS, b)), pairs.index((Action.DROP_WEIGHTS, b))
+    f = streamed.index("fc1")
+    during_f = pairs.index((Action.COMPUTE, f))
+    assert during_f == hold + 2
+    assert ram[hold] == ram[hold - 1] + held_bytes[b]  # counted from the hold on
+    assert ram[during_f] == base[_pairs(plain).index((Action.COMPUTE, f))] + held_bytes[b]
+    # and released at the drop (right after the backward op's run and its write-back)
+    written = _pairs(plain).index((Action.WRITE_WEIGHTS, b))
+    assert ram[drop] == ram[drop - 1] - held_bytes[b] == base[written]
+    assert ram[drop + 1:] == base[written + 1:]
+    # the checker's peak is the shared rule's; a budget a byte short fails at the hold
+    check = check_schedule(streamed, s)
+    assert check.peak_ram_bytes == max(ram) > check_schedule(streamed, plain).peak_ram_bytes
+    v = check_schedule(streamed, s, budget_bytes=ram[hold] - 1).violation
+    assert (v.rule, v.position) == ("budget_exceeded", hold)
+    assert "holding the weights of 'fc1/grad'" in v.message
+    with pytest.raises(ValueError, match="needs held_bytes"):
+        ram_during_steps(s.steps, sizes, workspace)
+
+
+def _insert(schedule: Schedule, at, *steps: Step) -> Schedule:
+    """``schedule`` with ``steps`` inserted at position ``at(pairs)``."""
+    position = at(_pairs(schedule))
+    return attrs.evolve(schedule, steps=[*schedule.steps[:position], *steps,
+                                         *schedule.steps[position:]])
+
+
+def _remove(schedule: Schedule, action: Action, name: str, graph) -> Schedule:
+    return _without(schedule, action, name, graph)
+
+
+def _held(graph, names=("fc2/grad",)) -> Schedule:
+    return with_holds(graph, plain_schedule(graph).steps, names)
+
+
+def _step(action: Action, graph, name: str) -> Step:
+    return Step(action, graph.index(name), 0)
+
+
+@pytest.mark.parametrize(("change", "rule", "where"), [
+    # an op without a hold owner: a forward op, a backward op reading no weights
+    (lambda g: _insert(plain_schedule(g),
+                       lambda p: p.index((Action.READ_WEIGHTS, g.index("fc2"))),
+                       _step(Action.HOLD_WEIGHTS, g, "fc2")), "stray_weight_step", "fc2"),
+    (lambda g: _insert(_held(g), lambda p: 0, _step(Action.HOLD_WEIGHTS, g, "relu1/grad")),
+     "stray_weight_step", "relu1/grad"),
+    # held twice (the second hold at the end, never loaded again)
+    (lambda g: _insert(_remove(_held(g), Action.DROP_WEIGHTS, "fc2/grad", g), lambda p: len(p),
+                       _step(Action.HOLD_WEIGHTS, g, "fc2/grad")), "already_held", "fc2/grad"),
+    # not loaded by its owner's run: anywhere else, or before another op's read
+    (lambda g: _insert(plain_schedule(g), lambda p: 0, _step(Action.HOLD_WEIGHTS, g, "fc2/grad")),
+     "hold_not_loaded", "fc2/grad"),
+    (lambda g: _insert(plain_schedule(g), lambda p: p.index((Action.READ_WEIGHTS, g.index("fc1"))),
+                       _step(Action.HOLD_WEIGHTS, g, "fc2/grad")), "hold_not_loaded", "fc2/grad"),
+    # a hold between the owner's read and its COMPUTE breaks the read's bracket
+    (lambda g: _insert(plain_schedule(g), lambda p: p.index((Action.COMPUTE, g.index("fc2"))),
+                       _step(Action.HOLD_WEIGHTS, g, "fc2/grad")), "stray_weight_step", "fc2"),
+    # a drop of weights not held, or dropped twice
+    (lambda g: _insert(plain_schedule(g), lambda p: len(p),
+                       _step(Action.DROP_WEIGHTS, g, "fc2/grad")), "not_held", "fc2/grad"),
+    (lambda g: _insert(_held(g), lambda p: len(p), _step(Action.DROP_WEIGHTS, g, "fc2/grad")),
+     "not_held", "fc2/grad"),
+    # dropped before the backward op runs: it must read its weights again
+    (lambda g: _insert(_remove(_held(g), Action.DROP_WEIGHTS, "fc2/grad", g),
+                       lambda p: p.index((Action.COMPUTE, g.index("fc2"))) + 1,
+                       _step(Action.DROP_WEIGHTS, g, "fc2/grad")), "weights_not_read",
+     "fc2/grad"),
+    # held or not, an op writing back runs its WRITE_WEIGHTS
+    (lambda g: _remove(_held(g), Action.WRITE_WEIGHTS, "fc2/grad", g), "weights_not_written",
+     "fc2/grad"),
+])
+def test_hold_rules(streamed, change, rule, where):
+    result = check_schedule(streamed, change(streamed))
+    assert not result.valid and result.violation.rule == rule, result.violation
+    assert repr(where) in result.violation.message
+    assert rule in RULES
+
+
+def test_held_weights_may_be_read_again_and_stay_at_the_end(streamed):
+    b = streamed.index("fc2/grad")
+    s = _held(streamed)
+    # a READ_WEIGHTS while held: it just streams them again
+    again = _insert(s, lambda p: p.index((Action.COMPUTE, b)), Step(Action.READ_WEIGHTS, b, 0))
+    assert check_schedule(streamed, again).valid
+    # never dropped: like a tensor resident at the end
+    kept = _remove(s, Action.DROP_WEIGHTS, "fc2/grad", streamed)
+    assert check_schedule(streamed, kept).valid
+    # every backward op that can hold, at once
+    every = _held(streamed, ("fc1/grad", "fc2/grad", "fc3/grad"))
+    assert check_schedule(streamed, every).valid
+    assert every.count(Action.READ_WEIGHTS) == plain_schedule(streamed).count(
+        Action.READ_WEIGHTS) - 3

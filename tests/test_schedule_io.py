@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from poetsim.errors import InputError
 from poetsim.graph import graph_fingerprint
+from poetsim.graph.streaming import WeightsOnStorage
 from poetsim.schedule import (
     Action,
     Schedule,
@@ -113,7 +114,8 @@ def edit(doc, path, value):
     (("version",), 2, "version = 2: this poetsim reads version 1 [unsupported_version]"),
     (("steps", 3), ["comptue", "r", 2], "steps[3]: action \"comptue\": must be one of "
                                         "compute, page_out, page_in, free, read_weights, "
-                                        "write_weights [unknown_action]"),
+                                        "write_weights, hold_weights, drop_weights "
+                                        "[unknown_action]"),
     (("steps", 4), ["compute", "conv9", 3], "steps[4]: op \"conv9\" is not in the ops list "
                                            "[unknown_op]"),
     (("steps", 5), ["compute", "s", -1], "steps[5]: stage -1: must be a non-negative "
@@ -180,8 +182,6 @@ def test_binary_round_trip(residual):
 
 
 def test_weight_steps_take_binary_version_2_and_json_by_name():
-    from poetsim.graph.streaming import WeightsOnStorage
-
     graph = WeightsOnStorage(trained=True).graph(
         build_model("mlp", layers=3, width=16, inplace_update=1))
     s = plain_schedule(graph)
@@ -191,10 +191,35 @@ def test_weight_steps_take_binary_version_2_and_json_by_name():
     assert decode_binary(data, graph) == attrs.evolve(s, metadata={})
     assert schedule_from_dict(schedule_to_dict(s, graph), graph) == s
     assert ["read_weights", "fc1", graph.index("fc1")] in schedule_to_dict(s, graph)["steps"]
-    # codes 6 and 7 are no action: the first step word's top byte (little-endian) set to 7
-    with pytest.raises(ScheduleFileError, match=r"steps\[0\]: action code 7 .*"
-                                                r"\[unknown_action\]"):
-        decode_binary(corrupt(data, 25, 0xE0 | data[25] & 0x1F), graph)
+
+
+def test_holds_take_binary_codes_6_and_7_and_json_by_name():
+    from test_schedule_check import with_holds
+
+    graph = WeightsOnStorage(trained=True).graph(
+        build_model("mlp", layers=3, width=16, inplace_update=1))
+    s = with_holds(graph, plain_schedule(graph).steps, ["fc1/grad", "fc2/grad"])
+    assert check_schedule(graph, s).valid
+    assert s.count(Action.HOLD_WEIGHTS) == s.count(Action.DROP_WEIGHTS) == 2
+    data = encode_binary(s, graph)
+    assert data[4] == 2  # three action bits
+    words = struct.unpack_from(f"<{len(s)}H", data, 24)
+    codes = {step.action: word >> 13 for step, word in zip(s.steps, words)}
+    assert codes[Action.HOLD_WEIGHTS] == 6 and codes[Action.DROP_WEIGHTS] == 7
+    assert decode_binary(data, graph) == attrs.evolve(s, metadata={})
+    assert decode_binary(encode_binary(s, graph, stages=False), graph).steps == tuple(
+        attrs.evolve(step, stage=0) for step in s.steps)
+    doc = schedule_to_dict(s, graph)
+    stage = next(step.stage for step in s.steps if step.action is Action.HOLD_WEIGHTS)
+    assert ["hold_weights", "fc1/grad", stage] in doc["steps"]
+    assert any(step[:2] == ["drop_weights", "fc2/grad"] for step in doc["steps"])
+    assert schedule_from_dict(json.loads(json.dumps(doc)), graph) == s
+    # a schedule with holds but no weight step would still need version 2
+    only = Schedule.for_graph(graph, [Step(Action.HOLD_WEIGHTS, graph.index("fc1/grad"))])
+    assert encode_binary(only)[4] == 2
+    # every 3-bit code is an action: the first step word's top byte (little-endian) set to 7
+    assert decode_binary(corrupt(data, 25, 0xE0 | data[25] & 0x1F), graph).steps[0].action \
+        is Action.DROP_WEIGHTS
 
 
 def test_binary_without_stages(residual):

@@ -457,3 +457,35 @@ def test_cli_import_solve_execute_with_weights_on_storage(tmp_path, capsys):
     assert main(["execute", str(schedule), *model, "--board", "nrf52840"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "give that board with --board" in err
+
+
+@pytest.mark.parametrize("case", sorted(STREAM_CASES))
+def test_held_weights_are_used_from_ram_by_the_backward_op(case, tmp_path, monkeypatch):
+    """A backward op whose weights are held runs on those its forward op's READ_WEIGHTS
+    loaded: it loads nothing, the bytes read drop by its share, and the gradients and the
+    updated weights (written back from the held copy) still match autograd and SGD."""
+    from test_schedule_check import with_holds
+
+    from poetsim.graph.streaming import WeightsOnStorage, hold_owners
+
+    model, board, request = _streamed(case)
+    graph = request.graph
+    on_storage = WeightsOnStorage.of(graph)
+    owners = hold_owners(graph)
+    names = [op.name for k, op in enumerate(graph.ops) if owners[k] >= 0]
+    assert "fc2/grad" in names
+    streamed = tm.remat_and_page_schedule(graph, {"relu1"}, set())
+    schedule = with_holds(graph, streamed.steps, names)
+    assert check_schedule(graph, schedule).valid
+    loads = _record_loads(monkeypatch)
+    report = execute_schedule(model, schedule, board=board, lr=0.05, page_dir=tmp_path)
+    assert report.passed, report.reasons
+    assert report.max_rel_weight_error <= 1e-9 and report.max_rel_grad_error <= 1e-9
+    loaded = {op for op, found in loads if found}
+    assert not loaded & set(names) and "fc2" in loaded
+    saved = sum(on_storage.bytes_read(graph, graph.index(name)) for name in names)
+    plain = execute_schedule(model, streamed, board=board, lr=0.05)
+    assert report.weights_read_bytes == report.cost_model_weights_read_bytes \
+        == plain.weights_read_bytes - saved
+    assert report.weights_written_bytes == plain.weights_written_bytes
+    assert report.weights_held_peak_bytes >= plain.weights_held_peak_bytes

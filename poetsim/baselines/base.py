@@ -139,13 +139,18 @@ def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule 
     for the page-ins of its inputs, and for the writes of tensors freed while they were
     written when their RAM is needed to stay within the schedule's own peak (as the
     simulator's CPU does); an op that streams weights (``OpCosts.streams``) waits for
-    every transfer before it, as it holds the storage. A transfer that finds the storage
+    every transfer before it, as it holds the storage, unless its weights are held
+    (HOLD_WEIGHTS) and it neither reads them (READ_WEIGHTS right before it) nor writes
+    them back (WRITE_WEIGHTS right after it). A COMPUTE right after its READ_WEIGHTS costs
+    the op's compute time and energy, any other its held ones (``held_compute_*``: the
+    same for an op reading no weights from storage). A transfer that finds the storage
     asleep (the first, or one more than the auto-sleep timeout after the previous one
     ended) waits for its wake-up first. Peak: activation bytes by the contract's rule
-    (:func:`poetsim.schedule.ops.ram_during_steps`).
+    (:func:`poetsim.schedule.ops.ram_during_steps`), held weights included.
     """
     steps = list(steps.steps if isinstance(steps, Schedule) else steps)
-    ram = ram_during_steps(steps, costs.output_bytes.tolist(), costs.workspace_bytes.tolist())
+    ram = ram_during_steps(steps, costs.output_bytes.tolist(), costs.workspace_bytes.tolist(),
+                           held_bytes=costs.held_bytes.tolist())
     peak = max(ram, default=0)
     wait = costs.wait
     written: dict[int, float] = {}  # tensor -> when its page-out ends
@@ -158,6 +163,8 @@ def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule 
     wakeups = 0
     last_end: float | None = None  # when the storage's last transfer ended
     ready: dict[int, float] = {}
+    holding: set[int] = set()  # ops whose weights are held
+    last = len(steps) - 1
 
     def transfer(start: float, seconds: float) -> float:
         """Run one transfer from ``start`` (waking the storage if it sleeps); its end."""
@@ -172,17 +179,23 @@ def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule 
     for number, step in enumerate(steps):
         k = step.op
         if step.action is Action.COMPUTE:
-            e_compute += float(costs.compute_energy_j[k])
+            read = number > 0 and steps[number - 1].action is Action.READ_WEIGHTS
+            seconds = float((costs.compute_time_s if read else costs.held_compute_time_s)[k])
+            e_compute += float((costs.compute_energy_j if read
+                                else costs.held_compute_energy_j)[k])
             start = max([cpu] + [ready.get(u, 0.0) for u in graph.predecessors(k)])
-            if overlap and costs.streams[k]:  # it holds the storage: transfers end first
+            occupies = costs.streams[k] and (
+                read or k not in holding
+                or (number < last and steps[number + 1].action is Action.WRITE_WEIGHTS))
+            if overlap and occupies:  # it holds the storage: transfers end first
                 start = max(start, lane)
             # a freed tensor's RAM returns when its write ends: wait for as many writes as
             # the schedule's own peak needs
             while held and (held[0][0] <= start or ram[number] + held_bytes > peak):
                 end, nbytes = heapq.heappop(held)
                 start, held_bytes = max(start, end), held_bytes - nbytes
-            cpu = start + float(costs.compute_time_s[k])
-            busy_cpu += float(costs.compute_time_s[k])
+            cpu = start + seconds
+            busy_cpu += seconds
             ready[k] = cpu
         elif step.action in (Action.PAGE_OUT, Action.PAGE_IN):
             write = step.action is Action.PAGE_OUT
@@ -200,6 +213,10 @@ def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule 
         elif step.action is Action.FREE and written.get(k, 0.0) > cpu:
             heapq.heappush(held, (written[k], int(costs.output_bytes[k])))
             held_bytes += int(costs.output_bytes[k])
+        elif step.action is Action.HOLD_WEIGHTS:
+            holding.add(k)
+        elif step.action is Action.DROP_WEIGHTS:
+            holding.discard(k)
     makespan = max(cpu, lane)
     e_wait = wait.energy_j(makespan_s=makespan, cpu_busy_s=busy_cpu,
                            storage_busy_s=busy_storage, wakeups=wakeups)

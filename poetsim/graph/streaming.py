@@ -36,8 +36,8 @@ from poetsim.graph.ops import Op, Phase
 from poetsim.graph.precision import precision_of
 from poetsim.graph.tiling import first_band
 
-__all__ = ["STREAM_BUFFERS", "WeightsOnStorage", "frozen_weights_read", "stream_commands",
-           "weight_slice_bytes", "weight_steps"]
+__all__ = ["STREAM_BUFFERS", "WeightsOnStorage", "frozen_weights_read", "hold_owners",
+           "stream_commands", "weight_slice_bytes", "weight_steps"]
 
 #: Slices held at once while streaming: the one in use and the one being read.
 STREAM_BUFFERS = 2
@@ -102,6 +102,26 @@ def weight_steps(graph: TrainingGraph) -> tuple[list[bool], list[bool]]:
         return [False] * len(graph), [False] * len(graph)
     return ([on_storage.bytes_read(graph, k) > 0 for k in range(len(graph))],
             [on_storage.bytes_written(graph, k) > 0 for k in range(len(graph))])
+
+
+def hold_owners(graph: TrainingGraph) -> list[int]:
+    """For each op, the forward op whose run can load the weights it reads into RAM and
+    keep them there until it runs (a *hold*, ``HOLD_WEIGHTS`` in
+    :mod:`poetsim.schedule.ops`), or -1. Only a backward op that reads weights from
+    storage has one: the op it differentiates, which reads at least the same weights."""
+    on_storage = WeightsOnStorage.of(graph)
+    owners = [-1] * len(graph)
+    if not on_storage:
+        return owners
+    for k, op in enumerate(graph.ops):
+        if op.phase is not Phase.BACKWARD or not op.measured.empty:
+            continue
+        f = graph.index(op.forward_of)  # type: ignore[arg-type]
+        read = on_storage.bytes_read(graph, k)
+        if read and f < k and graph.ops[f].measured.empty \
+                and on_storage.bytes_read(graph, f) >= read:
+            owners[k] = f
+    return owners
 
 
 @attrs.frozen

@@ -29,6 +29,10 @@ smaller integer program whose optimum no stage plan can beat, in the stage notat
   sizes at every frontier of the segment. Without this, a cheap op over an expensive one
   (a ReLU over a linear layer) looks almost free to restore, and the bound is weak.
 
+* **Weight holds.** An op that can hold its weights (:mod:`poetsim.optimizer.plan`) runs
+  once at its held cost at least; ``u`` (not held) pays the difference, and a hold puts
+  its bytes at every frontier from its owner to the op.
+
 Every stage plan maps onto a feasible point of this program with no more energy and no
 more memory at any frontier (restores of other inputs and second restores within a segment
 are simply not counted), so its optimum plus the every-op-once energy is a lower bound.
@@ -42,6 +46,7 @@ import math
 import time
 from typing import Any
 
+import numpy as np
 from pyscipopt import Model, quicksum
 
 from poetsim.costs import OpCosts
@@ -54,9 +59,11 @@ __all__ = ["relaxation_bound_j"]
 _CASCADE_DEPTH = 4
 
 
-def _restore_energies(costs: OpCosts) -> tuple[list[float], list[float], list[float], float]:
-    """Energies of a recomputation, a page-in and a page-out, and of every op once, that
-    no plan can undercut (the time-proportional energy folded in).
+def _restore_energies(costs: OpCosts
+                      ) -> tuple[list[float], list[float], list[float], list[float]]:
+    """Energies of a recomputation, a page-in and a page-out, and of each op's first run
+    (its held cost where less), that no plan can undercut (the time-proportional energy
+    folded in).
 
     A plan's wait energy (:class:`poetsim.costs.WaitPower`) is at least ``rest_w`` times
     (compute time - storage busy time): the iteration lasts at least its compute, the CPU's
@@ -68,12 +75,14 @@ def _restore_energies(costs: OpCosts) -> tuple[list[float], list[float], list[fl
     """
     rest_w = costs.wait.rest_w
     compute = costs.compute_energy_j + rest_w * costs.compute_time_s
+    held = np.minimum(compute, costs.held_compute_energy_j + rest_w * costs.held_compute_time_s)
     pagein = costs.pagein_energy_j - rest_w * costs.pagein_time_s
     pageout = costs.pageout_energy_j - rest_w * costs.pageout_time_s
     if rest_w and min(pagein.min(initial=0.0), pageout.min(initial=0.0)) < 0.0:
         compute, pagein, pageout = (costs.compute_energy_j, costs.pagein_energy_j,
                                     costs.pageout_energy_j)
-    return (compute.tolist(), pagein.tolist(), pageout.tolist(), float(compute.sum()))
+        held = np.minimum(compute, costs.held_compute_energy_j)
+    return compute.tolist(), pagein.tolist(), pageout.tolist(), held.tolist()
 
 
 def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
@@ -92,7 +101,8 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
     n = len(graph)
     mem = [int(b) for b in costs.output_bytes]
     plain_s = costs.plain_time_s
-    compute_j, pagein_j, pageout_j, plain_j = _restore_energies(costs)
+    compute_j, pagein_j, pageout_j, first_j = _restore_energies(costs)
+    plain_j = float(sum(first_j))
     # Energies relative to the plain schedule, so that the objective is of order one.
     scale = 1.0 / plain_j if plain_j > 0 else 1.0
 
@@ -183,6 +193,18 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
                 needs_inputs(i, recompute, mem[i], (start, *frontiers), str(end),
                              _CASCADE_DEPTH)
 
+    # u: the op runs its first time without its hold; otherwise the hold's bytes are in RAM
+    # at every frontier from its owner's to its own
+    unheld: list[tuple[int, Any]] = []
+    for b in np.flatnonzero(costs.hold_owner >= 0):
+        b = int(b)
+        u = model.addVar(vtype="B", name=f"u_{b}", obj=scale * (compute_j[b] - first_j[b]))
+        unheld.append((b, u))
+        size = int(costs.held_bytes[b])
+        for t in range(int(costs.hold_owner[b]), b + 1):
+            # held (1 - u) as "held" terms: size at the frontier, less size * u
+            room[t] -= size
+            held_at[t].append((-size, u))
     for t in range(n):
         tracked, held = away_at[t], held_at[t]
         total = sum(mem[i] for i in tracked)
@@ -198,6 +220,9 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
     if deadline_s is not None and math.isfinite(deadline_s):
         slack = (deadline_s - plain_s) / deadline_s
         compute = quicksum(float(costs.compute_time_s[i]) / deadline_s * r for i, r in recomputes)
+        compute += quicksum(float(costs.compute_time_s[b] - costs.held_compute_time_s[b])
+                            / deadline_s * u for b, u in unheld
+                            if costs.compute_time_s[b] > costs.held_compute_time_s[b])
         transfers = (quicksum(float(costs.pagein_time_s[i]) / deadline_s * p for i, p in page_ins)
                      + quicksum(float(costs.pageout_time_s[i]) / deadline_s * z
                                 for i, z in written.items()))

@@ -14,13 +14,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import numpy as np
 
 from poetsim.costs import OpCosts
 from poetsim.graph.graph import TrainingGraph
-from poetsim.optimizer.plan import StagePlan, stage_peak_bytes, stage_timeline
+from poetsim.optimizer.plan import (
+    PlanMetrics,
+    StagePlan,
+    evaluate_plan,
+    stage_peak_bytes,
+    stage_timeline,
+)
 
-__all__ = ["greedy_plan", "overlap_transfers", "plain_plan"]
+__all__ = ["add_holds", "greedy_plan", "overlap_transfers", "plain_plan"]
 
 #: How many stages :func:`overlap_transfers` keeps a written tensor longer, or moves a
 #: page-in earlier, at most.
@@ -231,7 +238,7 @@ def overlap_transfers(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
 
     n = plan.n
     m = {name: getattr(plan, name).copy() for name in ("compute", "keep", "stored",
-                                                       "page_in", "page_out")}
+                                                       "page_in", "page_out", "hold")}
     timeline = timed(plan)
     best = [timeline.wait_energy_j(costs), timeline.makespan_s]
 
@@ -309,3 +316,25 @@ def overlap_transfers(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
 
         choose(options, prefetch)
     return StagePlan(**m)
+
+
+def add_holds(graph: TrainingGraph, costs: OpCosts, budget_bytes: int, plan: StagePlan,
+              deadline_s: float | None = None, storage_capacity_bytes: int | None = None,
+              metrics: PlanMetrics | None = None) -> tuple[StagePlan, PlanMetrics]:
+    """``plan`` with weight holds taken (:mod:`poetsim.optimizer.plan`), one by one, the
+    largest energy saving first, each where it lowers the energy and the plan still meets
+    the budget, the deadline and the storage capacity; and its metrics. The same plan
+    on a graph without holds. One evaluation per candidate hold."""
+    if metrics is None:
+        metrics = evaluate_plan(graph, costs, plan)
+    saving = costs.compute_energy_j - costs.held_compute_energy_j
+    candidates = [int(b) for b in np.flatnonzero((costs.hold_owner >= 0) & ~plan.hold)]
+    for b in sorted(candidates, key=lambda b: (-saving[b], b)):
+        hold = plan.hold.copy()
+        hold[b] = True
+        candidate = attrs.evolve(plan, hold=hold)
+        measured = evaluate_plan(graph, costs, candidate)
+        if measured.energy_j < metrics.energy_j and measured.fits(
+                budget_bytes, deadline_s, storage_capacity_bytes):
+            plan, metrics = candidate, measured
+    return plan, metrics

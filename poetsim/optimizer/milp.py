@@ -37,6 +37,11 @@ Formulation (paper Algorithm 1 on Checkmate's frontier-advancing stages; notatio
   a stage that transfers, ``wake_t >= W_t - sum_{s in near(t)} W_s`` one that wakes the
   storage (:func:`~poetsim.optimizer.plan.storage_near`); every page-out is paged in again
   (``sum_t Mout[t,i] <= sum_t Min[t,i]``), so that no write poses as a keep-awake.
+* weight holds: a binary ``H[b]`` per op that can hold its weights
+  (:func:`~poetsim.graph.streaming.hold_owners`, owner ``f``): ``H[b] h_b`` joins the
+  memory of every stage in ``(f, b]`` from its start and of op ``f``'s row in stage ``f``;
+  op ``b``'s run in stage ``b`` is ``held_compute_*`` cheaper and shorter, and holds the
+  storage only if it writes back.
 * storage capacity: ``sum_{t,i} Mout[t,i] m_i <= capacity``.
 * objective: ``sum R E_compute + Min E_pagein + Mout E_pageout`` plus the time-proportional
   energy (:class:`~poetsim.costs.WaitPower`): every second of the makespan at CPU-idle plus
@@ -78,7 +83,7 @@ from poetsim.costs import OpCosts
 from poetsim.errors import BuildTimeout
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.ops import Phase
-from poetsim.optimizer.plan import StagePlan, stage_timeline, storage_near
+from poetsim.optimizer.plan import StagePlan, stage_streams, stage_timeline, storage_near
 
 __all__ = ["BuildTimeout", "Formulation", "MilpModel", "build_milp"]
 
@@ -124,7 +129,8 @@ class MilpModel:
         self.formulation = formulation
         self.deadline_s = deadline_s
         self.unit_bytes, self.exact_memory = _memory_unit(
-            np.concatenate([costs.output_bytes, costs.workspace_bytes]), budget_bytes)
+            np.concatenate([costs.output_bytes, costs.workspace_bytes, costs.held_bytes]),
+            budget_bytes)
         self.budget_units = budget_bytes // self.unit_bytes
         self.energy_scale = _OBJECTIVE_SCALE / energy_reference_j if energy_reference_j > 0 else 1.0
         self.model = Model(f"poet_{graph.name}")
@@ -134,6 +140,7 @@ class MilpModel:
         self.Min: dict[tuple[int, int], Any] = {}
         self.Mout: dict[tuple[int, int], Any] = {}
         self.F: dict[tuple[int, int, int], Any] = {}
+        self.H: dict[int, Any] = {}
         self.U: dict[tuple[int, int], Any] = {}
         # the DMA timeline (:meth:`_add_lane`)
         self.P: dict[int, Any] = {}
@@ -160,6 +167,7 @@ class MilpModel:
         self.last_desc = _last_descendants(graph)
         self.mem = [math.ceil(int(b) / self.unit_bytes) for b in costs.output_bytes]
         self.ws = [math.ceil(int(b) / self.unit_bytes) for b in costs.workspace_bytes]
+        self.held = [math.ceil(int(b) / self.unit_bytes) for b in costs.held_bytes]
         self._create_variables()
         self._add_constraints(storage_capacity_bytes)
         # Every op runs once in its own stage: a constant part of the objective.
@@ -205,6 +213,18 @@ class MilpModel:
                                                obj=e * self._transfer_j(
                                                    float(c.pageout_energy_j[i]),
                                                    float(c.pageout_time_s[i])))
+
+        for b in np.flatnonzero(c.hold_owner >= 0):
+            b = int(b)
+            self.H[b] = m.addVar(vtype="B", name=f"H_{b}",
+                                 obj=e * (self._compute_j(b, held=True) - self._compute_j(b)))
+
+    def holds_in(self, t: int, *, loading: bool = False) -> list[tuple[int, Any]]:
+        """(units, H[b]) of the holds in RAM when stage ``t`` starts, or with ``loading``
+        those op ``t``'s run loads."""
+        owner = self.costs.hold_owner
+        return [(self.held[b], h) for b, h in self.H.items()
+                if (owner[b] == t if loading else owner[b] < t <= b)]
 
     def r(self, t: int, i: int) -> Any:
         """R[t,i] as a variable or the constant it is fixed to."""
@@ -291,12 +311,15 @@ class MilpModel:
                     - sum(self.mem[u] for u in inputs))
             terms = [self.mem[i] * self.S[t + 1, i] for i in range(t)
                      if i not in inputs and (t + 1, i) in self.S and self.mem[i] > 0]
+            terms += [size * h for size, h in (*self.holds_in(t), *self.holds_in(t, loading=True))
+                      if size]
             if terms:
                 m.addCons(quicksum(terms) <= room, name=f"frontier_{t}")
         for t in range(1, self.n):
             # When stage t starts, everything kept or paged in is resident at once.
             start = [self.mem[i] * v for family in (self.S, self.Min)
                      for i in range(t) if (v := family.get((t, i))) is not None and self.mem[i]]
+            start += [size * h for size, h in self.holds_in(t) if size]
             if start:
                 m.addCons(quicksum(start) <= self.budget_units, name=f"start_{t}")
 
@@ -315,6 +338,8 @@ class MilpModel:
         m, S, Min = self.model, self.S, self.Min
         start_terms = [self.mem[i] * S[t, i] for i in range(t) if (t, i) in S]
         start_terms += [self.mem[i] * Min[t, i] for i in range(t) if (t, i) in Min]
+        start_terms += [size * h for size, h in self.holds_in(t)]
+        loads = quicksum(size * h for size, h in self.holds_in(t, loading=True))
         frees_after: dict[int, list[tuple[int, Any]]] = {}
         frees_of: dict[int, list[Any]] = {}
         for i, k, later in self._free_pairs(t, runnable):
@@ -344,7 +369,8 @@ class MilpModel:
             else:
                 freed = quicksum(self.mem[i] * f for i, f in frees_after.get(previous, ()))
                 m.addCons(u == self.U[t, previous] - freed + produced, name=f"u_{t}_{k}")
-            m.addCons(u + self.ws[k] * self.r(t, k) <= self.budget_units, name=f"mem_{t}_{k}")
+            m.addCons(u + self.ws[k] * self.r(t, k) + (loads if k == t else 0)
+                      <= self.budget_units, name=f"mem_{t}_{k}")
             previous = k
 
     def _add_timeline(self) -> None:
@@ -376,8 +402,13 @@ class MilpModel:
 
     def _compute_s(self, t: int) -> Any:
         """Stage ``t``'s compute time (scaled)."""
-        return quicksum(self.time_scale * float(self.costs.compute_time_s[k]) * self.r(t, k)
-                        for k in self.runnable(t))
+        c = self.costs
+        seconds = quicksum(self.time_scale * float(c.compute_time_s[k]) * self.r(t, k)
+                           for k in self.runnable(t))
+        if t in self.H:
+            saved = float(c.compute_time_s[t] - c.held_compute_time_s[t])
+            seconds = seconds - self.time_scale * saved * self.H[t]
+        return seconds
 
     def _wake_s(self, t: int) -> Any:
         """The storage's wake-up latency in stage ``t`` (scaled), where it may wake."""
@@ -488,9 +519,12 @@ class MilpModel:
         its own op, a continuous variable (integral at integral plans) when only a
         recomputation may, None when none can."""
         streams = self.costs.streams
-        if streams[t]:
+        quiet = t in self.H and not self.costs.writeback_bytes[t]  # held, reads nothing
+        if streams[t] and not quiet:
             return 1
         recomputed = [self.R[t, k] for k in self.runnable(t) if k != t and streams[k]]
+        if streams[t]:
+            recomputed.append(1 - self.H[t])
         if not recomputed:
             return None
         hold = self.model.addVar(vtype="C", lb=0.0, ub=1.0, name=f"h_{t}")
@@ -535,8 +569,10 @@ class MilpModel:
         wait = self.costs.wait
         return wait.cpu_wait_w + wait.rest_w if self.priced else 0.0
 
-    def _compute_j(self, k: int) -> float:
-        energy, seconds = float(self.costs.compute_energy_j[k]), float(self.costs.compute_time_s[k])
+    def _compute_j(self, k: int, *, held: bool = False) -> float:
+        c = self.costs
+        energy, seconds = ((float(c.held_compute_energy_j[k]), float(c.held_compute_time_s[k]))
+                           if held else (float(c.compute_energy_j[k]), float(c.compute_time_s[k])))
         if not self.priced:
             return energy
         if self.costs.cpu_moves:
@@ -603,7 +639,7 @@ class MilpModel:
 
     @property
     def binaries(self) -> int:
-        return len(self.R) + len(self.S) + len(self.Min) + len(self.Mout)
+        return len(self.R) + len(self.S) + len(self.Min) + len(self.Mout) + len(self.H)
 
     def plan_from_solution(self, sol: Any) -> StagePlan:
         n = self.n
@@ -616,7 +652,10 @@ class MilpModel:
                     mats[name][t, i] = True
         for t in range(1, n):
             mats["stored"][t] = mats["stored"][t - 1] | mats["page_out"][t - 1]
-        return StagePlan(**mats)
+        hold = np.zeros(n, dtype=bool)
+        for b, var in self.H.items():
+            hold[b] = self.model.getSolVal(sol, var) > 0.5
+        return StagePlan(**mats, hold=hold)
 
     def fits(self, plan: StagePlan) -> bool:
         """Whether every decision of ``plan`` has a variable (or constant) in this model."""
@@ -629,7 +668,7 @@ class MilpModel:
                     continue
                 if (int(t), int(i)) not in family:
                     return False
-        return True
+        return all(int(b) in self.H for b in np.flatnonzero(plan.hold))
 
     def add_warm_start(self, plan: StagePlan) -> bool:
         """Offer ``plan`` to SCIP as a complete solution; True if SCIP accepted it."""
@@ -663,6 +702,8 @@ class MilpModel:
             matrix = getattr(plan, name)
             for (t, i), var in family.items():
                 m.setSolVal(sol, var, 1.0 if matrix[t, i] else 0.0)
+        for b, var in self.H.items():
+            m.setSolVal(sol, var, 1.0 if plan.hold[b] else 0.0)
         # Continuous variables: frees as large as allowed, memory by the recurrence.
         freed: dict[tuple[int, int, int], float] = {}
         for (t, i, k) in self.F:
@@ -677,6 +718,8 @@ class MilpModel:
         for t in range(self.n):
             level = float(sum(self.mem[i] for i in range(t)
                               if plan.keep[t, i] or plan.page_in[t, i]))
+            level += sum(self.held[b] for b in self.H
+                         if plan.hold[b] and self.costs.hold_owner[b] < t <= b)
             previous = None
             for k in self.runnable(t):
                 if previous is not None:
@@ -690,8 +733,9 @@ class MilpModel:
                               (timeline.lane_end_s, self.L), (timeline.end_s, self.E)):
             for t, var in family.items():
                 m.setSolVal(sol, var, scale * float(times[t]))
+        streams = stage_streams(self.costs, plan)
         for t, var in self.hold.items():
-            m.setSolVal(sol, var, 1.0 if (plan.compute[t] & self.costs.streams).any() else 0.0)
+            m.setSolVal(sol, var, 1.0 if streams[t] else 0.0)
         for t, var in self.y.items():
             m.setSolVal(sol, var, 1.0 if timeline.reads_page_in[t] else 0.0)
         for t, var in self.v.items():
@@ -729,14 +773,23 @@ class MilpModel:
                     value = 1.0 if matrix[t, i] else 0.0
                     m.chgVarLb(var, value)
                     m.chgVarUb(var, value)
+        for b, var in self.H.items():
+            if first <= b <= last:
+                m.chgVarLb(var, 0.0)
+                m.chgVarUb(var, 1.0)
+                free += 1
+            else:
+                value = 1.0 if plan.hold[b] else 0.0
+                m.chgVarLb(var, value)
+                m.chgVarUb(var, value)
         return free
 
     def unfix(self) -> None:
         m = self.model
-        for _, family in self._families():
-            for var in family.values():
-                m.chgVarLb(var, 0.0)
-                m.chgVarUb(var, 1.0)
+        for var in (*(v for _, family in self._families() for v in family.values()),
+                    *self.H.values()):
+            m.chgVarLb(var, 0.0)
+            m.chgVarUb(var, 1.0)
 
 
 def build_milp(graph: TrainingGraph, costs: OpCosts, budget_bytes: int, deadline_s: float | None,

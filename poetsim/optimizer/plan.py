@@ -25,6 +25,14 @@ tensor read by ``k`` (or ``k``'s own output) is freed when no later op of the st
 and it is not kept into stage ``t + 1``. Tensors that are neither read in the stage nor kept
 are freed when the stage ends.
 
+Weight holds (``hold[b]``, one per op): on a graph whose weights live on storage, backward
+op ``b`` may keep the weights it reads in RAM from its forward op's first run (``f =
+OpCosts.hold_owner[b]``, stage ``f``) until its own first run (stage ``b``), instead of
+reading them from storage again (:func:`poetsim.graph.streaming.hold_owners`). Their
+``held_bytes[b]`` count from op ``f``'s run in stage ``f`` (which loads them whole) to op
+``b``'s in stage ``b``, where it runs at ``held_compute_*`` (no read; a write-back still
+holds the storage). Recomputations stream their weights as always.
+
 Time and energy (:func:`stage_timeline`, :func:`evaluate_plan`): without DMA a stage lasts
 its compute and its transfers. With DMA the transfers run on one storage lane beside the
 CPU and may run on into later stages: the CPU waits for a page-in before the stage that
@@ -44,14 +52,15 @@ import numpy as np
 from poetsim.costs import OpCosts
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
-from poetsim.graph.streaming import weight_steps
+from poetsim.graph.streaming import hold_owners, weight_steps
 from poetsim.schedule import Action, Schedule, Step
 from poetsim.schedule.ops import with_weight_steps
 
 __all__ = ["PlanMetrics", "StagePlan", "StageTimeline", "drop_idle_keeps",
-           "drop_unread_page_outs", "evaluate_plan", "lower_plan", "plan_from_schedule",
-           "plan_violations", "reads_own_page_in", "stage_peak_bytes", "stage_timeline",
-           "storage_near"]
+           "drop_unread_page_outs", "evaluate_plan", "held_bytes_by_stage", "held_savings",
+           "lower_plan", "plan_from_schedule",
+           "plan_violations", "reads_own_page_in", "stage_peak_bytes", "stage_streams",
+           "stage_timeline", "storage_near"]
 
 _MATRICES = ("compute", "keep", "stored", "page_in", "page_out")
 
@@ -62,15 +71,21 @@ def _bool_matrix(value: np.ndarray) -> np.ndarray:
     return array
 
 
+def _no_holds(plan: StagePlan) -> np.ndarray:
+    return np.zeros(plan.compute.shape[0], dtype=bool)
+
+
 @attrs.frozen
 class StagePlan:
-    """The five n x n decision matrices (see the module docstring)."""
+    """The five n x n decision matrices and the weight holds (see the module docstring)."""
 
     compute: np.ndarray = attrs.field(converter=_bool_matrix, eq=attrs.cmp_using(np.array_equal))
     keep: np.ndarray = attrs.field(converter=_bool_matrix, eq=attrs.cmp_using(np.array_equal))
     stored: np.ndarray = attrs.field(converter=_bool_matrix, eq=attrs.cmp_using(np.array_equal))
     page_in: np.ndarray = attrs.field(converter=_bool_matrix, eq=attrs.cmp_using(np.array_equal))
     page_out: np.ndarray = attrs.field(converter=_bool_matrix, eq=attrs.cmp_using(np.array_equal))
+    hold: np.ndarray = attrs.field(default=attrs.Factory(_no_holds, takes_self=True),
+                                   converter=_bool_matrix, eq=attrs.cmp_using(np.array_equal))
 
     @property
     def n(self) -> int:
@@ -152,7 +167,42 @@ def plan_violations(graph: TrainingGraph, plan: StagePlan) -> list[str]:
                 problems.append(f"stage {t + 1}: storage set does not follow the page-outs")
     if S[0].any() or A[0].any():
         problems.append("stage 0: starts with tensors in RAM or on storage")
+    owners = hold_owners(graph)
+    for b in np.flatnonzero(plan.hold):
+        if owners[b] < 0:
+            problems.append(f"stage {b}: holds weights op {b} cannot hold")
     return problems
+
+
+def held_bytes_by_stage(costs: OpCosts, plan: StagePlan) -> tuple[np.ndarray, np.ndarray]:
+    """Per stage, the bytes of held weights in RAM when it starts, and those its own op's
+    run loads (the holds owned by op ``t``, in RAM from its run on)."""
+    start = np.zeros(plan.n, dtype=np.int64)
+    loads = np.zeros(plan.n, dtype=np.int64)
+    for b in np.flatnonzero(plan.hold):
+        f, size = int(costs.hold_owner[b]), int(costs.held_bytes[b])
+        start[f + 1:b + 1] += size
+        loads[f] += size
+    return start, loads
+
+
+def held_savings(costs: OpCosts, plan: StagePlan) -> tuple[np.ndarray, np.ndarray]:
+    """Per stage, the compute time and energy its held op does not spend (op ``b`` runs at
+    ``held_compute_*`` in stage ``b`` when ``hold[b]``)."""
+    held = plan.hold.astype(float)
+    return (held * (costs.compute_time_s - costs.held_compute_time_s),
+            held * (costs.compute_energy_j - costs.held_compute_energy_j))
+
+
+def stage_streams(costs: OpCosts, plan: StagePlan) -> np.ndarray:
+    """Per stage, whether one of its runs holds the storage device (``OpCosts.streams``; a
+    held op's run only when it writes back)."""
+    runs = plan.compute & costs.streams
+    quiet = np.flatnonzero(plan.hold & (costs.writeback_bytes == 0))
+    if len(quiet):
+        runs = runs.copy()
+        runs[quiet, quiet] = False
+    return runs.any(axis=1)
 
 
 def _frees(graph: TrainingGraph, plan: StagePlan, t: int) -> tuple[dict[int, list[int]], list[int]]:
@@ -287,7 +337,7 @@ def stage_timeline(graph: TrainingGraph, costs: OpCosts, plan: StagePlan) -> Sta
     iteration lasts until the CPU's last stage and the lane's last transfer are done.
     """
     n = plan.n
-    compute = plan.compute.astype(float) @ costs.compute_time_s
+    compute = plan.compute.astype(float) @ costs.compute_time_s - held_savings(costs, plan)[0]
     pagein = plan.page_in.astype(float) @ costs.pagein_time_s
     pageout = plan.page_out.astype(float) @ costs.pageout_time_s
     transfer = pagein + pageout
@@ -297,7 +347,7 @@ def stage_timeline(graph: TrainingGraph, costs: OpCosts, plan: StagePlan) -> Sta
                      dtype=bool)
     wake_s = wakes * costs.wait.wakeup_s
     reads = reads_own_page_in(graph, plan)
-    streams = plan.compute[:, costs.streams].any(axis=1)
+    streams = stage_streams(costs, plan)
     written = np.zeros(n)
     if costs.cpu_moves:
         end = np.cumsum(compute + transfer + wake_s)
@@ -334,11 +384,12 @@ def stage_peak_bytes(graph: TrainingGraph, costs: OpCosts, plan: StagePlan, t: i
     size = costs.output_bytes
     workspace = costs.workspace_bytes
     after, _ = _frees(graph, plan, t)
-    mem = int(size[plan.keep[t] | plan.page_in[t]].sum())
+    held_start, held_loads = held_bytes_by_stage(costs, plan)
+    mem = int(size[plan.keep[t] | plan.page_in[t]].sum()) + int(held_start[t])
     peak, peak_op = -1, t
     for k in np.flatnonzero(plan.compute[t]):
         k = int(k)
-        mem += int(size[k])
+        mem += int(size[k]) + (int(held_loads[t]) if k == t else 0)
         if mem + int(workspace[k]) > peak:
             peak, peak_op = mem + int(workspace[k]), k
         mem -= int(sum(size[i] for i in after.get(k, ())))
@@ -354,7 +405,7 @@ def evaluate_plan(graph: TrainingGraph, costs: OpCosts, plan: StagePlan) -> Plan
         if stage_peak > peak:
             peak, peak_stage, peak_op = stage_peak, t, op
     R = plan.compute.astype(float)
-    e_compute = float((R @ costs.compute_energy_j).sum())
+    e_compute = float((R @ costs.compute_energy_j).sum() - held_savings(costs, plan)[1].sum())
     e_in = float((plan.page_in.astype(float) @ costs.pagein_energy_j).sum())
     e_out = float((plan.page_out.astype(float) @ costs.pageout_energy_j).sum())
     timeline = stage_timeline(graph, costs, plan)
@@ -385,9 +436,13 @@ def lower_plan(graph: TrainingGraph, plan: StagePlan, *, metadata: dict | None =
 
     Per stage: page-ins; page-outs of tensors kept from before; then each op in index order,
     its page-out right after it if planned, and the frees its completion allows; finally the
-    frees of tensors the stage neither read nor keeps.
+    frees of tensors the stage neither read nor keeps. A weight hold is taken right before
+    its owner's run (``HOLD_WEIGHTS``) and dropped right after the held op's
+    (``DROP_WEIGHTS``).
     """
     steps: list[Step] = []
+    owners = hold_owners(graph)
+    held_by = {owners[b]: int(b) for b in np.flatnonzero(plan.hold)}
     for t in range(plan.n):
         after, at_end = _frees(graph, plan, t)
         for i in np.flatnonzero(plan.page_in[t]):
@@ -396,7 +451,11 @@ def lower_plan(graph: TrainingGraph, plan: StagePlan, *, metadata: dict | None =
             steps.append(Step(Action.PAGE_OUT, int(i), t))
         for k in np.flatnonzero(plan.compute[t]):
             k = int(k)
+            if k == t and t in held_by:
+                steps.append(Step(Action.HOLD_WEIGHTS, held_by[t], t))
             steps.append(Step(Action.COMPUTE, k, t))
+            if k == t and plan.hold[t]:
+                steps.append(Step(Action.DROP_WEIGHTS, t, t))
             if plan.page_out[t, k] and not plan.keep[t, k]:
                 steps.append(Step(Action.PAGE_OUT, k, t))
             steps.extend(Step(Action.FREE, i, t) for i in after.get(k, ()))
@@ -423,12 +482,14 @@ def plan_from_schedule(graph: TrainingGraph, schedule: Schedule) -> StagePlan | 
     """
     n = len(graph)
     m = StagePlan.empty(n)
+    m["hold"] = np.zeros(n, dtype=bool)
     resident: set[int] = set()
     stored: set[int] = set()
     t = 0          # the stage being filled
     started = False
     computed = [False] * n
     pending: list[int] = []  # page-outs of older tensors after op t's first computation
+    held: list[int] = []  # ops whose weights the list holds before their first run
 
     def write(stage: int, i: int) -> None:
         m["page_out"][stage, i] = True
@@ -451,6 +512,8 @@ def plan_from_schedule(graph: TrainingGraph, schedule: Schedule) -> StagePlan | 
         if step.action is Action.COMPUTE:
             if not computed[k] and k != t:
                 return None
+            if not computed[k] and k in held:
+                m["hold"][k] = True
             # A tensor dropped and brought back within one stage is, in stage form,
             # computed once in the stage (before all its readers) instead.
             m["keep"][t, k] = m["page_in"][t, k] = False
@@ -466,6 +529,8 @@ def plan_from_schedule(graph: TrainingGraph, schedule: Schedule) -> StagePlan | 
                 pending.append(k)
             else:
                 write(t, k)
+        elif step.action is Action.HOLD_WEIGHTS:
+            held.append(k)
         elif step.action is Action.FREE:
             if k in pending:
                 pending.remove(k)

@@ -32,7 +32,7 @@ from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.memory import minimum_ram_bytes
 from poetsim.optimizer.bound import relaxation_bound_j
 from poetsim.optimizer.effort import WorkLimit
-from poetsim.optimizer.heuristic import greedy_plan, overlap_transfers, plain_plan
+from poetsim.optimizer.heuristic import add_holds, greedy_plan, overlap_transfers, plain_plan
 from poetsim.optimizer.milp import Formulation, MilpModel, build_milp
 from poetsim.optimizer.plan import (
     PlanMetrics,
@@ -275,6 +275,8 @@ def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline:
         metrics = evaluate_plan(graph, costs, plan)
         if not metrics.fits(budget, deadline, storage_capacity):
             return
+        plan, metrics = add_holds(graph, costs, budget, plan, deadline, storage_capacity,
+                                  metrics)
         if best[1] is None or (metrics.energy_j, rank) < (best[1].energy_j, best_rank):
             best, best_rank = (plan, metrics, name), rank
 
@@ -759,7 +761,8 @@ def _overlap_incumbent(search: _Search) -> None:
     budget = request.activation_budget_bytes
     plan = overlap_transfers(request.graph, request.costs, budget, search.plan,
                              max_work=_OVERLAP_WORK)
-    metrics = evaluate_plan(request.graph, request.costs, plan)
+    plan, metrics = add_holds(request.graph, request.costs, budget, plan, search.deadline_s,
+                              request.board.storage.capacity_bytes)
     if metrics.energy_j < search.metrics.energy_j and metrics.fits(  # type: ignore[union-attr]
             budget, search.deadline_s, request.board.storage.capacity_bytes):
         search.plan, search.metrics = plan, metrics

@@ -1,5 +1,5 @@
-"""Schedules: the executable op list (compute, page-out, page-in, free, and the read and
-write-back of weights on storage) every part shares.
+"""Schedules: the executable op list (compute, page-out, page-in, free, and the read,
+write-back and hold of weights on storage) every part shares.
 
 * :mod:`poetsim.schedule.ops`: :class:`Step`, :class:`Schedule` and the contract;
 * :mod:`poetsim.schedule.check`: the independent checker and the plain schedule;

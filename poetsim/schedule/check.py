@@ -1,7 +1,7 @@
 """The independent schedule checker, and the plain schedule every other one is measured against.
 
 :func:`check_schedule` replays a :class:`~poetsim.schedule.ops.Schedule` step by step,
-tracking the resident set and the storage set, and enforces the rules of
+tracking the resident set, the storage set and the held set, and enforces the rules of
 :mod:`poetsim.schedule.ops` (the contract). It shares no code with the optimizer or the
 simulator, so it can judge both. It stops at the first violation.
 
@@ -19,8 +19,13 @@ Rule codes (see :mod:`poetsim.schedule.ops` for their meaning):
 ``budget_exceeded``         activation bytes + ``resident_bytes`` over ``budget_bytes``
 ``never_computed``          an op is never computed (position ``len(steps)``)
 ``weights_not_read``        COMPUTE of an op reading weights on storage, no READ_WEIGHTS
+                            and its weights not held
 ``weights_not_written``     COMPUTE of an op writing weights back, no WRITE_WEIGHTS
-``stray_weight_step``       READ_WEIGHTS / WRITE_WEIGHTS not bracketing its op's COMPUTE
+``stray_weight_step``       READ_WEIGHTS / WRITE_WEIGHTS not bracketing its op's COMPUTE,
+                            or HOLD_WEIGHTS of an op without a hold owner
+``already_held``            HOLD_WEIGHTS of an op whose weights are already held
+``hold_not_loaded``         HOLD_WEIGHTS not followed by its owner's READ_WEIGHTS, COMPUTE
+``not_held``                DROP_WEIGHTS of an op whose weights are not held
 ==========================  =====================================================
 
 Within a COMPUTE the structural rules are checked first (inputs, then the output), then
@@ -34,8 +39,8 @@ import attrs
 from poetsim.errors import ScheduleError
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
-from poetsim.graph.streaming import weight_steps
-from poetsim.schedule.ops import Action, Schedule, Step, with_weight_steps
+from poetsim.graph.streaming import hold_owners, weight_steps
+from poetsim.schedule.ops import Action, Schedule, Step, held_bytes_of, with_weight_steps
 
 __all__ = ["RULES", "CheckResult", "ScheduleError", "Violation", "check_schedule",
            "check_schedule_or_raise", "plain_schedule"]
@@ -45,7 +50,7 @@ RULES = (
     "fingerprint_mismatch", "unknown_op", "input_not_resident", "already_resident",
     "not_resident", "not_on_storage", "redundant_page_out", "storage_full",
     "budget_exceeded", "never_computed", "recomputed_inplace_update", "weights_not_read",
-    "weights_not_written", "stray_weight_step",
+    "weights_not_written", "stray_weight_step", "already_held", "hold_not_loaded", "not_held",
 )
 
 
@@ -74,8 +79,9 @@ class CheckResult:
     All figures cover the steps replayed: the whole schedule when it is valid, the steps
     before the violation otherwise. ``peak_ram_bytes`` is activation bytes plus the
     ``resident_bytes`` given to the checker, at its highest (during a COMPUTE, or right
-    after a PAGE_IN); ``peak_step`` is the position of the first step reaching it (-1 if
-    no step was replayed). ``peak_storage_bytes`` is the largest size of the storage set.
+    after a PAGE_IN or a HOLD_WEIGHTS); ``peak_step`` is the position of the first step
+    reaching it (-1 if no step was replayed). ``peak_storage_bytes`` is the largest size of
+    the storage set.
     """
 
     valid: bool
@@ -120,6 +126,7 @@ class _Replay:
         self.resident = [False] * n
         self.stored = [False] * n
         self.computed = [False] * n
+        self.held = [False] * n
         self.live = 0
         self.storage = 0
         self.peak = -1
@@ -166,6 +173,10 @@ class _Replay:
         n = len(ops)
         steps = self.schedule.steps
         reads, writes = weight_steps(graph)
+        holds = any(step.action is Action.HOLD_WEIGHTS for step in steps)
+        owners = hold_owners(graph) if holds else [-1] * n
+        held_bytes = held_bytes_of(graph) if holds else [0] * n
+        held = self.held
         for position, step in enumerate(steps):
             k = step.op
             if k >= n:
@@ -179,10 +190,11 @@ class _Replay:
             before = steps[position - 1] if position else None
             after = steps[position + 1] if position + 1 < len(steps) else None
             if action is Action.COMPUTE:
-                if reads[k] and not _is(before, Action.READ_WEIGHTS, k):
+                if reads[k] and not held[k] and not _is(before, Action.READ_WEIGHTS, k):
                     self.fail(position, step, "weights_not_read",
                               f"op {name!r} reads weights that live on storage: its "
-                              "COMPUTE must follow its READ_WEIGHTS", k)
+                              "COMPUTE must follow its READ_WEIGHTS (or its weights be "
+                              "held)", k)
                     return
                 if writes[k] and not _is(after, Action.WRITE_WEIGHTS, k):
                     self.fail(position, step, "weights_not_written",
@@ -246,6 +258,38 @@ class _Replay:
                 self.resident[k] = True
                 self.live += size
                 self.bytes_in += size
+            elif action is Action.HOLD_WEIGHTS:
+                f = owners[k]
+                if f < 0:
+                    self.fail(position, step, "stray_weight_step",
+                              f"op {name!r} has no forward op whose run can load the "
+                              "weights it reads: its weights cannot be held", k)
+                    return
+                if held[k]:
+                    self.fail(position, step, "already_held",
+                              f"the weights of op {name!r} are already held in RAM", k)
+                    return
+                later = steps[position + 2] if position + 2 < len(steps) else None
+                if not (_is(after, Action.READ_WEIGHTS, f) and _is(later, Action.COMPUTE, f)):
+                    self.fail(position, step, "hold_not_loaded",
+                              f"holding the weights of op {name!r} needs the run of "
+                              f"{ops[f].name!r} that loads them: READ_WEIGHTS and COMPUTE "
+                              f"of {ops[f].name!r} must follow right away", k)
+                    return
+                extra = held_bytes[k]
+                if not self.ram(position, step, self.live + extra,
+                                f"after holding the weights of {name!r}"):
+                    return
+                held[k] = True
+                self.live += extra
+            elif action is Action.DROP_WEIGHTS:
+                if not held[k]:
+                    self.fail(position, step, "not_held",
+                              f"the weights of op {name!r} are not held in RAM, nothing to "
+                              "drop", k)
+                    return
+                held[k] = False
+                self.live -= held_bytes[k]
             elif action in (Action.READ_WEIGHTS, Action.WRITE_WEIGHTS):
                 reading = action is Action.READ_WEIGHTS
                 if not (reads if reading else writes)[k]:

@@ -21,11 +21,11 @@ Steps name their op, so a reader can follow the file without the graph::
     }
 
 Each step is ``[action, op name, stage]`` with ``action`` one of ``compute``,
-``page_out``, ``page_in``, ``free``, ``read_weights``, ``write_weights`` (see
-:mod:`poetsim.schedule.ops` for their meaning). ``ops`` lists the graph's op names in
-graph order; it maps names to the op indices of :class:`~poetsim.schedule.ops.Step` when
-the file is read without the graph. Read with a graph, the file's fingerprint must equal
-the graph's. Any problem raises a one-line
+``page_out``, ``page_in``, ``free``, ``read_weights``, ``write_weights``,
+``hold_weights``, ``drop_weights`` (see :mod:`poetsim.schedule.ops` for their meaning).
+``ops`` lists the graph's op names in graph order; it maps names to the op indices of
+:class:`~poetsim.schedule.ops.Step` when the file is read without the graph. Read with a
+graph, the file's fingerprint must equal the graph's. Any problem raises a one-line
 :class:`ScheduleFileError` naming the file, the position (``steps[12]``) and a rule code in
 brackets, e.g. ``plan.json: steps[12]: op 'conv9' is not in the ops list [unknown_op]``.
 
@@ -50,10 +50,10 @@ A step word holds the action in its top 2 bits (compute 0, page_out 1, page_in 2
 and the op index in the rest: 16-bit words (14-bit index) when the graph has at most
 16384 ops, 32-bit words (30-bit index) otherwise.
 
-Version 2 is the same with the action in the top 3 bits, adding read_weights 4 and
-write_weights 5 (13-bit index in 16-bit words, up to 8192 ops; 29-bit in 32-bit words).
-A schedule with weight steps is written as version 2, any other as version 1; both are
-read.
+Version 2 is the same with the action in the top 3 bits, adding read_weights 4,
+write_weights 5, hold_weights 6 and drop_weights 7 (13-bit index in 16-bit words, up to
+8192 ops; 29-bit in 32-bit words). A schedule with weight or hold steps is written as
+version 2, any other as version 1; both are read.
 
 Stages are kept, run-length encoded, by default: the section is a LEB128 varint run count,
 then per run of equal stages the zigzag-varint change of stage from the previous run (the
@@ -79,7 +79,7 @@ from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
 from poetsim.schedule.check import ScheduleError
 from poetsim.schedule.metadata import parse_metadata
-from poetsim.schedule.ops import WEIGHT_ACTIONS, Action, Schedule, Step
+from poetsim.schedule.ops import HOLD_ACTIONS, WEIGHT_ACTIONS, Action, Schedule, Step
 
 __all__ = [
     "BINARY_MAGIC", "BINARY_VERSION", "FORMAT", "VERSION", "ScheduleFileError",
@@ -90,7 +90,8 @@ __all__ = [
 FORMAT = "poetsim-schedule"
 VERSION = 1
 BINARY_MAGIC = b"POET"
-#: The newest binary version; a schedule without weight steps is still written as version 1.
+#: The newest binary version; a schedule without weight or hold steps is still written as
+#: version 1.
 BINARY_VERSION = 2
 
 _KEYS = ("format", "version", "graph", "graph_fingerprint", "metadata", "ops", "steps")
@@ -99,8 +100,11 @@ _CRC = struct.Struct("<I")
 _FLAG_WIDE = 0x01
 _FLAG_STAGES = 0x02
 _CODES = {Action.COMPUTE: 0, Action.PAGE_OUT: 1, Action.PAGE_IN: 2, Action.FREE: 3,
-          Action.READ_WEIGHTS: 4, Action.WRITE_WEIGHTS: 5}
+          Action.READ_WEIGHTS: 4, Action.WRITE_WEIGHTS: 5, Action.HOLD_WEIGHTS: 6,
+          Action.DROP_WEIGHTS: 7}
 _ACTIONS = {code: action for action, code in _CODES.items()}
+#: The actions only version 2 can hold.
+_VERSION_2 = WEIGHT_ACTIONS | HOLD_ACTIONS
 #: Bits of a step word that hold the action, per binary version.
 _ACTION_BITS = {1: 2, 2: 3}
 
@@ -362,7 +366,7 @@ def encode_binary(schedule: Schedule, graph: TrainingGraph | None = None, *,
         op_count = len(graph.ops)
     else:
         op_count = max((step.op for step in schedule.steps), default=-1) + 1
-    version = 2 if any(step.action in WEIGHT_ACTIONS for step in schedule.steps) else 1
+    version = 2 if any(step.action in _VERSION_2 for step in schedule.steps) else 1
     most = 1 << _index_bits(version, True)
     if op_count > most:
         raise ScheduleError(f"graph has {op_count} ops: the binary format holds at most "
@@ -470,7 +474,7 @@ def _decode(data: bytes, fingerprint: str, op_count_expected: int | None) -> lis
             raise _Problem(f"steps[{i}]", f"op index {op} is outside the graph's {op_count} "
                                           "ops", "unknown_op", i)
         action = _ACTIONS.get(value >> shift)
-        if action is None:
+        if action is None:  # pragma: no cover - versions 1 and 2 give every code an action
             raise _Problem(f"steps[{i}]", f"action code {value >> shift} is not one of "
                                           f"version {version}'s", "unknown_action", i)
         steps.append(Step(action, op, stage_of[i]))

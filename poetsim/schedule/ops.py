@@ -14,7 +14,9 @@ Replaying a schedule tracks two sets of tensors, both empty at the start:
 * the **resident set**: tensors held in RAM (the activation memory);
 * the **storage set**: tensors of which a copy is on secondary storage (SD card, flash).
 
-Tensors in neither set are just not available; a tensor may be in both.
+Tensors in neither set are just not available; a tensor may be in both. On a graph whose
+weights live on storage a third set, empty at the start too, is the **held set**: the
+ops whose weights are held in RAM (see ``HOLD_WEIGHTS``).
 
 Steps, in list order (each one finishes before the next starts)
 ---------------------------------------------------------------
@@ -51,7 +53,27 @@ Steps, in list order (each one finishes before the next starts)
     the op holds the storage device from the first to the last (no page transfer runs
     beside it). They change neither set, and RAM is that of the ``COMPUTE``. Such a step
     anywhere else, or for an op with no weights to read or write there, breaks
-    [``stray_weight_step``].
+    [``stray_weight_step``]. The one exception: a ``COMPUTE k`` while op ``k``'s weights
+    are held (below) needs no ``READ_WEIGHTS`` (one there is allowed: it streams them
+    again); ``WRITE_WEIGHTS`` is required after each run of an op writing back, held or
+    not.
+``HOLD_WEIGHTS k`` and ``DROP_WEIGHTS k``
+    A backward op's weights may be *held* instead of streamed: the run of its forward op
+    ``f`` (its hold owner, :func:`poetsim.graph.streaming.hold_owners`) reads them whole
+    into RAM, and they stay there until dropped. ``HOLD_WEIGHTS k`` needs an op ``k`` with
+    a hold owner [``stray_weight_step``] whose weights are not held already
+    [``already_held``], and must be followed right away by ``READ_WEIGHTS f`` and that by
+    ``COMPUTE f`` [``hold_not_loaded``]: that run loads them. Op ``k`` joins the held set,
+    and RAM grows by ``held_bytes[k]`` (:func:`held_bytes_of`, the bytes op ``k`` reads
+    from storage) from this step on, so they count during ``COMPUTE f`` already.
+    ``DROP_WEIGHTS k`` needs op ``k`` in the held set [``not_held``]; it leaves it and
+    RAM shrinks by ``held_bytes[k]``. Held weights may remain at the end of the list.
+
+Pricing: a ``COMPUTE k`` right after its ``READ_WEIGHTS k`` costs ``compute_time_s[k]`` /
+``compute_energy_j[k]`` (:class:`poetsim.costs.OpCosts`), one without it
+``held_compute_time_s[k]`` / ``held_compute_energy_j[k]`` (no read from storage; the same
+numbers for an op reading no weights). An op holds the storage device while it runs when
+its COMPUTE has ``READ_WEIGHTS`` right before it or ``WRITE_WEIGHTS`` right after it.
 
 Every step's op must be an op of the graph [``unknown_op``], and the schedule must be made
 for this graph: its ``graph_fingerprint`` equals
@@ -63,11 +85,12 @@ scratch).
 Memory
 ------
 The accounting is exactly that of :mod:`poetsim.graph.memory`: the activation RAM in use
-is the sum of ``output_bytes`` over the resident set, plus, during a COMPUTE, the op's
-output and workspace. Its peak over the schedule is reached either during a COMPUTE or
-right after a PAGE_IN. A RAM budget bounds this activation figure plus the fixed resident
-region (parameters, gradients, optimizer state) at every point [``budget_exceeded``].
-Paging and freeing take effect at their step, in list order.
+is the sum of ``output_bytes`` over the resident set, plus ``held_bytes`` over the held
+set, plus, during a COMPUTE, the op's output and workspace. Its peak over the schedule is
+reached either during a COMPUTE or right after a PAGE_IN or a HOLD_WEIGHTS. A RAM budget
+bounds this activation figure plus the fixed resident region (parameters, gradients,
+optimizer state) at every point [``budget_exceeded``].
+Paging, freeing, holding and dropping take effect at their step, in list order.
 
 Stages
 ------
@@ -91,8 +114,8 @@ from poetsim.errors import InputError
 if TYPE_CHECKING:
     from poetsim.graph.graph import TrainingGraph
 
-__all__ = ["WEIGHT_ACTIONS", "Action", "Schedule", "Step", "ram_during_steps",
-           "with_weight_steps"]
+__all__ = ["HOLD_ACTIONS", "WEIGHT_ACTIONS", "Action", "Schedule", "Step", "held_bytes_of",
+           "ram_during_steps", "with_weight_steps"]
 
 
 class Action(enum.Enum):
@@ -104,10 +127,14 @@ class Action(enum.Enum):
     FREE = "free"
     READ_WEIGHTS = "read_weights"
     WRITE_WEIGHTS = "write_weights"
+    HOLD_WEIGHTS = "hold_weights"
+    DROP_WEIGHTS = "drop_weights"
 
 
 #: The steps that move weights on storage (they bracket a COMPUTE, see the module docstring).
 WEIGHT_ACTIONS = frozenset({Action.READ_WEIGHTS, Action.WRITE_WEIGHTS})
+#: The steps that keep a backward op's weights in RAM and release them (a hold).
+HOLD_ACTIONS = frozenset({Action.HOLD_WEIGHTS, Action.DROP_WEIGHTS})
 
 
 def _to_action(value: Any) -> Action:
@@ -247,13 +274,28 @@ class Schedule:
         return attrs.evolve(self, metadata={**self.metadata, **updates})
 
 
+def held_bytes_of(graph: TrainingGraph) -> list[int]:
+    """For each op of ``graph``, the bytes a hold of its weights keeps in RAM (the weights
+    it reads from storage; 0 for an op without a hold owner). The same figures as
+    :attr:`poetsim.costs.OpCosts.held_bytes`, for where only the graph is at hand."""
+    from poetsim.graph.streaming import WeightsOnStorage, hold_owners
+
+    owners = hold_owners(graph)
+    on_storage = WeightsOnStorage.of(graph)
+    return [on_storage.bytes_read(graph, k) if owner >= 0 else 0
+            for k, owner in enumerate(owners)]
+
+
 def ram_during_steps(steps: Iterable[Step], output_bytes: Sequence[int],
-                     workspace_bytes: Sequence[int], resident_bytes: int = 0) -> list[int]:
+                     workspace_bytes: Sequence[int], resident_bytes: int = 0,
+                     held_bytes: Sequence[int] | None = None) -> list[int]:
     """The contract's RAM rule, step by step: the bytes in RAM while each step runs (a
     COMPUTE's output and workspace included; after the step for the others), on top of
-    ``resident_bytes``. Structural rules are not checked (that is the checker's job); the
-    largest entry is the schedule's peak. The cost model's predictions and the simulator's
-    transfer planner read RAM through this one function.
+    ``resident_bytes``. ``held_bytes`` (:func:`held_bytes_of`, ``OpCosts.held_bytes``)
+    prices the HOLD_WEIGHTS and DROP_WEIGHTS steps; without it a schedule must have none.
+    Structural rules are not checked (that is the checker's job); the largest entry is the
+    schedule's peak. The cost model's predictions and the simulator's transfer planner
+    read RAM through this one function.
     """
     live = resident_bytes
     ram: list[int] = []
@@ -268,24 +310,47 @@ def ram_during_steps(steps: Iterable[Step], output_bytes: Sequence[int],
             live += output_bytes[k]
         elif action is Action.FREE:
             live -= output_bytes[k]
+        elif action is Action.HOLD_WEIGHTS:
+            live += _held(held_bytes, k)
+        elif action is Action.DROP_WEIGHTS:
+            live -= _held(held_bytes, k)
         append(live)
     return ram
+
+
+def _held(held_bytes: Sequence[int] | None, k: int) -> int:
+    if held_bytes is None:
+        raise ValueError("a schedule with HOLD_WEIGHTS / DROP_WEIGHTS steps needs held_bytes")
+    return int(held_bytes[k])
 
 
 def with_weight_steps(steps: Iterable[Step], reads: Sequence[bool],
                       writes: Sequence[bool]) -> list[Step]:
     """``steps`` with each COMPUTE of an op that reads weights from storage
-    (``reads[k]``) preceded by its ``READ_WEIGHTS`` and each of one that writes them back
-    (``writes[k]``) followed by its ``WRITE_WEIGHTS`` (the contract's rule); any weight
-    steps already there are replaced. :func:`poetsim.graph.streaming.weight_steps` gives
-    the flags of a graph."""
+    (``reads[k]``) preceded by its ``READ_WEIGHTS``, unless the op's weights are held then,
+    and each of one that writes them back (``writes[k]``) followed by its
+    ``WRITE_WEIGHTS`` (the contract's rule); any weight steps already there are replaced.
+    HOLD_WEIGHTS and DROP_WEIGHTS steps stay where they are: a hold placed right before its
+    owner's COMPUTE gets that COMPUTE's READ_WEIGHTS between them, and a DROP_WEIGHTS right
+    after a COMPUTE stays after its WRITE_WEIGHTS.
+    :func:`poetsim.graph.streaming.weight_steps` gives the flags of a graph."""
     out: list[Step] = []
+    held: set[int] = set()
     for step in steps:
-        if step.action in WEIGHT_ACTIONS:
+        action = step.action
+        if action in WEIGHT_ACTIONS:
             continue
-        if step.action is Action.COMPUTE and reads[step.op]:
-            out.append(Step(Action.READ_WEIGHTS, step.op, step.stage))
+        if action is Action.HOLD_WEIGHTS:
+            held.add(step.op)
+        elif action is Action.DROP_WEIGHTS:
+            held.discard(step.op)
+        elif action is Action.COMPUTE:
+            k = step.op
+            if reads[k] and k not in held:
+                out.append(Step(Action.READ_WEIGHTS, k, step.stage))
+            out.append(step)
+            if writes[k]:
+                out.append(Step(Action.WRITE_WEIGHTS, k, step.stage))
+            continue
         out.append(step)
-        if step.action is Action.COMPUTE and writes[step.op]:
-            out.append(Step(Action.WRITE_WEIGHTS, step.op, step.stage))
     return out

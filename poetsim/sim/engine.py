@@ -42,6 +42,13 @@ WRITE_WEIGHTS books its wear on the device; but it does occupy the device: once 
 inputs are in RAM, the CPU holds the DMA engine (no queued page transfer starts) and
 waits, stalled, for the transfers running to end, and it releases the engine when the op
 ends. The storage serves one command stream at a time.
+
+Held weights (``HOLD_WEIGHTS k`` ... ``DROP_WEIGHTS k``): the hold allocates the op's
+``held_bytes`` in RAM at its step (as a PAGE_IN's buffer, taking no time: the owner's run
+right after it reads them), the drop frees them. A COMPUTE without READ_WEIGHTS right
+before it runs for the op's ``held_compute_time_s`` and ``held_compute_energy_j`` (the
+same as its compute cost for an op that reads no weights), and holds the storage device
+only when WRITE_WEIGHTS follows it (the write-back still streams).
 """
 
 from __future__ import annotations
@@ -89,7 +96,8 @@ from poetsim.sim.timeline import Slice, StateSlice, Timeline
 __all__ = ["Simulation"]
 
 _COMPUTE, _PAGE_OUT, _PAGE_IN, _FREE = Action.COMPUTE, Action.PAGE_OUT, Action.PAGE_IN, Action.FREE
-_READ_WEIGHTS = Action.READ_WEIGHTS
+_READ_WEIGHTS, _WRITE_WEIGHTS = Action.READ_WEIGHTS, Action.WRITE_WEIGHTS
+_HOLD_WEIGHTS, _DROP_WEIGHTS = Action.HOLD_WEIGHTS, Action.DROP_WEIGHTS
 
 
 class Simulation:
@@ -118,6 +126,10 @@ class Simulation:
         self.workspace = costs.workspace_bytes.tolist()
         self.compute_time = costs.compute_time_s.tolist()
         self.compute_energy = costs.compute_energy_j.tolist()
+        self.held_time = costs.held_compute_time_s.tolist()
+        self.held_energy = costs.held_compute_energy_j.tolist()
+        self.held_bytes = costs.held_bytes.tolist()
+        self.writes_back = (costs.writeback_bytes > 0).tolist()
         self.preds = [graph.predecessors(k) for k in range(len(graph.ops))]
 
         dma = board.dma.present
@@ -337,11 +349,14 @@ class Simulation:
         env, ram, cpu, bus = self.env, self.ram, self.cpu, self.bus
         names, size, workspace = self.names, self.size, self.workspace
         compute_time, compute_energy, preds = self.compute_time, self.compute_energy, self.preds
+        held_time, held_energy, writes_back = self.held_time, self.held_energy, self.writes_back
         arriving, triggers, job_at = self.arriving, self.triggers, self.job_at
         computed, slices, dma = self.computed, self.slices, self.dma
         limit = self.ram_limit
+        steps = self.steps
+        last = len(steps) - 1
         reads_weights = False  # the step before this COMPUTE is its READ_WEIGHTS
-        for i, step in enumerate(self.steps):
+        for i, step in enumerate(steps):
             self.pos = i
             if self.deferred:
                 self._retry_deferred()
@@ -358,22 +373,27 @@ class Simulation:
                 fired = triggers.get(i)
                 if fired:
                     self._fire(fired)
-                held = dma is not None and reads_weights
-                reads_weights = False
-                if held:
+                if reads_weights:  # streams its weights from storage
+                    duration, energy = compute_time[k], compute_energy[k]
+                    occupies = dma is not None  # the storage device
+                    reads_weights = False
+                else:  # reads no weights from storage, or they are held
+                    duration, energy = held_time[k], held_energy[k]
+                    occupies = (dma is not None and writes_back[k] and i < last
+                                and steps[i + 1].action is _WRITE_WEIGHTS)
+                if occupies:
                     yield from self._hold_storage()
                 kind = "recompute" if computed[k] else "compute"
                 computed[k] = True
-                duration = compute_time[k]
                 t0 = env.now
                 if duration > 0.0:
-                    cpu.run(kind, compute_energy[k] / duration)
+                    cpu.run(kind, energy / duration)
                     yield from bus.compute(duration)
                 else:
                     cpu.run(kind, 0.0)
-                    cpu.machine.quantum("active", kind, compute_energy[k])
+                    cpu.machine.quantum("active", kind, energy)
                 self.compute_s += env.now - t0
-                if held:
+                if occupies:
                     dma.release()
                 if slices is not None:
                     slices.append(("cpu", f"{kind} {names[k]}", t0, env.now,
@@ -408,8 +428,16 @@ class Simulation:
                     self._issue(job)
             elif action is _FREE:
                 self._free(k)
-            else:  # a weight step: the op's reads and write-backs are priced in its COMPUTE
-                reads_weights = action is _READ_WEIGHTS
+            elif action is _READ_WEIGHTS:  # the op's reads are priced in its COMPUTE
+                reads_weights = True
+            elif action is _HOLD_WEIGHTS:  # the owner's run right after reads them
+                nbytes = self.held_bytes[k]
+                if self.pending_frees and not ram.fits(nbytes, limit):
+                    yield from self._make_room(nbytes)
+                ram.alloc(env.now, nbytes, i, names[k], "hold_weights")
+            elif action is _DROP_WEIGHTS:
+                ram.free(env.now, self.held_bytes[k])
+            # WRITE_WEIGHTS: the write-back is priced in its op's COMPUTE
             fired = triggers.get(i)
             if fired:
                 self._fire(fired)

@@ -64,10 +64,15 @@ class ProgramProfile(NamedTuple):
 
 def program_profile(graph: TrainingGraph, steps: Sequence[Step], costs: OpCosts, *,
                     resident_bytes: int, cpu_moves_bytes: bool) -> ProgramProfile:
-    """List-order RAM and estimated step start times (transfers take CPU time without DMA)."""
+    """List-order RAM and estimated step start times (transfers take CPU time without DMA).
+    A COMPUTE right after its READ_WEIGHTS takes the op's compute time, any other its held
+    compute time (the same for an op reading no weights from storage)."""
     ram = ram_during_steps(steps, costs.output_bytes.tolist(), costs.workspace_bytes.tolist(),
-                           resident_bytes)
+                           resident_bytes, costs.held_bytes.tolist())
     compute_s = costs.compute_time_s.tolist()
+    held_s = costs.held_compute_time_s.tolist()
+    READ = Action.READ_WEIGHTS
+    read = False  # the step before is the COMPUTE's READ_WEIGHTS
     in_s = costs.pagein_time_s.tolist()
     out_s = costs.pageout_time_s.tolist()
     t = 0.0
@@ -83,10 +88,11 @@ def program_profile(graph: TrainingGraph, steps: Sequence[Step], costs: OpCosts,
             if computed[k]:
                 recomputes += 1
             computed[k] = True
-            t += compute_s[k]
+            t += compute_s[k] if read else held_s[k]
         elif cpu_moves_bytes:
             t += in_s[k] if action is Action.PAGE_IN else (
                 out_s[k] if action is Action.PAGE_OUT else 0.0)
+        read = action is READ
     return ProgramProfile(start, ram, max(ram, default=resident_bytes), t, counts, recomputes)
 
 
@@ -178,10 +184,11 @@ def plan_transfers(graph: TrainingGraph, steps: Sequence[Step], costs: OpCosts,
     paged: set[int] = set()
     FREE, COMPUTE, PAGE_IN = Action.FREE, Action.COMPUTE, Action.PAGE_IN
     READ, WRITE = Action.READ_WEIGHTS, Action.WRITE_WEIGHTS
+    HOLD, DROP = Action.HOLD_WEIGHTS, Action.DROP_WEIGHTS
     for i, step in enumerate(steps):
         k, action = step.op, step.action
-        if action is READ or action is WRITE:  # they touch weights, not tensor k
-            continue
+        if action is READ or action is WRITE or action is HOLD or action is DROP:
+            continue  # they touch weights, not tensor k
         touches.setdefault(k, []).append(i)
         if action is COMPUTE:
             computes.setdefault(k, []).append(i)

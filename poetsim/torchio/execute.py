@@ -47,16 +47,19 @@ op it owns or differentiates; trained ones only in a forward op or an in-place u
 refusing a file whose digest changed; the op reads parameters only from RAM or from what
 was loaded for it (any other parameter is an :class:`ExecutionError`); the WRITE_WEIGHTS
 step after an in-place update writes the updated tensor back to its file, and every
-loaded weight is dropped when the op's run ends. The executor loads and writes back
-an op's *whole* parameter, not the board's output-channel slices
+loaded weight is dropped when the op's run ends. A hold (``HOLD_WEIGHTS b`` right before
+the READ_WEIGHTS of ``b``'s forward op) keeps the weights ``b`` reads out of those that
+READ_WEIGHTS loads, until ``DROP_WEIGHTS b``; a COMPUTE of ``b`` without its READ_WEIGHTS
+runs on them (and its update, if any, is written back from them). The executor loads and
+writes back an op's *whole* parameter, not the board's output-channel slices
 (:func:`~poetsim.graph.streaming.weight_slice_bytes`): the bytes moved per op are the
-same, the weights held at once are not (``weights_held_peak_bytes`` reports them; they
-are not counted in the activation peak). The bytes read and written back are counted in
-the graph's units and must equal the cost model's
+same, the weights held at once are not (``weights_held_peak_bytes`` reports them, holds
+included; they are not counted in the activation peak). The bytes read and written back
+are counted in the graph's units and must equal the cost model's
 (:meth:`~poetsim.graph.streaming.WeightsOnStorage.bytes_read` / ``bytes_written`` summed
-over the COMPUTE steps run), else the execution fails. A schedule solved for such a
-graph carries its fingerprint; :func:`schedule_graph` finds it (with a board, the one the
-board's request makes).
+over the COMPUTE steps run, a held run reading none), else the execution fails. A
+schedule solved for such a graph carries its fingerprint; :func:`schedule_graph` finds it
+(with a board, the one the board's request makes).
 
 Reading a tensor that is not resident, computing one that is, paging in one never paged
 out: each is an :class:`ExecutionError` naming the step. Live activation bytes are
@@ -243,6 +246,9 @@ class _Runner:
         self.weight_files: dict[str, tuple[Path, str]] = {}
         self.loaded: dict[str, Any] = {}
         self.updated_loaded: list[str] = []
+        #: Held weights: op -> the weights it reads, kept from its forward op's load.
+        self.holds: dict[int, dict[str, Any]] = {}
+        self.pending_holds: list[int] = []  # held by the next READ_WEIGHTS
         self.current: str | None = None
         self.weights_read_bytes = 0
         self.weights_written_bytes = 0
@@ -307,9 +313,40 @@ class _Runner:
 
     def load_weights(self, k: int) -> None:
         """Load the weights on storage op ``k`` reads, whole, for this op only (its
-        READ_WEIGHTS step)."""
-        held = sum(self.load_weight(name) for name in self.weights_of(k))
-        self.weights_held_peak_bytes = max(self.weights_held_peak_bytes, held)
+        READ_WEIGHTS step), and keep those of the ops whose HOLD_WEIGHTS came before."""
+        for name in self.weights_of(k):
+            self.load_weight(name)
+        for b in self.pending_holds:
+            missing = [name for name in self.weights_of(b) if name not in self.loaded]
+            if missing:
+                raise ExecutionError(f"op {self.graph.ops[b].name!r} holds weight "
+                                     f"{missing[0]!r}, which op {self.graph.ops[k].name!r} "
+                                     "does not load")
+            self.holds[b] = {name: self.loaded[name] for name in self.weights_of(b)}
+        self.pending_holds.clear()
+        tensors = {id(v): v for v in self.loaded.values()}
+        for kept in self.holds.values():
+            tensors.update((id(v), v) for v in kept.values())
+        in_ram = sum(int(v.numel()) for v in tensors.values()) * self.weight_width
+        self.weights_held_peak_bytes = max(self.weights_held_peak_bytes, in_ram)
+
+    def hold_weights(self, b: int) -> None:
+        """HOLD_WEIGHTS ``b``: the next READ_WEIGHTS keeps the weights ``b`` reads."""
+        if b in self.holds or b in self.pending_holds:
+            raise ExecutionError(f"the weights of op {self.graph.ops[b].name!r} are "
+                                 "already held")
+        self.pending_holds.append(b)
+
+    def use_held(self, k: int) -> None:
+        """Op ``k`` runs without its READ_WEIGHTS: on its held weights, if any."""
+        if k in self.holds:
+            self.loaded = dict(self.holds[k])
+
+    def drop_held(self, b: int) -> None:
+        """DROP_WEIGHTS ``b``: release the weights held for ``b``."""
+        if self.holds.pop(b, None) is None:
+            raise ExecutionError(f"the weights of op {self.graph.ops[b].name!r} are not "
+                                 "held")
 
     def write_back(self, name: str) -> None:
         """Write the loaded, updated parameter ``name`` back to its weight file."""
@@ -676,8 +713,14 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
             if step.action is Action.COMPUTE:
                 if name in runner.resident:
                     raise _err(position, step, graph, f"tensor {name!r} is already resident")
+                before = schedule.steps[position - 1] if position else None
+                read = (before is not None and before.action is Action.READ_WEIGHTS
+                        and before.op == step.op)
+                if not read:
+                    runner.use_held(step.op)
                 value = runner.compute(position, step)
-                model_read += on_storage.bytes_read(graph, step.op)
+                if read:  # a run on held weights reads none
+                    model_read += on_storage.bytes_read(graph, step.op)
                 model_written += on_storage.bytes_written(graph, step.op)
                 during = runner.live_bytes(value)
                 runner.resident[name] = value
@@ -689,6 +732,10 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
                 runner.load_weights(step.op)
             elif step.action is Action.WRITE_WEIGHTS:
                 runner.drop_weights()
+            elif step.action is Action.HOLD_WEIGHTS:
+                runner.hold_weights(step.op)
+            elif step.action is Action.DROP_WEIGHTS:
+                runner.drop_held(step.op)
             elif step.action is Action.FREE:
                 runner.read(position, step, name)
                 del runner.resident[name]
