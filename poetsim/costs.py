@@ -102,6 +102,7 @@ from poetsim.graph.ops import Phase
 from poetsim.graph.precision import compute_widths, precision_of, rescale_bytes
 from poetsim.graph.streaming import (
     WeightsOnStorage,
+    held_bytes,
     hold_owners,
     stream_commands,
     weight_steps,
@@ -411,8 +412,7 @@ def op_costs(graph: TrainingGraph, board: Board) -> OpCosts:
         writeback_bytes=[on_storage.bytes_written(graph, k) for k in range(len(graph))],
         streams=[read or written for read, written in zip(*weight_steps(graph))],
         hold_owner=owners,
-        held_bytes=[on_storage.bytes_read(graph, k) if owners[k] >= 0 else 0
-                    for k in range(len(graph))],
+        held_bytes=held_bytes(graph, owners),
         held_compute_time_s=held_time, held_compute_energy_j=held_energy,
         wait=wait_power(board), cpu_moves=not board.dma.present,
         **columns,

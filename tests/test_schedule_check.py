@@ -456,7 +456,8 @@ def test_a_hold_replaces_the_backward_ops_read(streamed):
 
 
 def test_held_weights_count_in_ram_from_the_hold_to_the_drop(streamed):
-    from poetsim.schedule.ops import held_bytes_of, ram_during_steps
+    from poetsim.graph.streaming import held_bytes as held_bytes_of
+    from poetsim.schedule.ops import ram_during_steps
 
     held_bytes = held_bytes_of(streamed)
     b = streamed.index("fc1/grad")

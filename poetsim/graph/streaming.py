@@ -36,7 +36,8 @@ from poetsim.graph.ops import Op, Phase
 from poetsim.graph.precision import precision_of
 from poetsim.graph.tiling import first_band
 
-__all__ = ["STREAM_BUFFERS", "WeightsOnStorage", "frozen_weights_read", "hold_owners",
+__all__ = ["STREAM_BUFFERS", "WeightsOnStorage", "frozen_weights_read", "held_bytes",
+           "hold_owners",
            "stream_commands", "weight_slice_bytes", "weight_steps"]
 
 #: Slices held at once while streaming: the one in use and the one being read.
@@ -122,6 +123,16 @@ def hold_owners(graph: TrainingGraph) -> list[int]:
                 and on_storage.bytes_read(graph, f) >= read:
             owners[k] = f
     return owners
+
+
+def held_bytes(graph: TrainingGraph, owners: list[int] | None = None) -> list[int]:
+    """For each op, the bytes a hold of its weights keeps in RAM (the weights it reads
+    from storage; 0 for an op without a hold owner). ``owners``: :func:`hold_owners`,
+    when already at hand."""
+    owners = hold_owners(graph) if owners is None else owners
+    on_storage = WeightsOnStorage.of(graph)
+    return [on_storage.bytes_read(graph, k) if owner >= 0 else 0
+            for k, owner in enumerate(owners)]
 
 
 @attrs.frozen

@@ -39,8 +39,8 @@ import attrs
 from poetsim.errors import ScheduleError
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
-from poetsim.graph.streaming import hold_owners, weight_steps
-from poetsim.schedule.ops import Action, Schedule, Step, held_bytes_of, with_weight_steps
+from poetsim.graph.streaming import held_bytes, hold_owners, weight_steps
+from poetsim.schedule.ops import Action, Schedule, Step, with_weight_steps
 
 __all__ = ["RULES", "CheckResult", "ScheduleError", "Violation", "check_schedule",
            "check_schedule_or_raise", "plain_schedule"]
@@ -175,7 +175,7 @@ class _Replay:
         reads, writes = weight_steps(graph)
         holds = any(step.action is Action.HOLD_WEIGHTS for step in steps)
         owners = hold_owners(graph) if holds else [-1] * n
-        held_bytes = held_bytes_of(graph) if holds else [0] * n
+        hold_bytes = held_bytes(graph, owners) if holds else [0] * n
         held = self.held
         for position, step in enumerate(steps):
             k = step.op
@@ -276,7 +276,7 @@ class _Replay:
                               f"{ops[f].name!r} that loads them: READ_WEIGHTS and COMPUTE "
                               f"of {ops[f].name!r} must follow right away", k)
                     return
-                extra = held_bytes[k]
+                extra = hold_bytes[k]
                 if not self.ram(position, step, self.live + extra,
                                 f"after holding the weights of {name!r}"):
                     return
@@ -289,7 +289,7 @@ class _Replay:
                               "drop", k)
                     return
                 held[k] = False
-                self.live -= held_bytes[k]
+                self.live -= hold_bytes[k]
             elif action in (Action.READ_WEIGHTS, Action.WRITE_WEIGHTS):
                 reading = action is Action.READ_WEIGHTS
                 if not (reads if reading else writes)[k]:

@@ -64,8 +64,9 @@ Steps, in list order (each one finishes before the next starts)
     a hold owner [``stray_weight_step``] whose weights are not held already
     [``already_held``], and must be followed right away by ``READ_WEIGHTS f`` and that by
     ``COMPUTE f`` [``hold_not_loaded``]: that run loads them. Op ``k`` joins the held set,
-    and RAM grows by ``held_bytes[k]`` (:func:`held_bytes_of`, the bytes op ``k`` reads
-    from storage) from this step on, so they count during ``COMPUTE f`` already.
+    and RAM grows by ``held_bytes[k]`` (:func:`poetsim.graph.streaming.held_bytes`, the
+    bytes op ``k`` reads from storage) from this step on, so they count during
+    ``COMPUTE f`` already.
     ``DROP_WEIGHTS k`` needs op ``k`` in the held set [``not_held``]; it leaves it and
     RAM shrinks by ``held_bytes[k]``. Held weights may remain at the end of the list.
 
@@ -114,7 +115,7 @@ from poetsim.errors import InputError
 if TYPE_CHECKING:
     from poetsim.graph.graph import TrainingGraph
 
-__all__ = ["HOLD_ACTIONS", "WEIGHT_ACTIONS", "Action", "Schedule", "Step", "held_bytes_of",
+__all__ = ["HOLD_ACTIONS", "WEIGHT_ACTIONS", "Action", "Schedule", "Step",
            "ram_during_steps", "with_weight_steps"]
 
 
@@ -274,25 +275,14 @@ class Schedule:
         return attrs.evolve(self, metadata={**self.metadata, **updates})
 
 
-def held_bytes_of(graph: TrainingGraph) -> list[int]:
-    """For each op of ``graph``, the bytes a hold of its weights keeps in RAM (the weights
-    it reads from storage; 0 for an op without a hold owner). The same figures as
-    :attr:`poetsim.costs.OpCosts.held_bytes`, for where only the graph is at hand."""
-    from poetsim.graph.streaming import WeightsOnStorage, hold_owners
-
-    owners = hold_owners(graph)
-    on_storage = WeightsOnStorage.of(graph)
-    return [on_storage.bytes_read(graph, k) if owner >= 0 else 0
-            for k, owner in enumerate(owners)]
-
-
 def ram_during_steps(steps: Iterable[Step], output_bytes: Sequence[int],
                      workspace_bytes: Sequence[int], resident_bytes: int = 0,
                      held_bytes: Sequence[int] | None = None) -> list[int]:
     """The contract's RAM rule, step by step: the bytes in RAM while each step runs (a
     COMPUTE's output and workspace included; after the step for the others), on top of
-    ``resident_bytes``. ``held_bytes`` (:func:`held_bytes_of`, ``OpCosts.held_bytes``)
-    prices the HOLD_WEIGHTS and DROP_WEIGHTS steps; without it a schedule must have none.
+    ``resident_bytes``. ``held_bytes`` (:func:`poetsim.graph.streaming.held_bytes`,
+    ``OpCosts.held_bytes``) prices the HOLD_WEIGHTS and DROP_WEIGHTS steps; without it a
+    schedule must have none.
     Structural rules are not checked (that is the checker's job); the largest entry is the
     schedule's peak. The cost model's predictions and the simulator's transfer planner
     read RAM through this one function.
