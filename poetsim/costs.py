@@ -29,12 +29,22 @@ the graph's metadata), every op that reads them also reads them from storage eac
 runs, priced like that input, one transfer per slice (the stream holds two slices, so
 each slice is its own command, block-rounded: :func:`~poetsim.graph.streaming.stream_commands`);
 an in-place update of weights on storage writes them back slice by slice, page-outs of
-those slices added too (``writeback_bytes``; the CPU waits for both, their overlap with
-compute under DMA is not claimed). The storage between those commands is priced inside
-the op too: when the op computes longer than ``auto_sleep_timeout_s`` between two slices
-the storage falls asleep and each slice wakes it (``wakeup_j``, ``wakeup_s`` of latency
-with the CPU idle, and the awake tail), else it wakes once and stays awake between them
-(``awake_w`` over the gaps, one tail).
+those slices added too (``writeback_bytes``). Without DMA the CPU moves every slice
+itself, between its computing. With DMA the stream is double-buffered: over ``N`` slices
+(the larger of the read and write counts), with ``c``, ``r`` and ``w`` the op's compute,
+reads and writes per slice, slice ``i + 1`` is read and slice ``i - 1`` written while
+slice ``i`` is computed::
+
+    time_s   = r + c + w + (N - 1) * max(c, r + w)
+    energy_j = compute energy + transfers' energy + cpu.idle_power_w * (time_s - N c)
+
+(the CPU stalls, awake, for what the stream does not hide). The storage between those
+commands is priced inside the op too: when it idles longer than
+``auto_sleep_timeout_s`` between two commands (the op's computing between them without
+DMA, what the computing does not cover of a slice with it) it falls asleep and each
+command wakes it (``wakeup_j``, ``wakeup_s`` of latency with the CPU idle, and the awake
+tail), else it wakes once and stays awake between them (``awake_w`` over the gaps, one
+tail).
 
 Page-out (write) of a tensor of ``b`` bytes, and page-in (read) symmetrically::
 
@@ -349,31 +359,40 @@ def _compute(graph: TrainingGraph, board: Board, k: int, width: int,
     compute = Transfer(time_s, time_s * cpu.active_power_w)
     if not on_storage:  # weights in RAM or flash: nothing streamed
         return compute
-    slices = 0
     read = 0 if held else on_storage.bytes_read(graph, k)
-    for nbytes, write in ((read, False),
-                          (on_storage.bytes_written(graph, k), True)):
+    moved_s, moved_j, counts = [0.0, 0.0], 0.0, [0, 0]
+    for nbytes, write in ((read, False), (on_storage.bytes_written(graph, k), True)):
         for size, count in stream_commands(graph, k, nbytes):
             moved = transfer_cost(board, size, write=write)
-            compute = Transfer(compute.time_s + count * moved.time_s,
-                               compute.energy_j + count * moved.energy_j)
-            slices += count
-    if not slices:
+            moved_s[write] += count * moved.time_s
+            moved_j += count * moved.energy_j
+            counts[write] += count
+    commands = sum(counts)
+    if not commands:
         return compute
-    waits = _stream_waits(board, slices, time_s)
-    return Transfer(compute.time_s + waits.time_s, compute.energy_j + waits.energy_j)
+    io_s = sum(moved_s)
+    if board.dma.present:  # double-buffered (see the module docstring)
+        slices = max(counts)
+        per_compute, per_io = time_s / slices, io_s / slices
+        streamed_s = per_compute + per_io + (slices - 1) * max(per_compute, per_io)
+        stall_j = (streamed_s - time_s) * board.cpu.idle_power_w
+        idle_s = slices * max(per_compute - per_io, 0.0)
+    else:
+        streamed_s, stall_j, idle_s = time_s + io_s, 0.0, time_s
+    waits = _stream_waits(board, commands, idle_s / commands)
+    return Transfer(streamed_s + waits.time_s,
+                    compute.energy_j + moved_j + stall_j + waits.energy_j)
 
 
-def _stream_waits(board: Board, slices: int, compute_s: float) -> Transfer:
-    """What the storage adds to an op that streams ``slices`` commands between
-    ``compute_s`` of computing (see the module docstring): wake-ups, awake time between
-    commands, the awake tail; the CPU idles through each wake-up's latency."""
+def _stream_waits(board: Board, commands: int, gap_s: float) -> Transfer:
+    """What the storage adds to an op that streams ``commands`` commands ``gap_s`` of
+    idling apart (see the module docstring): wake-ups, awake time between commands, the
+    awake tail; the CPU idles through each wake-up's latency."""
     wait = wait_power(board)
-    gap_s = compute_s / slices
-    if gap_s > wait.awake_s:  # the storage falls asleep between two slices
-        wakes, awake_j = slices, 0.0
+    if gap_s > wait.awake_s:  # the storage falls asleep between two commands
+        wakes, awake_j = commands, 0.0
     else:  # it stays awake between them
-        wakes, awake_j = 1, (slices - 1) * wait.awake_w * gap_s
+        wakes, awake_j = 1, (commands - 1) * wait.awake_w * gap_s
     latency_s = wakes * wait.wakeup_s
     return Transfer(latency_s, wakes * wait.wake_j + awake_j + latency_s * wait.cpu_wait_w)
 

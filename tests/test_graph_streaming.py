@@ -76,15 +76,19 @@ def test_each_run_reads_its_frozen_weights_from_storage(resnet):
     conv = resnet.index("layer1.0.conv1")  # 64 slices of 64 x 3 x 3 int8 weights
     assert stream_commands(resnet, conv, frozen_weights_read(resnet, conv)) == [(576, 64)]
     read = transfer_cost(board, 576, write=False)  # one command each, block-rounded
-    # ~46 ms of computing between two slices, over the SD card's 5 ms auto-sleep: each
-    # slice wakes it (66 uJ, 1 ms with the CPU idle, then 5 ms awake)
+    # With DMA the next slice is read while one is computed: only the first read is not
+    # hidden, and the CPU stalls (at its idle power) for it. ~46 ms of computing a slice
+    # leaves the card idle over its 5 ms auto-sleep: each slice wakes it (66 uJ, 1 ms
+    # with the CPU idle, then 5 ms awake)
     wait = wait_power(board)
-    assert plain.compute_time_s[conv] / 64 > wait.awake_s
+    per_slice = plain.compute_time_s[conv] / 64
+    assert per_slice - read.time_s > wait.awake_s and board.dma.present
     wake_s, wake_j = 64 * wait.wakeup_s, 64 * wait.wake_j + 64 * wait.wakeup_s * wait.cpu_wait_w
     assert streamed.compute_time_s[conv] == pytest.approx(plain.compute_time_s[conv]
-                                                         + 64 * read.time_s + wake_s)
-    assert streamed.compute_energy_j[conv] == pytest.approx(plain.compute_energy_j[conv]
-                                                           + 64 * read.energy_j + wake_j)
+                                                         + read.time_s + wake_s)
+    assert streamed.compute_energy_j[conv] == pytest.approx(
+        plain.compute_energy_j[conv] + 64 * read.energy_j
+        + read.time_s * board.cpu.idle_power_w + wake_j)
     fc = resnet.index("fc")
     assert streamed.compute_time_s[fc] == plain.compute_time_s[fc]
 
@@ -159,15 +163,27 @@ def test_trained_weights_on_storage_are_read_updated_and_written_back():
     back = transfer_cost(board, row, write=True)
     read = transfer_cost(board, row, write=False)
     plain = op_costs(graph, board)
-    # 130 commands 20 us of computing apart: the card wakes once and stays awake
+    # With DMA, a slice's read and the previous one's write run while a slice computes;
+    # here the transfers take longer than the computing (40 us a slice), so the card
+    # never idles: it wakes once, and the CPU stalls for all but its first slice's work
     wait = wait_power(board)
-    gap = plain.compute_time_s[grad] / 130
-    assert gap < wait.awake_s
-    assert costs.compute_time_s[grad] == pytest.approx(
-        plain.compute_time_s[grad] + 65 * (read.time_s + back.time_s) + wait.wakeup_s)
+    per_slice, per_io = plain.compute_time_s[grad] / 65, read.time_s + back.time_s
+    assert per_slice < per_io and board.dma.present
+    streamed_s = per_slice + 65 * per_io
+    assert costs.compute_time_s[grad] == pytest.approx(streamed_s + wait.wakeup_s)
     assert costs.compute_energy_j[grad] == pytest.approx(
         plain.compute_energy_j[grad] + 65 * (read.energy_j + back.energy_j) + wait.wake_j
-        + 129 * wait.awake_w * gap + wait.wakeup_s * wait.cpu_wait_w)
+        + (streamed_s - plain.compute_time_s[grad]) * board.cpu.idle_power_w
+        + wait.wakeup_s * wait.cpu_wait_w)
+    # without DMA the CPU moves each slice itself, between its computing: 130 commands
+    # 20 us of computing apart keep the card awake
+    no_dma = attrs.evolve(board, dma=attrs.evolve(board.dma, channels=0))
+    gap = plain.compute_time_s[grad] / 130
+    assert gap < wait.awake_s and not no_dma.dma.present
+    moved = [transfer_cost(no_dma, 256, write=write) for write in (False, True)]
+    assert op_costs(streamed, no_dma).compute_time_s[grad] == pytest.approx(
+        plain.compute_time_s[grad] + 65 * (moved[0].time_s + moved[1].time_s)
+        + wait.wakeup_s)
 
 
 def test_trained_weights_go_to_storage_only_when_updated_in_place():
