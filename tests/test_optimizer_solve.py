@@ -1339,3 +1339,16 @@ def test_an_unproven_incumbent_hides_its_transfers_before_it_is_returned():
     assert search.metrics.fits(budget, request.deadline_s)
     assert search.metrics.time_s <= before.time_s
     assert search.limits_hit == []
+
+
+def test_the_solve_summary_counts_weight_holds():
+    """An MLP whose trained weights are on storage, updated in place, at a budget with
+    room to spare: the solver holds every backward op's weights, and says so."""
+    graph = WeightsOnStorage(trained=True).graph(
+        build_model("mlp", layers=3, width=16, inplace_update=1))
+    board = make_board(read_throughput_bytes_per_s=2e4)
+    result = solve(paper_request(graph, board, 10**6), time_limit_s=5)
+    summary = result.summary()
+    assert summary["weight_holds"] == int(result.plan.hold.sum()) == 3
+    assert summary["weight_holds_possible"] == 3
+    assert result.schedule.count("hold_weights") == 3

@@ -466,6 +466,9 @@ def _print_solve(graph: TrainingGraph, board: Board, result: SolveResult,
                    f"{format_bytes(s['peak_ram_bytes'])} activations"))
         print(_row("recomputations / page-ins / page-outs",
                    f"{s['recomputations']} / {s['page_ins']} / {s['page_outs']}"))
+        if s["weight_holds_possible"]:
+            print(_row("weight holds", f"{s['weight_holds']} of "
+                       f"{s['weight_holds_possible']} backward ops keep their weights"))
     print(_row("binaries after reduction", str(s["binaries"])))
     print(_row("build / solve time", f"{s['build_time_s']:.2f} s / {s['solve_time_s']:.2f} s"))
     if s["warm_start"]:

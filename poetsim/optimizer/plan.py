@@ -247,6 +247,8 @@ class PlanMetrics:
     page_ins: int
     page_outs: int
     peak_storage_bytes: int
+    #: backward ops that keep the weights they read in RAM (see the module docstring)
+    weight_holds: int = 0
 
     def fits(self, budget_bytes: int, deadline_s: float | None = None,
              storage_capacity_bytes: int | None = None) -> bool:
@@ -428,6 +430,7 @@ def evaluate_plan(graph: TrainingGraph, costs: OpCosts, plan: StagePlan) -> Plan
         page_ins=int(plan.page_in.sum()),
         page_outs=int(plan.page_out.sum()),
         peak_storage_bytes=int(size[stored_final].sum()),
+        weight_holds=int(plan.hold.sum()),
     )
 
 

@@ -231,6 +231,8 @@ class SolveResult:
             "recomputations": m.recomputations if m else None,
             "page_ins": m.page_ins if m else None,
             "page_outs": m.page_outs if m else None,
+            "weight_holds": m.weight_holds if m else None,
+            "weight_holds_possible": int((r.costs.hold_owner >= 0).sum()),
             "bound_j": self.bound_j,
             "gap": self.gap,
             "binaries": self.binaries,
@@ -524,6 +526,7 @@ def _op_list_metrics(request: Request, schedule: Schedule, check: Any) -> PlanMe
         peak_ram_bytes=check.peak_ram_bytes, peak_stage=-1,
         peak_op=peak_step.op if peak_step is not None else -1,
         recomputations=check.recomputes, page_ins=check.page_ins, page_outs=check.page_outs,
+        weight_holds=schedule.count(Action.HOLD_WEIGHTS),
         peak_storage_bytes=check.peak_storage_bytes)
 
 
