@@ -12,8 +12,8 @@ from test_optimizer_solve import (
     MODES,
     TINY,
     BruteForce,
+    brute_force_case,
     budgets,
-    deadline_between,
     tiny_dags,
     tiny_streamed_dags,
 )
@@ -259,14 +259,10 @@ def test_bound_is_below_the_brute_force_optimum_with_weight_holds(graph, fractio
     board = make_board(dma_channels=dma, read_latency_s=1e-4, write_latency_s=1e-4,
                        block_bytes=16, read_throughput_bytes_per_s=1e4)
     remat, paging = mode
-    costs = op_costs(graph, board)
-    low, _ = minimum_ram_bytes(graph)
-    high = plain_peak(graph).bytes + int(costs.held_bytes.sum())
-    budget = low + math.floor(fraction * (high - low))
-    front = BruteForce(graph, costs).frontier(budget, remat=remat, paging=paging)
-    deadline = deadline_between(front, deadline_pick)
-    feasible = [e for e, s in front if deadline is None or s <= deadline]
-    bound = _bound(graph, costs, budget, board, deadline, remat=remat, paging=paging)
+    budget, deadline, feasible = brute_force_case(graph, board, fraction, remat, paging,
+                                                  deadline_pick)
+    bound = _bound(graph, op_costs(graph, board), budget, board, deadline, remat=remat,
+                   paging=paging)
     if bound is None:
         assert not feasible
     elif feasible:

@@ -577,6 +577,37 @@ def tiny_dags(draw, megabytes: bool = False) -> TrainingGraph:
     return TrainingGraph.from_ops("tiny", ops, inputs)
 
 
+def brute_force_case(graph: TrainingGraph, board, fraction: float, remat: bool, paging: bool,
+                     deadline_pick: float | None) -> tuple[int, float | None, list[float]]:
+    """The budget ``fraction`` of the way from the least RAM to the plain peak with every
+    weight hold, a deadline between two times of the brute force's front
+    (:func:`deadline_between`), and the energies of the plans meeting both."""
+    costs = op_costs(graph, board)
+    low, _ = minimum_ram_bytes(graph)
+    high = plain_peak(graph).bytes + int(costs.held_bytes.sum())
+    budget = low + math.floor(fraction * (high - low))
+    front = BruteForce(graph, costs).frontier(budget, remat=remat, paging=paging)
+    deadline = deadline_between(front, deadline_pick)
+    return budget, deadline, [e for e, s in front if deadline is None or s <= deadline]
+
+
+def assert_solve_matches_brute_force(graph: TrainingGraph, board, fraction: float,
+                                     remat: bool, paging: bool,
+                                     deadline_pick: float | None) -> None:
+    """The solver proves the brute force's optimum (or infeasibility) of
+    :func:`brute_force_case`, and its schedule is sound."""
+    budget, deadline, feasible = brute_force_case(graph, board, fraction, remat, paging,
+                                                  deadline_pick)
+    result = solve(paper_request(graph, board, budget, deadline), remat=remat, paging=paging,
+                   time_limit_s=5)
+    if not feasible:
+        assert result.status is SolveStatus.INFEASIBLE, result.message
+        return
+    assert result.status is SolveStatus.OPTIMAL, result.message
+    assert result.metrics.energy_j == pytest.approx(min(feasible), rel=REL)
+    assert_result_is_sound(graph, board, result, budget, deadline)
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(graph=tiny_dags(), fraction=st.floats(0, 1), mode=st.sampled_from(MODES),
        dma=st.sampled_from([0, 1]), throughput=st.floats(1e4, 2e6),
@@ -586,22 +617,7 @@ def test_random_tiny_dags_against_brute_force(graph, fraction, mode, dma, throug
     assert len(graph) == 5
     board = make_board(dma_channels=dma, read_latency_s=1e-4, write_latency_s=1e-4,
                        block_bytes=16, read_throughput_bytes_per_s=throughput)
-    remat, paging = mode
-    costs = op_costs(graph, board)
-    low, _ = minimum_ram_bytes(graph)
-    high = plain_peak(graph).bytes
-    budget = low + math.floor(fraction * (high - low))
-    front = BruteForce(graph, costs).frontier(budget, remat=remat, paging=paging)
-    deadline = deadline_between(front, deadline_pick)
-    feasible = [e for e, s in front if deadline is None or s <= deadline]
-    result = solve(paper_request(graph, board, budget, deadline), remat=remat, paging=paging,
-                   time_limit_s=5)
-    if not feasible:
-        assert result.status is SolveStatus.INFEASIBLE, result.message
-        return
-    assert result.status is SolveStatus.OPTIMAL, result.message
-    assert result.metrics.energy_j == pytest.approx(min(feasible), rel=REL)
-    assert_result_is_sound(graph, board, result, budget, deadline)
+    assert_solve_matches_brute_force(graph, board, fraction, *mode, deadline_pick)
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -651,22 +667,7 @@ def test_weight_holds_against_brute_force(graph, fraction, mode, dma, throughput
     force's, and its schedule is sound."""
     board = make_board(dma_channels=dma, read_latency_s=1e-4, write_latency_s=1e-4,
                        block_bytes=16, read_throughput_bytes_per_s=throughput)
-    remat, paging = mode
-    costs = op_costs(graph, board)
-    low, _ = minimum_ram_bytes(graph)
-    high = plain_peak(graph).bytes + int(costs.held_bytes.sum())
-    budget = low + math.floor(fraction * (high - low))
-    front = BruteForce(graph, costs).frontier(budget, remat=remat, paging=paging)
-    deadline = deadline_between(front, deadline_pick)
-    feasible = [e for e, s in front if deadline is None or s <= deadline]
-    result = solve(paper_request(graph, board, budget, deadline), remat=remat, paging=paging,
-                   time_limit_s=5)
-    if not feasible:
-        assert result.status is SolveStatus.INFEASIBLE, result.message
-        return
-    assert result.status is SolveStatus.OPTIMAL, result.message
-    assert result.metrics.energy_j == pytest.approx(min(feasible), rel=REL)
-    assert_result_is_sound(graph, board, result, budget, deadline)
+    assert_solve_matches_brute_force(graph, board, fraction, *mode, deadline_pick)
 
 
 def test_no_dummy_transfer_past_a_tensors_last_reader():
