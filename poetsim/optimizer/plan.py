@@ -57,7 +57,7 @@ from poetsim.schedule import Action, Schedule, Step
 from poetsim.schedule.ops import with_weight_steps
 
 __all__ = ["PlanMetrics", "StagePlan", "StageTimeline", "drop_idle_keeps",
-           "drop_unread_page_outs", "evaluate_plan", "held_bytes_by_stage", "held_savings",
+           "drop_unread_page_outs", "evaluate_plan", "held_bytes_in", "held_savings",
            "lower_plan", "plan_from_schedule",
            "plan_violations", "reads_own_page_in", "stage_peak_bytes", "stage_streams",
            "stage_timeline", "storage_near"]
@@ -174,15 +174,14 @@ def plan_violations(graph: TrainingGraph, plan: StagePlan) -> list[str]:
     return problems
 
 
-def held_bytes_by_stage(costs: OpCosts, plan: StagePlan) -> tuple[np.ndarray, np.ndarray]:
-    """Per stage, the bytes of held weights in RAM when it starts, and those its own op's
+def held_bytes_in(costs: OpCosts, plan: StagePlan, t: int) -> tuple[int, int]:
+    """The bytes of held weights in RAM when stage ``t`` starts, and those its own op's
     run loads (the holds owned by op ``t``, in RAM from its run on)."""
-    start = np.zeros(plan.n, dtype=np.int64)
-    loads = np.zeros(plan.n, dtype=np.int64)
+    start = loads = 0
     for b in np.flatnonzero(plan.hold):
         f, size = int(costs.hold_owner[b]), int(costs.held_bytes[b])
-        start[f + 1:b + 1] += size
-        loads[f] += size
+        start += size if f < t <= b else 0
+        loads += size if f == t else 0
     return start, loads
 
 
@@ -386,12 +385,12 @@ def stage_peak_bytes(graph: TrainingGraph, costs: OpCosts, plan: StagePlan, t: i
     size = costs.output_bytes
     workspace = costs.workspace_bytes
     after, _ = _frees(graph, plan, t)
-    held_start, held_loads = held_bytes_by_stage(costs, plan)
-    mem = int(size[plan.keep[t] | plan.page_in[t]].sum()) + int(held_start[t])
+    held_start, held_loads = held_bytes_in(costs, plan, t)
+    mem = int(size[plan.keep[t] | plan.page_in[t]].sum()) + held_start
     peak, peak_op = -1, t
     for k in np.flatnonzero(plan.compute[t]):
         k = int(k)
-        mem += int(size[k]) + (int(held_loads[t]) if k == t else 0)
+        mem += int(size[k]) + (held_loads if k == t else 0)
         if mem + int(workspace[k]) > peak:
             peak, peak_op = mem + int(workspace[k]), k
         mem -= int(sum(size[i] for i in after.get(k, ())))
