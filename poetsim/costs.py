@@ -32,8 +32,10 @@ an in-place update of weights on storage writes them back slice by slice, page-o
 those slices added too (``writeback_bytes``). Without DMA the CPU moves every slice
 itself, between its computing. With DMA the stream is double-buffered: over ``N`` slices
 (the larger of the read and write counts), with ``c``, ``r`` and ``w`` the op's compute,
-reads and writes per slice, slice ``i + 1`` is read and slice ``i - 1`` written while
-slice ``i`` is computed::
+reads and writes per slice, while slice ``i`` is computed in one of the op's two slice
+buffers the other is written back (slice ``i - 1``) and refilled (slice ``i + 1``), so the
+two buffers of its workspace (:data:`~poetsim.graph.streaming.STREAM_BUFFERS`) suffice;
+counting the first and last slices as full steps, a little over the exact pipeline::
 
     time_s   = r + c + w + (N - 1) * max(c, r + w)
     energy_j = compute energy + transfers' energy + cpu.idle_power_w * (time_s - N c)

@@ -111,11 +111,11 @@ class BruteForce:
         self.capacity = capacity
         self.overlap = not costs.cpu_moves
         self.streams = [bool(v) for v in costs.streams]
-        self.owner = [int(f) for f in costs.hold_owner]
-        self.held = [int(b) for b in costs.held_bytes]
-        self.hce = [float(v) for v in costs.held_compute_energy_j]
-        self.hct = [float(v) for v in costs.held_compute_time_s]
-        self.writes_back = [bool(v) for v in costs.writeback_bytes]
+        # weight holds: owner, bytes, the held run's cost, whether the run writes back
+        self.owner, self.held = costs.hold_owner.tolist(), costs.held_bytes.tolist()
+        self.hce, self.hct = (costs.held_compute_energy_j.tolist(),
+                              costs.held_compute_time_s.tolist())
+        self.writes_back = (costs.writeback_bytes > 0).tolist()
         self.holds: frozenset[int] = frozenset()
         self.wait = costs.wait
         self.near = storage_near(costs)

@@ -164,7 +164,6 @@ def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule 
     last_end: float | None = None  # when the storage's last transfer ended
     ready: dict[int, float] = {}
     holding: set[int] = set()  # ops whose weights are held
-    last = len(steps) - 1
 
     def transfer(start: float, seconds: float) -> float:
         """Run one transfer from ``start`` (waking the storage if it sleeps); its end."""
@@ -184,9 +183,9 @@ def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule 
             e_compute += float((costs.compute_energy_j if read
                                 else costs.held_compute_energy_j)[k])
             start = max([cpu] + [ready.get(u, 0.0) for u in graph.predecessors(k)])
+            # a held run still holds the storage for its write-back (WRITE_WEIGHTS)
             occupies = costs.streams[k] and (
-                read or k not in holding
-                or (number < last and steps[number + 1].action is Action.WRITE_WEIGHTS))
+                read or k not in holding or bool(costs.writeback_bytes[k]))
             if overlap and occupies:  # it holds the storage: transfers end first
                 start = max(start, lane)
             # a freed tensor's RAM returns when its write ends: wait for as many writes as

@@ -214,17 +214,18 @@ class MilpModel:
                                                    float(c.pageout_energy_j[i]),
                                                    float(c.pageout_time_s[i])))
 
+        # per stage: (units, H[b]) of the holds in RAM when it starts, and of those its own
+        # op's run loads
+        self.held_at: list[list[tuple[int, Any]]] = [[] for _ in range(n)]
+        self.loaded_at: list[list[tuple[int, Any]]] = [[] for _ in range(n)]
         for b in np.flatnonzero(c.hold_owner >= 0):
-            b = int(b)
-            self.H[b] = m.addVar(vtype="B", name=f"H_{b}",
-                                 obj=e * (self._compute_j(b, held=True) - self._compute_j(b)))
-
-    def holds_in(self, t: int, *, loading: bool = False) -> list[tuple[int, Any]]:
-        """(units, H[b]) of the holds in RAM when stage ``t`` starts, or with ``loading``
-        those op ``t``'s run loads."""
-        owner = self.costs.hold_owner
-        return [(self.held[b], h) for b, h in self.H.items()
-                if (owner[b] == t if loading else owner[b] < t <= b)]
+            b, f = int(b), int(c.hold_owner[b])
+            h = self.H[b] = m.addVar(vtype="B", name=f"H_{b}", obj=e * (
+                self._compute_j(b, held=True) - self._compute_j(b)))
+            if self.held[b]:
+                self.loaded_at[f].append((self.held[b], h))
+                for t in range(f + 1, b + 1):
+                    self.held_at[t].append((self.held[b], h))
 
     def r(self, t: int, i: int) -> Any:
         """R[t,i] as a variable or the constant it is fixed to."""
@@ -311,15 +312,14 @@ class MilpModel:
                     - sum(self.mem[u] for u in inputs))
             terms = [self.mem[i] * self.S[t + 1, i] for i in range(t)
                      if i not in inputs and (t + 1, i) in self.S and self.mem[i] > 0]
-            terms += [size * h for size, h in (*self.holds_in(t), *self.holds_in(t, loading=True))
-                      if size]
+            terms += [size * h for size, h in (*self.held_at[t], *self.loaded_at[t])]
             if terms:
                 m.addCons(quicksum(terms) <= room, name=f"frontier_{t}")
         for t in range(1, self.n):
             # When stage t starts, everything kept or paged in is resident at once.
             start = [self.mem[i] * v for family in (self.S, self.Min)
                      for i in range(t) if (v := family.get((t, i))) is not None and self.mem[i]]
-            start += [size * h for size, h in self.holds_in(t) if size]
+            start += [size * h for size, h in self.held_at[t]]
             if start:
                 m.addCons(quicksum(start) <= self.budget_units, name=f"start_{t}")
 
@@ -338,8 +338,8 @@ class MilpModel:
         m, S, Min = self.model, self.S, self.Min
         start_terms = [self.mem[i] * S[t, i] for i in range(t) if (t, i) in S]
         start_terms += [self.mem[i] * Min[t, i] for i in range(t) if (t, i) in Min]
-        start_terms += [size * h for size, h in self.holds_in(t)]
-        loads = quicksum(size * h for size, h in self.holds_in(t, loading=True))
+        start_terms += [size * h for size, h in self.held_at[t]]
+        loads = quicksum(size * h for size, h in self.loaded_at[t])
         frees_after: dict[int, list[tuple[int, Any]]] = {}
         frees_of: dict[int, list[Any]] = {}
         for i, k, later in self._free_pairs(t, runnable):
@@ -657,6 +657,15 @@ class MilpModel:
             hold[b] = self.model.getSolVal(sol, var) > 0.5
         return StagePlan(**mats, hold=hold)
 
+    def _binaries(self, plan: StagePlan) -> Any:
+        """Every binary, with the stage it belongs to and its value in ``plan``."""
+        for name, family in self._families():
+            matrix = getattr(plan, name)
+            for (t, i), var in family.items():
+                yield t, var, bool(matrix[t, i])
+        for b, var in self.H.items():
+            yield b, var, bool(plan.hold[b])
+
     def fits(self, plan: StagePlan) -> bool:
         """Whether every decision of ``plan`` has a variable (or constant) in this model."""
         if plan.n != self.n:
@@ -698,12 +707,8 @@ class MilpModel:
         """A complete SCIP solution (original space) for ``plan``."""
         m = self.model
         sol = m.createOrigSol(heuristic) if heuristic is not None else m.createSol()
-        for name, family in self._families():
-            matrix = getattr(plan, name)
-            for (t, i), var in family.items():
-                m.setSolVal(sol, var, 1.0 if matrix[t, i] else 0.0)
-        for b, var in self.H.items():
-            m.setSolVal(sol, var, 1.0 if plan.hold[b] else 0.0)
+        for _, var, value in self._binaries(plan):
+            m.setSolVal(sol, var, float(value))
         # Continuous variables: frees as large as allowed, memory by the recurrence.
         freed: dict[tuple[int, int, int], float] = {}
         for (t, i, k) in self.F:
@@ -762,26 +767,14 @@ class MilpModel:
         many binaries stay free. Call :meth:`unfix` to release them again."""
         m = self.model
         free = 0
-        for name, family in self._families():
-            matrix = getattr(plan, name)
-            for (t, i), var in family.items():
-                if first <= t <= last:
-                    m.chgVarLb(var, 0.0)
-                    m.chgVarUb(var, 1.0)
-                    free += 1
-                else:
-                    value = 1.0 if matrix[t, i] else 0.0
-                    m.chgVarLb(var, value)
-                    m.chgVarUb(var, value)
-        for b, var in self.H.items():
-            if first <= b <= last:
-                m.chgVarLb(var, 0.0)
-                m.chgVarUb(var, 1.0)
+        for t, var, value in self._binaries(plan):
+            if first <= t <= last:
+                low, high = 0.0, 1.0
                 free += 1
             else:
-                value = 1.0 if plan.hold[b] else 0.0
-                m.chgVarLb(var, value)
-                m.chgVarUb(var, value)
+                low = high = float(value)
+            m.chgVarLb(var, low)
+            m.chgVarUb(var, high)
         return free
 
     def unfix(self) -> None:

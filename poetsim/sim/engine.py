@@ -96,7 +96,7 @@ from poetsim.sim.timeline import Slice, StateSlice, Timeline
 __all__ = ["Simulation"]
 
 _COMPUTE, _PAGE_OUT, _PAGE_IN, _FREE = Action.COMPUTE, Action.PAGE_OUT, Action.PAGE_IN, Action.FREE
-_READ_WEIGHTS, _WRITE_WEIGHTS = Action.READ_WEIGHTS, Action.WRITE_WEIGHTS
+_READ_WEIGHTS = Action.READ_WEIGHTS
 _HOLD_WEIGHTS, _DROP_WEIGHTS = Action.HOLD_WEIGHTS, Action.DROP_WEIGHTS
 
 
@@ -353,10 +353,8 @@ class Simulation:
         arriving, triggers, job_at = self.arriving, self.triggers, self.job_at
         computed, slices, dma = self.computed, self.slices, self.dma
         limit = self.ram_limit
-        steps = self.steps
-        last = len(steps) - 1
         reads_weights = False  # the step before this COMPUTE is its READ_WEIGHTS
-        for i, step in enumerate(steps):
+        for i, step in enumerate(self.steps):
             self.pos = i
             if self.deferred:
                 self._retry_deferred()
@@ -379,8 +377,8 @@ class Simulation:
                     reads_weights = False
                 else:  # reads no weights from storage, or they are held
                     duration, energy = held_time[k], held_energy[k]
-                    occupies = (dma is not None and writes_back[k] and i < last
-                                and steps[i + 1].action is _WRITE_WEIGHTS)
+                    # a write-back still streams (validation puts its WRITE_WEIGHTS next)
+                    occupies = dma is not None and writes_back[k]
                 if occupies:
                     yield from self._hold_storage()
                 kind = "recompute" if computed[k] else "compute"
