@@ -110,7 +110,6 @@ import numpy as np
 
 from poetsim.boards.spec import Board, Profile, Storage, StorageKind
 from poetsim.graph.graph import TrainingGraph
-from poetsim.graph.ops import Phase
 from poetsim.graph.precision import compute_widths, precision_of, rescale_bytes
 from poetsim.graph.streaming import (
     WeightsOnStorage,
@@ -337,7 +336,7 @@ def compute_rate(board: Board, width: int) -> ComputeRate:
 def _moved_bytes(graph: TrainingGraph, k: int) -> int:
     op = graph.ops[k]
     moved = op.output_bytes + sum(graph.ops[p].output_bytes for p in graph.predecessors(k))
-    if op.phase is Phase.BACKWARD:
+    if op.forward_of is not None:
         # reads the weights, writes the gradients of the trained ones (none when frozen)
         forward = graph.op(op.forward_of)  # type: ignore[arg-type]
         precision = precision_of(graph)

@@ -50,8 +50,8 @@ from poetsim.units import format_bytes, parse_bytes, split_quantity
 from poetsim.zoo import build_model, row_bands_to_fit, zoo_options
 
 __all__ = ["BOARD_RAM", "MAX_BUDGET_BYTES", "MAX_DEADLINE_S", "Accounting", "Request",
-           "check_request_words", "flash_weight_placement", "in_row_bands", "parse_deadline",
-           "parse_deadline_margin", "resolve_request"]
+           "check_request_words", "flash_weight_placement", "parse_deadline",
+           "parse_deadline_margin", "resolve_request", "tiled_to_fit"]
 
 #: The budget word for "all of the board's usable RAM".
 BOARD_RAM = "board"
@@ -225,10 +225,14 @@ class Request:
                 f"them each time they run{written}")
 
     def _describe_bands(self) -> str:
-        """The row tiling of the graph's front (:mod:`poetsim.graph.tiling`), if any."""
+        """The gradient-sum ops and the row tiling of the graph's front
+        (:mod:`poetsim.graph.tiling`), if any."""
+        sums = sum(op.gradient_sum_of is not None for op in self.graph.ops)
         bands = self.graph.metadata.get("row_bands")
-        return (f"; the frozen front runs in {bands} row bands (row_bands={bands})"
-                if bands else "")
+        return ((f"; {sums} gradients summed by ops of their own (gradient_sums=1)"
+                 if sums else "")
+                + (f"; the frozen front runs in {bands} row bands (row_bands={bands})"
+                   if bands else ""))
 
     def _describe_flash(self) -> str:
         """Where the frozen weights live, for :meth:`describe_budget` (physical only)."""
@@ -390,16 +394,28 @@ def _weights_on_storage(graph: TrainingGraph, resident: int, usable: int) -> Wei
     return choice
 
 
-def in_row_bands(request: Request, resolve: Callable[[TrainingGraph], Request]) -> Request:
-    """``request``, or the same request on its zoo model run in the fewest row bands that
-    let every op fit the activation budget (:func:`poetsim.zoo.row_bands_to_fit`) when one
-    op alone would not; ``resolve`` makes the request of a graph (the same ``ram``,
-    ``deadline`` and accounting)."""
+def tiled_to_fit(request: Request, resolve: Callable[[TrainingGraph], Request]) -> Request:
+    """``request``, or the same request on its zoo model reshaped so that every op fits
+    the activation budget when one op alone would not: first with the gradient of each op
+    read by several summed by an op of its own (``gradient_sums=1``), kept when it lowers
+    the largest working set; then, if that is not enough, with the frozen front in the
+    fewest row bands that make it fit (:func:`poetsim.zoo.row_bands_to_fit`). ``resolve``
+    makes the request of a graph (the same ``ram``, ``deadline`` and accounting). A model
+    nothing makes fit comes back in its best shape, so that its refusal names the op
+    that truly cannot fit."""
     options = request.model_options
-    if options is None:
+    budget = request.activation_budget_bytes
+    need = minimum_ram_bytes(request.graph)[0]
+    if options is None or need <= budget:
         return request
     model = str(request.graph.metadata["model"])
-    bands = row_bands_to_fit(model, options, request.activation_budget_bytes)
+    if not options.get("gradient_sums"):
+        summed = resolve(build_model(model, **options, gradient_sums=1))
+        if minimum_ram_bytes(summed.graph)[0] < need:
+            request, options = summed, {**options, "gradient_sums": 1}
+            if minimum_ram_bytes(request.graph)[0] <= budget:
+                return request
+    bands = row_bands_to_fit(model, options, budget)
     return resolve(build_model(model, **options, row_bands=bands)) if bands else request
 
 

@@ -98,3 +98,62 @@ def test_builder_errors(build, message):
 
 def test_grad_name():
     assert grad_name("layer1.0.conv1") == "layer1.0.conv1/grad"
+
+
+def _residual_forward(**training) -> ForwardGraph:
+    from poetsim.graph.training import Training
+    fg = ForwardGraph("residual", training=Training(**training) if training else None)
+    x = fg.input("x", 8)
+    a = fg.op("fc1", "linear", [x], output_elements=4, flops=64, param_count=36)
+    r = fg.op("r", "relu", [a], output_elements=4, flops=4)
+    b = fg.op("fc2", "linear", [r], output_elements=4, flops=32, param_count=20)
+    s = fg.op("s", "add", [b, r], output_elements=4, flops=4)
+    fg.loss("loss", s)
+    return fg
+
+
+def test_gradient_sums_move_the_summation_into_an_op_of_its_own(residual):
+    g = _residual_forward(gradient_sums=True).build()
+    # r fans out to fc2 and s: r/grad_sum reads both incoming gradients, r/grad the sum.
+    assert deps(g, "r/grad_sum") == {"s/grad", "fc2/grad"}
+    assert deps(g, "r/grad") == {"r/grad_sum", "r"}
+    total = g.op("r/grad_sum")
+    assert (total.kind, total.phase, total.gradient_sum_of, total.forward_of) == (
+        "grad_sum", Phase.BACKWARD, "r", None)
+    assert total.output_bytes == 16 and total.flops == 4  # one add per element
+    assert g.op("r/grad").flops == 4                       # the mask alone
+    # Every other op is as without the option, and the FLOPs add up to the same.
+    sums = {op.name for op in g.ops if op.gradient_sum_of is not None}
+    assert sums == {"r/grad_sum"}
+    for op in residual.ops:
+        if op.name != "r/grad":
+            assert g.op(op.name) == op
+    assert sum(op.flops for op in g.ops) == sum(op.flops for op in residual.ops)
+
+
+def test_gradient_sums_shrink_the_largest_working_set_of_a_block_output():
+    """ResNet-18's block output feeds the next block's convolution and its shortcut: its
+    backward would hold its output, both incoming gradients and its own (4 x 64 KiB at
+    int8); summed first, no op holds more than three of them."""
+    from poetsim.graph.memory import minimum_ram_bytes
+    from poetsim.zoo import build_model
+
+    options = {"int8": 1, "gradient_bytes": 1, "inplace_update": 1}
+    plain = build_model("resnet18_cifar", **options)
+    summed = build_model("resnet18_cifar", **options, gradient_sums=1)
+    k = plain.index("layer1.1.relu2/grad")
+    assert len(plain.predecessors(k)) == 3
+    assert [summed.ops[p].name for p in summed.predecessors(summed.index(
+        "layer1.1.relu2/grad"))] == ["layer1.1.relu2", "layer1.1.relu2/grad_sum"]
+    assert len(summed) == len(plain) + 8  # one per block output read twice
+    assert summed.metadata["gradient_sums"] == 1
+
+    def need(graph, name):
+        i = graph.index(name)
+        return (sum(graph.ops[p].output_bytes for p in graph.predecessors(i))
+                + graph.ops[i].output_bytes + graph.ops[i].workspace_bytes)
+
+    assert need(plain, "layer1.1.relu2/grad") == 4 * 64 * 1024
+    assert need(summed, "layer1.1.relu2/grad") == need(summed, "layer1.1.relu2/grad_sum") \
+        == 3 * 64 * 1024
+    assert minimum_ram_bytes(summed) == minimum_ram_bytes(plain)  # a conv grad is larger

@@ -134,12 +134,25 @@ def test_bad_measured_cost():
 
 
 def test_phase_rules_for_forward_of():
-    with pytest.raises(GraphError, match="needs forward_of"):
+    with pytest.raises(GraphError, match="needs exactly one of forward_of"):
         Op("g", "relu", Phase.BACKWARD)
     with pytest.raises(GraphError, match="only for backward ops"):
         Op("f", "relu", Phase.FORWARD, forward_of="x")
     with pytest.raises(GraphError, match="param_bytes belongs to the forward op"):
         Op("g", "relu", Phase.BACKWARD, forward_of="x", param_bytes=4)
+
+
+def test_phase_rules_for_gradient_sum_of():
+    with pytest.raises(GraphError, match="'s': a backward op needs exactly one of forward_of"):
+        Op("s", "grad_sum", Phase.BACKWARD, forward_of="x", gradient_sum_of="x")
+    with pytest.raises(GraphError, match="'s': gradient_sum_of is only for backward ops"):
+        Op("s", "grad_sum", Phase.FORWARD, gradient_sum_of="x")
+    with pytest.raises(GraphError, match="'s': kind = 'add': an op with gradient_sum_of has "
+                                         "kind 'grad_sum'"):
+        Op("s", "add", Phase.BACKWARD, gradient_sum_of="x")
+    with pytest.raises(GraphError, match="'s': inplace_update is only for backward ops with "
+                                         "forward_of"):
+        Op("s", "grad_sum", Phase.BACKWARD, gradient_sum_of="x", inplace_update=True)
 
 
 def test_direct_construction_requires_topological_edges():

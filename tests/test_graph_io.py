@@ -26,6 +26,30 @@ def test_round_trip(residual, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["g.json"]  # no temporary file left
 
 
+def test_gradient_sums_round_trip_and_a_second_sum_is_refused(tmp_path):
+    from poetsim.graph import ForwardGraph
+    from poetsim.graph.training import Training
+
+    fg = ForwardGraph("residual", training=Training(gradient_sums=True))
+    x = fg.input("x", 8)
+    r = fg.op("r", "relu", [fg.op("fc1", "linear", [x], output_elements=4, flops=64,
+                                  param_count=36)], output_elements=4, flops=4)
+    fg.loss("loss", fg.op("s", "add", [fg.op("fc2", "linear", [r], output_elements=4,
+                                             flops=32, param_count=20), r],
+                          output_elements=4, flops=4))
+    graph = fg.build()
+    path = tmp_path / "g.json"
+    write_graph(graph, path)
+    assert read_graph(path) == graph
+    doc = graph_to_dict(graph)
+    assert [op for op in doc["ops"] if op["name"] == "r/grad_sum"][0]["gradient_sum_of"] == "r"
+    add_op(name="again", kind="grad_sum", phase="backward", gradient_sum_of="r",
+           inputs=["s/grad"], flops=0, output_bytes=16)(doc)
+    with pytest.raises(GraphFileError, match="op 'again': 'r' already has gradient-sum op "
+                                             "'r/grad_sum'"):
+        read_graph(write(tmp_path, doc))
+
+
 def test_measured_costs_round_trip_and_change_the_fingerprint(residual, tmp_path):
     doc = graph_to_dict(residual)
     doc["ops"][1]["measured"] = {"compute_time_s": 0.25, "compute_energy_j": 0.002,
@@ -117,6 +141,17 @@ def add_op(**op):
             inputs=["r/grad"], flops=1, output_bytes=0),
      "op 'x/grad': backward op of 'x', which needs no gradient (it has no parameters and "
      "reads no op that does): only ops that need a gradient have a backward op"),
+    # gradient-sum ops
+    (add_op(name="x/grad_sum", kind="grad_sum", phase="backward", gradient_sum_of="x",
+            inputs=["r/grad"], flops=1, output_bytes=32),
+     "op 'x/grad_sum': gradient-sum op of 'x', which needs no gradient: there is nothing "
+     "to sum"),
+    (add_op(name="sum", kind="grad_sum", phase="backward", gradient_sum_of="ghost",
+            inputs=["r/grad"], flops=1, output_bytes=16),
+     "op 'sum': gradient_sum_of = 'ghost' is not a forward or loss op of this graph"),
+    (add_op(name="sum", kind="grad_sum", phase="backward", gradient_sum_of="r",
+            forward_of="r", inputs=["s/grad"], flops=1, output_bytes=16),
+     "op 'sum': a backward op needs exactly one of forward_of"),
 ])
 def test_bad_graph_files(residual, tmp_path, mutate, expected):
     doc = graph_to_dict(residual)

@@ -10,11 +10,13 @@ from poetsim.errors import InputError
 from poetsim.graph.graph import resident_memory
 from poetsim.graph.memory import plain_peak
 from poetsim.request import (
+    BOARD_RAM,
     MAX_BUDGET_BYTES,
     Accounting,
     parse_deadline,
     parse_deadline_margin,
     resolve_request,
+    tiled_to_fit,
 )
 
 
@@ -208,3 +210,26 @@ def test_fully_trained_weights_and_paper_accounting_never_use_flash():
     assert paper.resident_bytes == resident_memory(last).total_bytes
     assert paper.metadata()["flash_weight_bytes"] == 0
     assert "flash" not in paper.describe_budget()
+
+
+@pytest.mark.parametrize("board_name, sums", [("esp32s3", 0), ("nrf52840", 8)])
+def test_gradient_sums_are_turned_on_only_when_one_op_would_not_fit(board_name, sums):
+    """ResNet-18 (int8, int8 gradients, in place) fits the ESP32-S3 as derived; on the
+    nRF52840 one ReLU's backward (four 64 KiB tensors) would not, so the request sums
+    each twice-read block output's gradient in an op of its own and says so."""
+    from poetsim.boards import get_board
+    from poetsim.graph.memory import minimum_ram_bytes
+    from poetsim.zoo import build_model
+
+    board = get_board(board_name)
+
+    def resolve(graph):
+        return resolve_request(graph, board, ram=BOARD_RAM, deadline="2x")
+
+    request = tiled_to_fit(resolve(build_model("resnet18_cifar", int8=1, gradient_bytes=1,
+                                               inplace_update=1)), resolve)
+    assert sum(op.gradient_sum_of is not None for op in request.graph.ops) == sums
+    assert ("8 gradients summed by ops of their own (gradient_sums=1)"
+            in request.describe_budget()) == bool(sums)
+    assert minimum_ram_bytes(request.graph)[0] <= request.activation_budget_bytes
+    assert (request.model_options or {}).get("gradient_sums", 0) == (1 if sums else 0)

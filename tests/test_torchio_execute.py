@@ -188,6 +188,24 @@ def test_frozen_parameters_get_no_gradient_and_do_not_change(case, inplace):
     assert report.max_rel_weight_error <= 1e-9
 
 
+@pytest.mark.parametrize("inplace", [True, False])
+def test_a_gradient_summed_in_an_op_of_its_own_matches_autograd(inplace):
+    """relu1's output feeds conv2 and the residual add: with gradient_sums its gradient
+    is summed by relu1/grad_sum, which relu1/grad then reads alone."""
+    model = import_module(tm.small_cnn(), tm.small_cnn_inputs(), inplace_update=inplace,
+                          gradient_sums=True)
+    graph = model.graph
+    assert [op.name for op in graph.ops if op.gradient_sum_of] == ["relu1/grad_sum"]
+    assert graph.inputs_of(graph.index("relu1/grad")) == ["relu1", "relu1/grad_sum"]
+    schedule = tm.remat_and_page_schedule(graph, {"relu1"}, {"bn1"})
+    report = execute_schedule(model, schedule, lr=0.1)
+    assert report.passed, report.reasons
+    assert report.max_rel_grad_error <= 1e-9 and report.max_rel_weight_error <= 1e-9
+    trained = report.params_updated_in_place + report.params_updated_after
+    assert trained == 9  # conv1.weight, then weight and bias of bn1, conv2, bn2 and fc
+    assert report.params_updated_in_place == (trained if inplace else 0)
+
+
 def test_a_changed_frozen_parameter_is_detected(monkeypatch):
     original = execute_module._Runner.step_the_rest
 

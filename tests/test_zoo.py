@@ -359,6 +359,7 @@ def test_unknown_model() -> None:
     ("mlp", {"train_last": 11}, "option train_last = 11: must be at most 10, the number of "
                                 "layers with parameters"),
     ("mlp", {"bias_only": 2}, "option bias_only = 2: must be 0 or 1"),
+    ("mlp", {"gradient_sums": 2}, "option gradient_sums = 2: must be 0 or 1"),
     ("mlp", {"sparse_update": 1}, "option sparse_update = 1: this model has no published "
                                   "sparse-update scheme"),
     ("mcunet_in1", {"sparse_update": 1, "train_last": 3}, "cannot be combined with train_last"),

@@ -22,7 +22,7 @@ from typing import Any
 
 from poetsim.boards import get_board
 from poetsim.methods import SolverSettings
-from poetsim.request import Request, in_row_bands, resolve_request
+from poetsim.request import Request, resolve_request, tiled_to_fit
 from poetsim.runs import Outcome, run_and_judge
 from poetsim.units import format_bytes, format_quantity
 from poetsim.zoo import build_model
@@ -60,7 +60,7 @@ def request_for(model: str, options: dict[str, int], board: str,
 
     def resolve(g: Any) -> Request:
         return resolve_request(g, target, ram="board", deadline="2x", accounting=accounting)
-    return in_row_bands(resolve(graph), resolve)
+    return tiled_to_fit(resolve(graph), resolve)
 
 
 def _cell(request: Request, outcome: Outcome) -> str:

@@ -171,8 +171,8 @@ def backward_op_of(graph: TrainingGraph) -> dict[int, int]:
     """Forward (or loss) op index -> index of its backward op, where it has one."""
     result: dict[int, int] = {}
     for j, op in enumerate(graph.ops):
-        if op.phase is Phase.BACKWARD:
-            result[graph.index(op.forward_of)] = j  # type: ignore[arg-type]
+        if op.forward_of is not None:
+            result[graph.index(op.forward_of)] = j
     return result
 
 

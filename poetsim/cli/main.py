@@ -51,7 +51,7 @@ from poetsim.graph import TrainingGraph, read_graph, write_graph
 from poetsim.methods import DEFAULT_EFFORT, DEFAULT_TIME_LIMIT_S, SolverSettings, seeded_solve
 from poetsim.optimizer import SolveResult, SolveStatus
 from poetsim.report import plot_simulation
-from poetsim.request import BOARD_RAM, Accounting, Request, in_row_bands, resolve_request
+from poetsim.request import BOARD_RAM, Accounting, Request, resolve_request, tiled_to_fit
 from poetsim.schedule import read_schedule, write_schedule, write_schedule_binary
 from poetsim.schedule.metadata import disagreements, parse_metadata
 from poetsim.sim.montecarlo import MAX_RUNS, MonteCarlo, monte_carlo
@@ -154,12 +154,13 @@ def _add_request_options(parser: argparse.ArgumentParser, *, ram: str | None,
 
 
 def _request_from_args(args: argparse.Namespace, graph: TrainingGraph, board: Board) -> Request:
-    """The user's request; a zoo model whose largest op does not fit runs in row bands."""
+    """The user's request; a zoo model whose largest op does not fit is reshaped to fit
+    (:func:`~poetsim.request.tiled_to_fit`)."""
     def resolve(g: TrainingGraph) -> Request:
         return resolve_request(g, board, ram=args.ram, deadline=args.deadline,
                                accounting=args.accounting,
                                deadline_margin=getattr(args, "deadline_margin", None))
-    return in_row_bands(resolve(graph), resolve)
+    return tiled_to_fit(resolve(graph), resolve)
 
 
 def _write_all_or_nothing(written: list[str],
@@ -339,7 +340,7 @@ def _show_costs(graph: TrainingGraph, board: Board, args: argparse.Namespace) ->
     # the graph and costs the board's request plans (row bands, streamed weights), as solve
     def resolve(g: TrainingGraph) -> Request:
         return resolve_request(g, board, ram=BOARD_RAM)
-    request = in_row_bands(resolve(graph), resolve)
+    request = tiled_to_fit(resolve(graph), resolve)
     graph, costs = request.graph, request.costs
     summary = cost_summary(graph, board, costs, request=request)
     if args.json:
@@ -375,6 +376,10 @@ def _show_costs(graph: TrainingGraph, board: Board, args: argparse.Namespace) ->
     if s.streamed_weight_bytes:
         print(_row("weights on storage", f"{format_bytes(s.streamed_weight_bytes)} "
                                          "(streamed by each op that reads them)"))
+    sums = sum(op.gradient_sum_of is not None for op in graph.ops)
+    if sums:
+        print(_row("gradient sums", f"{sums} ops of their own (so that no backward op holds "
+                                    "several incoming gradients)"))
     if graph.metadata.get("row_bands"):
         print(_row("row bands", f"{graph.metadata['row_bands']} (the frozen front, so that "
                                 "every op fits the board)"))
@@ -620,7 +625,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
     def resolve(g: TrainingGraph) -> Request:
         return resolve_request(g, board, ram=ram, deadline=deadline, accounting=args.accounting)
-    request = in_row_bands(resolve(graph), resolve)
+    request = tiled_to_fit(resolve(graph), resolve)
     graph = request.graph
     schedule = read_schedule(args.schedule, graph)
     notes = disagreements(meta, request.metadata())

@@ -10,7 +10,11 @@ For a forward op ``v`` with backward op ``v/grad``:
   ops of ``v``'s consumers send back. It therefore depends on ``c/grad`` for every consumer
   ``c`` of ``v``; the summation of ``k`` incoming gradients costs ``(k - 1)`` adds per
   element and is charged to ``v/grad``. The loss's backward op depends on the loss itself
-  (the seed gradient).
+  (the seed gradient). With ``Training.gradient_sums``, an op ``v`` with several consumers
+  gets a gradient-sum op ``v/grad_sum`` instead (``Op.gradient_sum_of``): it reads every
+  ``c/grad``, does the ``(k - 1)`` adds per element and outputs the sum, and ``v/grad``
+  reads that one tensor, so no backward op holds ``k`` incoming gradients and its own
+  output at once.
 * ``v/grad`` also reads exactly the tensors ``v``'s backward saves (:data:`KINDS`): a ReLU
   its output, a convolution or linear layer its input (for the weight gradient), a matrix
   product both inputs, an addition nothing.
@@ -45,18 +49,24 @@ import attrs
 
 from poetsim.errors import GraphError
 from poetsim.graph.graph import TrainingGraph, check_gradients
-from poetsim.graph.ops import Op, Phase
+from poetsim.graph.ops import GRADIENT_SUM_KIND, Op, Phase
 from poetsim.graph.precision import Precision
 from poetsim.graph.tiling import Rows, tile_rows
 from poetsim.graph.training import TrainedParams, Training, resolve_training
 
 __all__ = ["KINDS", "MAC_KINDS", "ForwardGraph", "ForwardOp", "KindRule", "grad_name",
+           "gradient_sum_name",
            "forward_macs"]
 
 
 def grad_name(name: str) -> str:
     """Name of the backward op of forward op ``name``."""
     return f"{name}/grad"
+
+
+def gradient_sum_name(name: str) -> str:
+    """Name of the op that sums the gradient of forward op ``name``'s output."""
+    return f"{name}/grad_sum"
 
 
 @attrs.frozen
@@ -345,6 +355,7 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
             consumers[u].append(op.name)
 
     inplace = training is not None and training.inplace_update
+    sums = training is not None and training.gradient_sums
     params = trained_params(forward, training, trained)
     needs_grad = gradient_needed(forward, params)
     if not needs_grad[loss]:
@@ -391,13 +402,22 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
             bias_gradient_only=t.biases > 0 and t.weights == 0,
         )
         fan_out = len(consumers[op.name])
-        flops = rule.backward_flops(ctx) + max(fan_out - 1, 0) * op.output_elements
+        incoming = [grad_name(c) for c in consumers[op.name]]
+        sum_flops = max(fan_out - 1, 0) * op.output_elements
+        if sums and fan_out > 1:
+            s = gradient_sum_name(op.name)
+            ops.append(Op(s, GRADIENT_SUM_KIND, Phase.BACKWARD, flops=sum_flops,
+                          output_bytes=nbytes(op.output_elements, gradient_b),
+                          gradient_sum_of=op.name))
+            inputs[s] = incoming
+            incoming, sum_flops = [s], 0
+        flops = rule.backward_flops(ctx) + sum_flops
         if rule.passthrough:
             out_elements = op.output_elements if any(wants) else 0
         else:
             out_elements = sum(e for e, w in zip(ctx.input_elements, wants) if w)
 
-        deps: list[str] = [grad_name(c) for c in consumers[op.name]]
+        deps: list[str] = incoming
         if op.name == loss:
             deps.append(op.name)
         if rule.saves_inputs and (t.weights > 0 or not rule.saves_inputs_only_with_params):

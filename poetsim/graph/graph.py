@@ -172,20 +172,25 @@ class TrainingGraph:
         ancestors = self.ancestors(loss)
         descendants = self.descendants(loss)
         differentiated: dict[str, str] = {}
+        summed: dict[str, str] = {}
         for i, op in enumerate(self.ops):
             if op.phase is Phase.FORWARD and i not in ancestors:
                 raise GraphError(f"op {op.name!r}: forward op does not reach the loss")
             if op.phase is Phase.BACKWARD:
                 if i not in descendants:
                     raise GraphError(f"op {op.name!r}: backward op does not depend on the loss")
-                target = self._index.get(op.forward_of)  # type: ignore[arg-type]
+                field, of = (("forward_of", op.forward_of) if op.gradient_sum_of is None
+                             else ("gradient_sum_of", op.gradient_sum_of))
+                target = self._index.get(of)  # type: ignore[arg-type]
                 if target is None or self.ops[target].phase is Phase.BACKWARD:
-                    raise GraphError(f"op {op.name!r}: forward_of = {op.forward_of!r} is not a "
-                                     "forward or loss op of this graph")
-                if op.forward_of in differentiated:
-                    raise GraphError(f"op {op.name!r}: {op.forward_of!r} already has backward op "
-                                     f"{differentiated[op.forward_of]!r}")
-                differentiated[op.forward_of] = op.name  # type: ignore[index]
+                    raise GraphError(f"op {op.name!r}: {field} = {of!r} is not a forward or "
+                                     "loss op of this graph")
+                seen = differentiated if op.gradient_sum_of is None else summed
+                if of in seen:
+                    role = "backward" if seen is differentiated else "gradient-sum"
+                    raise GraphError(f"op {op.name!r}: {of!r} already has {role} op "
+                                     f"{seen[of]!r}")
+                seen[of] = op.name  # type: ignore[index]
 
     # ------------------------------------------------------------------ queries
 
@@ -283,9 +288,9 @@ def needs_gradient(graph: TrainingGraph) -> list[bool]:
 def check_gradients(graph: TrainingGraph) -> None:
     """Autograd's rules on backward ops, as :mod:`poetsim.graph.autograd` derives them.
 
-    * a backward op only for an op that needs a gradient (:func:`needs_gradient`): not
-      for the data input, nor for an op computed from inputs, constants and frozen
-      layers alone;
+    * a backward or gradient-sum op (``Op.gradient_sum_of``) only for an op that needs a
+      gradient (:func:`needs_gradient`): not for the data input, nor for an op computed
+      from inputs, constants and frozen layers alone;
     * a backward op for every op with trained parameters, or its weights would never be
       trained (a backward op may fuse the gradients of parameter-free ops, so those may
       lack one, and so may a frozen op, which only passes a gradient on);
@@ -301,6 +306,11 @@ def check_gradients(graph: TrainingGraph) -> None:
     differentiated: set[str] = set()
     for i, op in enumerate(ops):
         if op.phase is not Phase.BACKWARD:
+            continue
+        if op.gradient_sum_of is not None:
+            if not needs[graph.index(op.gradient_sum_of)]:
+                raise GraphError(f"op {op.name!r}: gradient-sum op of {op.gradient_sum_of!r}, "
+                                 "which needs no gradient: there is nothing to sum")
             continue
         target = op.forward_of
         if op.inplace_update:

@@ -31,14 +31,15 @@ Per op: ``name`` (unique), ``kind``, ``phase`` (``forward``, ``loss`` or ``backw
 ``flops``, ``output_bytes``, and optionally ``workspace_bytes``, ``param_bytes`` (forward
 ops), ``frozen_param_bytes`` (forward ops: the part of ``param_bytes`` that is not trained,
 at most ``param_bytes``; default 0, everything trained), ``forward_of`` (backward ops: the
-op they differentiate), ``inplace_update`` (backward ops of an op with trained parameters:
-``true`` when the op applies their SGD step itself, so their gradient is never resident;
-its ``workspace_bytes`` must hold that gradient, the trained parameter bytes at
-``gradient_bytes`` per element; default ``false``) and ``measured`` with any
-of ``compute_time_s``, ``compute_energy_j``, ``pagein_time_s``, ``pagein_energy_j``,
-``pageout_time_s``, ``pageout_energy_j``. ``flops`` may be left out (0) when the op has
-measured compute time and energy. Ops may appear in any order; poetsim sorts them
-topologically and deterministically.
+op they differentiate), ``gradient_sum_of`` (instead of ``forward_of``, on an op of kind
+``grad_sum``: the op read by several others whose gradient it sums), ``inplace_update``
+(backward ops of an op with trained parameters: ``true`` when the op applies their SGD
+step itself, so their gradient is never resident; its ``workspace_bytes`` must hold that
+gradient, the trained parameter bytes at ``gradient_bytes`` per element; default
+``false``) and ``measured`` with any of ``compute_time_s``, ``compute_energy_j``,
+``pagein_time_s``, ``pagein_energy_j``, ``pageout_time_s``, ``pageout_energy_j``.
+``flops`` may be left out (0) when the op has measured compute time and energy. Ops may
+appear in any order; poetsim sorts them topologically and deterministically.
 
 Every number must be finite, not negative and within generous plausibility bounds
 (:mod:`poetsim.graph.ops`); a value outside them is almost always a unit slip or a corrupt
@@ -89,7 +90,8 @@ FORMAT = "poetsim-graph"
 VERSION = 1
 
 _OP_KEYS = {"name", "kind", "phase", "inputs", "flops", "output_bytes", "workspace_bytes",
-            "param_bytes", "frozen_param_bytes", "forward_of", "inplace_update", "measured"}
+            "param_bytes", "frozen_param_bytes", "forward_of", "gradient_sum_of", "inplace_update",
+            "measured"}
 _MEASURED_KEYS = {"compute_time_s", "compute_energy_j", "pagein_time_s", "pagein_energy_j",
                   "pageout_time_s", "pageout_energy_j"}
 
@@ -109,6 +111,8 @@ def graph_to_dict(graph: TrainingGraph) -> dict[str, Any]:
             entry["frozen_param_bytes"] = op.frozen_param_bytes
         if op.forward_of is not None:
             entry["forward_of"] = op.forward_of
+        if op.gradient_sum_of is not None:
+            entry["gradient_sum_of"] = op.gradient_sum_of
         if op.inplace_update:  # absent when the gradient is resident, as before
             entry["inplace_update"] = True
         if not op.measured.empty:
@@ -152,7 +156,8 @@ def _op_from_dict(raw: Any, position: int) -> tuple[Op, list[str]]:
                 param_bytes=raw.get("param_bytes", 0), forward_of=raw.get("forward_of"),
                 measured=MeasuredCosts(**measured_raw),
                 frozen_param_bytes=raw.get("frozen_param_bytes", 0),
-                inplace_update=raw.get("inplace_update", False))
+                inplace_update=raw.get("inplace_update", False),
+                gradient_sum_of=raw.get("gradient_sum_of"))
     except GraphError as err:
         raise GraphError(f"{err} ({where})") from None
     return op, inputs

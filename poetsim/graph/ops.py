@@ -15,8 +15,8 @@ import attrs
 
 from poetsim.errors import GraphError
 
-__all__ = ["MAX_BYTES", "MAX_FLOPS", "MAX_MEASURED_ENERGY_J", "MAX_MEASURED_TIME_S",
-           "MeasuredCosts", "Op", "Phase"]
+__all__ = ["GRADIENT_SUM_KIND", "MAX_BYTES", "MAX_FLOPS", "MAX_MEASURED_ENERGY_J",
+           "MAX_MEASURED_TIME_S", "MeasuredCosts", "Op", "Phase"]
 
 #: Plausibility bounds on every cost of an op: generous (far beyond any edge board, and
 #: beyond the largest RAM a board file may declare, 1e13 B) but finite, so that a unit slip
@@ -29,6 +29,10 @@ MAX_FLOPS = 1e18
 MAX_MEASURED_TIME_S = 1e6
 #: A measured energy of one op or transfer: a gigajoule.
 MAX_MEASURED_ENERGY_J = 1e9
+
+
+#: The kind of a gradient-sum op (``Op.gradient_sum_of``).
+GRADIENT_SUM_KIND = "grad_sum"
 
 
 class Phase(enum.Enum):
@@ -126,6 +130,12 @@ class Op:
         :attr:`trained_param_bytes`.
     forward_of:
         For a backward op, the name of the forward (or loss) op it differentiates.
+    gradient_sum_of:
+        For a gradient-sum op (the other kind of backward op, :data:`GRADIENT_SUM_KIND`),
+        the forward op read by several ops whose output's gradient it sums: it reads what
+        those ops' backward ops send back and outputs the sum, which the forward op's own
+        backward op then reads (so that op never holds several incoming gradients at
+        once). A backward op has exactly one of ``forward_of`` and ``gradient_sum_of``.
     inplace_update:
         Backward ops of an op with trained parameters only: the op applies the SGD step
         to those parameters as soon as it computes their gradient (the update fused into
@@ -149,6 +159,7 @@ class Op:
     measured: MeasuredCosts = attrs.field(factory=MeasuredCosts)
     frozen_param_bytes: int = 0
     inplace_update: bool = False
+    gradient_sum_of: str | None = None
 
     @property
     def recomputable(self) -> bool:
@@ -173,19 +184,26 @@ class Op:
             _cost(self.name, field, value, False, MAX_BYTES, "B")
             if not float(value).is_integer():
                 raise GraphError(f"op {self.name!r}: {field} = {value!r}: must be a whole number")
-        if self.forward_of is not None and not isinstance(self.forward_of, str):
-            raise GraphError(f"op {self.name!r}: forward_of = {self.forward_of!r}: must be "
-                             "an op name")
-        if self.phase is Phase.BACKWARD and self.forward_of is None:
-            raise GraphError(f"op {self.name!r}: a backward op needs forward_of")
-        if self.phase is not Phase.BACKWARD and self.forward_of is not None:
-            raise GraphError(f"op {self.name!r}: forward_of is only for backward ops")
+        for field in ("forward_of", "gradient_sum_of"):
+            value = getattr(self, field)
+            if value is not None and not isinstance(value, str):
+                raise GraphError(f"op {self.name!r}: {field} = {value!r}: must be an op name")
+            if self.phase is not Phase.BACKWARD and value is not None:
+                raise GraphError(f"op {self.name!r}: {field} is only for backward ops")
+        if self.phase is Phase.BACKWARD and (self.forward_of is None) == (
+                self.gradient_sum_of is None):
+            raise GraphError(f"op {self.name!r}: a backward op needs exactly one of forward_of "
+                             "(the op it differentiates) and gradient_sum_of (the op whose "
+                             "gradient it sums)")
+        if self.gradient_sum_of is not None and self.kind != GRADIENT_SUM_KIND:
+            raise GraphError(f"op {self.name!r}: kind = {self.kind!r}: an op with "
+                             f"gradient_sum_of has kind {GRADIENT_SUM_KIND!r}")
         if not isinstance(self.inplace_update, bool):
             raise GraphError(f"op {self.name!r}: inplace_update = {self.inplace_update!r}: "
                              "must be true or false")
-        if self.inplace_update and self.phase is not Phase.BACKWARD:
-            raise GraphError(f"op {self.name!r}: inplace_update is only for backward ops (the "
-                             "op that computes the weight gradient applies it)")
+        if self.inplace_update and self.forward_of is None:
+            raise GraphError(f"op {self.name!r}: inplace_update is only for backward ops with "
+                             "forward_of (the op that computes the weight gradient applies it)")
         if self.phase is Phase.BACKWARD and self.param_bytes:
             raise GraphError(f"op {self.name!r}: param_bytes belongs to the forward op")
         if self.frozen_param_bytes > self.param_bytes:

@@ -115,7 +115,7 @@ def compute_widths(graph: TrainingGraph) -> list[int]:
         width = p.activation_bytes
         if op.phase is Phase.BACKWARD:
             width = max(width, p.gradient_bytes)
-            if graph.op(op.forward_of).param_bytes:  # type: ignore[arg-type]
+            if op.forward_of is not None and graph.op(op.forward_of).param_bytes:
                 width = max(width, p.weight_bytes)
         elif op.param_bytes:
             width = max(width, p.weight_bytes)

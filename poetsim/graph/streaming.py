@@ -52,8 +52,8 @@ def _owner(graph: TrainingGraph, k: int) -> Op:
     """The op whose parameters op ``k`` reads: itself, the op it differentiates, or for a
     later row band the band that owns the layer's weights (:mod:`poetsim.graph.tiling`)."""
     op = graph.ops[k]
-    if op.phase is Phase.BACKWARD:
-        return graph.op(op.forward_of)  # type: ignore[arg-type]
+    if op.forward_of is not None:
+        return graph.op(op.forward_of)
     owner = first_band(op.name)
     return op if owner is None or owner not in graph else graph.op(owner)
 
@@ -115,9 +115,9 @@ def hold_owners(graph: TrainingGraph) -> list[int]:
     if not on_storage:
         return owners
     for k, op in enumerate(graph.ops):
-        if op.phase is not Phase.BACKWARD or not op.measured.empty:
+        if op.forward_of is None or not op.measured.empty:
             continue
-        f = graph.index(op.forward_of)  # type: ignore[arg-type]
+        f = graph.index(op.forward_of)
         read = on_storage.bytes_read(graph, k)
         if read and f < k and graph.ops[f].measured.empty \
                 and on_storage.bytes_read(graph, f) >= read:

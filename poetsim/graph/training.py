@@ -21,6 +21,10 @@ in forward order; the last one is the classifier.
 ``inplace_update`` (any mode) says how the trained parameters are updated: by the
 backward op that computes their gradient, the SGD step fused into it (Lin et al.'s
 in-place update), so that no gradient is a resident buffer (``Op.inplace_update``).
+``gradient_sums`` (any mode) says how the gradient of an op read by several others is
+summed: by an op of its own (``Op.gradient_sum_of``) instead of by that op's backward op,
+which then reads one gradient instead of one per reader (a smaller working set, for a
+board whose RAM the largest backward op would not fit otherwise).
 
 :func:`resolve_training` turns a mode into :class:`TrainedParams` per op, which
 :func:`poetsim.graph.autograd.derive_training_graph` uses: a frozen weight has no weight
@@ -78,10 +82,13 @@ class Training:
     weights: tuple[tuple[int, float], ...] = attrs.field(default=(), converter=_weights)
     #: Each trained parameter's gradient is applied by the backward op that computes it.
     inplace_update: bool = False
+    #: The gradient of each op read by several others is summed by an op of its own.
+    gradient_sums: bool = False
 
     def __attrs_post_init__(self) -> None:
-        if not isinstance(self.inplace_update, bool):
-            raise InputError(f"option inplace_update = {self.inplace_update!r}: must be 0 or 1")
+        for option in ("inplace_update", "gradient_sums"):
+            if not isinstance(getattr(self, option), bool):
+                raise InputError(f"option {option} = {getattr(self, option)!r}: must be 0 or 1")
         if self.mode not in MODES:
             raise InputError(f"training mode = {self.mode!r}: must be one of {', '.join(MODES)}")
         if isinstance(self.last, bool) or not isinstance(self.last, int) or self.last < 0:
@@ -106,8 +113,9 @@ class Training:
 
     @property
     def is_default(self) -> bool:
-        """Every parameter trained, with a resident gradient: a graph's default."""
-        return self.is_full and not self.inplace_update
+        """Every parameter trained, with a resident gradient, no gradient-sum ops: a
+        graph's default."""
+        return self.is_full and not self.inplace_update and not self.gradient_sums
 
 
 def layers(forward: Sequence[ForwardOp]) -> list[tuple[str, ...]]:

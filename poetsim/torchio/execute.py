@@ -447,6 +447,9 @@ class _Runner:
                  for p in graph.predecessors(k)}
         self.current = op.name
         try:
+            if op.gradient_sum_of is not None:
+                return {op.gradient_sum_of: self.incoming_gradient(position, step,
+                                                                   op.gradient_sum_of, preds)}
             if op.phase is Phase.BACKWARD:
                 return self.backward(position, step, op.forward_of, preds)
             if op.kind == "input":
@@ -462,22 +465,27 @@ class _Runner:
             out = out.clone()  # an op's output is its own tensor, never an alias
         return out.detach()
 
+    def incoming_gradient(self, position: int, step: Step, v: str,
+                          preds: dict[str, Any]) -> Any:
+        """The gradient of ``v``'s output: the sum of what the backward ops among
+        ``preds`` sent back for it (its consumers', or its gradient-sum op's)."""
+        graph = self.graph
+        parts = [value[v] for name, value in preds.items()
+                 if graph.op(name).phase is Phase.BACKWARD and v in value]
+        if not parts:
+            raise _err(position, step, graph, f"no gradient of {v!r} among its inputs")
+        g = parts[0]
+        for extra in parts[1:]:
+            g = g + extra
+        return g
+
     def backward(self, position: int, step: Step, v: str, preds: dict[str, Any]) -> Any:
         torch, graph = self.torch, self.graph
         op = self.im.ops[v]
         fop = graph.op(v)
         rule = KINDS[op.kind]
-        # The gradient of v's output: the loss's seed, or the sum of what consumers sent.
-        if fop.phase is Phase.LOSS:
-            g = torch.ones_like(self.read(position, step, v))
-        else:
-            parts = [value[v] for name, value in preds.items()
-                     if graph.op(name).phase is Phase.BACKWARD and v in value]
-            if not parts:
-                raise _err(position, step, graph, f"no gradient of {v!r} among its inputs")
-            g = parts[0]
-            for extra in parts[1:]:
-                g = g + extra
+        g = (torch.ones_like(self.read(position, step, v)) if fop.phase is Phase.LOSS
+             else self.incoming_gradient(position, step, v, preds))
         wants = {u: f"{u}/grad" in self.grad_ops for u in op.inputs}
         trained = [p for p in op.params if p in self.trained]
         # as the graph derives it: only a trained weight's gradient needs the saved inputs

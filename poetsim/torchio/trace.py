@@ -329,29 +329,33 @@ def _export(module: Any, inputs: tuple[Any, ...]) -> Any:
 def import_module(module: Any, inputs: Sequence[Any], *, name: str | None = None,
                   loss: str = "cross_entropy", dtype_bytes: int = 4, output_index: int = 0,
                   metadata: Mapping[str, Any] | None = None,
-                  inplace_update: bool = False) -> ImportedModel:
+                  inplace_update: bool = False, gradient_sums: bool = False) -> ImportedModel:
     """Trace ``module`` on example ``inputs`` and build its poetsim training graph.
 
     The module is traced in training mode (batch norm uses batch statistics) on a copy,
     so the caller's module is not changed. ``output_index`` picks which of the model's
     tensor outputs the loss reads (``logits`` for a Hugging Face classifier, the first).
     Parameters with ``requires_grad=False`` are frozen; ``inplace_update`` fuses each
-    trained parameter's SGD step into the backward op that computes its gradient.
+    trained parameter's SGD step into the backward op that computes its gradient;
+    ``gradient_sums`` sums the gradient of each op read by several in an op of its own
+    (``Op.gradient_sum_of``).
     """
     torch = require_torch()
     if loss not in LOSSES:
         raise InputError(f"loss = {loss!r}: must be one of {', '.join(LOSSES)}")
     if not isinstance(module, torch.nn.Module):
         raise InputError(f"model is a {type(module).__name__}, not a torch.nn.Module")
-    if not isinstance(inplace_update, bool):
-        raise InputError(f"inplace_update = {inplace_update!r}: must be True or False")
+    for flag, value in (("inplace_update", inplace_update), ("gradient_sums", gradient_sums)):
+        if not isinstance(value, bool):
+            raise InputError(f"{flag} = {value!r}: must be True or False")
     inputs = tuple(inputs)
     frozen = frozenset(n for n, p in module.named_parameters() if not p.requires_grad)
     traced = copy.deepcopy(module).train()
     program = _export(traced, inputs)
     return _lower(program, module, inputs, name=name or type(module).__name__.lower(),
                   loss=loss, dtype_bytes=dtype_bytes, output_index=output_index,
-                  metadata=dict(metadata or {}), frozen=frozen, inplace_update=inplace_update)
+                  metadata=dict(metadata or {}), frozen=frozen,
+                  training=Training(inplace_update=inplace_update, gradient_sums=gradient_sums))
 
 
 def _biases(node: Any, param_names: Mapping[str, str]) -> set[str]:
@@ -368,7 +372,7 @@ def _biases(node: Any, param_names: Mapping[str, str]) -> set[str]:
 
 def _lower(program: Any, module: Any, inputs: tuple[Any, ...], *, name: str, loss: str,
            dtype_bytes: int, output_index: int, metadata: dict[str, Any],
-           frozen: frozenset[str] = frozenset(), inplace_update: bool = False
+           frozen: frozenset[str] = frozenset(), training: Training = Training()
            ) -> ImportedModel:
     torch = require_torch()
     from torch.export.graph_signature import InputKind, OutputKind
@@ -431,8 +435,9 @@ def _lower(program: Any, module: Any, inputs: tuple[Any, ...], *, name: str, los
                       metadata={"source": "torch.export", "loss": loss,
                                 "output_index": output_index, **metadata,
                                 "batch_size": batch,
-                                **({"inplace_update": 1} if inplace_update else {})},
-                      training=Training(inplace_update=True) if inplace_update else None)
+                                **({"inplace_update": 1} if training.inplace_update else {}),
+                                **({"gradient_sums": 1} if training.gradient_sums else {})},
+                      training=None if training.is_default else training)
     trained: dict[str, TrainedParams] = {}
     op_of: dict[Any, str] = {}
     lowered: dict[str, LoweredOp] = {}
@@ -566,7 +571,7 @@ def _lower(program: Any, module: Any, inputs: tuple[Any, ...], *, name: str, los
                       and n.name in buffer_names},
         user_input_nodes=tuple(by_name[u] for u in user_names),
         output_node=target, example_inputs=inputs, loss=loss,
-        frozen_params=frozen, inplace_update=inplace_update)
+        frozen_params=frozen, inplace_update=training.inplace_update)
 
 
 def gather_output(target: Any, cls: Mapping[Any, Cls]) -> tuple[list[Any], list[str], int, bool]:

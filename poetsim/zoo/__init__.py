@@ -17,7 +17,12 @@ the training-mode options every model shares (:data:`TRAINING_OPTIONS`):
   applied by the backward op that computes it (the SGD step fused into it; Lin et al.'s
   in-place update), so no gradient is resident: each such op holds its parameters'
   gradient as workspace while it runs (``Op.inplace_update``). Optimizer state stays
-  resident.
+  resident;
+* ``gradient_sums=1``: with any of the above, the gradient of each op read by several
+  others is summed by an op of its own (``Op.gradient_sum_of``), so that the op's backward
+  reads one incoming gradient instead of one per reader: a smaller largest working set
+  (ResNet-18's block outputs), at the cost of one more tensor per such op. A request
+  turns it on when the largest op would not fit otherwise (:func:`gradient_sums_to_fit`).
 
 Frozen parameters have no gradient, no optimizer state and no weight-gradient work
 (:mod:`poetsim.graph.training`).
@@ -91,7 +96,7 @@ class _Model:
 
 #: Training-mode options of every model and their defaults (everything trained).
 TRAINING_OPTIONS: dict[str, int] = {"train_last": 0, "bias_only": 0, "sparse_update": 0,
-                                    "inplace_update": 0}
+                                    "inplace_update": 0, "gradient_sums": 0}
 
 #: Precision options of every model and their defaults (fp32 throughout).
 PRECISION_OPTIONS: dict[str, int] = {"int8": 0, "weight_bytes": 4, "activation_bytes": 4,
@@ -170,17 +175,19 @@ def model_options(name: str) -> dict[str, int]:
 
 
 def training_from_options(name: str, train_last: int = 0, bias_only: int = 0,
-                          sparse_update: int = 0, inplace_update: int = 0) -> Training:
+                          sparse_update: int = 0, inplace_update: int = 0,
+                          gradient_sums: int = 0) -> Training:
     """The training mode the training-mode options of model ``name`` ask for.
 
     Raises a one-line :class:`InputError` naming the option, its value and the rule.
     """
     for option, value in (("bias_only", bias_only), ("sparse_update", sparse_update),
-                          ("inplace_update", inplace_update)):
+                          ("inplace_update", inplace_update), ("gradient_sums", gradient_sums)):
         if value not in (0, 1):
             raise InputError(f"model {name}: option {option} = {value!r}: must be 0 or 1")
     training = _training_mode(name, train_last, bias_only, sparse_update)
-    return attrs.evolve(training, inplace_update=True) if inplace_update else training
+    return attrs.evolve(training, inplace_update=training.inplace_update or bool(inplace_update),
+                        gradient_sums=bool(gradient_sums))
 
 
 def _training_mode(name: str, train_last: int, bias_only: int, sparse_update: int,
