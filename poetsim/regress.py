@@ -2,10 +2,10 @@
 
 A *golden* is an ordinary schedule file (``schedules/<case>.json``) whose metadata says how
 to remake it (``case``, ``model`` and ``model_options``, the request's ``board``, ``ram``,
-``deadline`` and ``accounting``, the ``method`` and, for the MILP methods, the ``solver``
-settings with a deterministic ``effort``) and what it gave (``expected``: ``energy_j``,
-``peak_total_bytes``, ``makespan_s``, ``verdict``, and for MILP cases ``objective_j`` and
-``bound_j``). The cases are listed in ``schedules/cases.toml``.
+``deadline``, ``accounting`` and ``optimizer``, the ``method`` and, for the MILP methods,
+the ``solver`` settings with a deterministic ``effort``) and what it gave (``expected``:
+``energy_j``, ``peak_total_bytes``, ``makespan_s``, ``verdict``, and for MILP cases
+``objective_j`` and ``bound_j``). The cases are listed in ``schedules/cases.toml``.
 
 :func:`check_goldens` re-simulates every golden and compares it with its expected figures
 (the simulator is deterministic, so anything beyond the tolerance moved); with
@@ -29,6 +29,7 @@ import attrs
 from poetsim.boards import get_board
 from poetsim.errors import InputError, PoetsimError
 from poetsim.fileio import read_toml
+from poetsim.graph.graph import OPTIMIZER_STATE_COPIES
 from poetsim.methods import METHODS, SOLVER_METHODS, SolverSettings
 from poetsim.request import Accounting, Request, resolve_request
 from poetsim.runs import Outcome, judge_outcome, run_method
@@ -46,7 +47,8 @@ DEFAULT_TOLERANCE = 1e-3
 #: For every expected figure: +1 when more is worse (energy, time, RAM).
 _WORSE_WHEN_HIGHER = {"energy_j": 1, "peak_total_bytes": 1, "makespan_s": 1, "objective_j": 1,
                       "bound_j": -1}
-_CASE_KEYS = ("model", "options", "board", "ram", "deadline", "accounting", "method", "effort",
+_CASE_KEYS = ("model", "options", "board", "ram", "deadline", "accounting", "optimizer",
+              "method", "effort",
               "time_limit_s", "gap_limit", "seed")
 
 
@@ -63,6 +65,7 @@ class Case:
     deadline: str | None = None
     model_options: tuple[tuple[str, int], ...] = ()
     solver: SolverSettings = SolverSettings()
+    optimizer: str = "sgd"
 
     @property
     def milp(self) -> bool:
@@ -155,6 +158,9 @@ def load_cases(folder: str | Path) -> list[Case]:
             raise InputError(f"{where}: name = {name!r}: must be unique, letters, digits, "
                              "'-' and '_'")
         names.add(name)
+        if item.get("optimizer", "sgd") not in OPTIMIZER_STATE_COPIES:
+            raise InputError(f"{where} ({name}): optimizer = {item.get('optimizer')!r}: must be "
+                             f"one of {', '.join(OPTIMIZER_STATE_COPIES)}")
         if item.get("method") not in METHODS:
             raise InputError(f"{where} ({name}): method = {item.get('method')!r}: must be one "
                              f"of {', '.join(METHODS)}")
@@ -166,7 +172,7 @@ def load_cases(folder: str | Path) -> list[Case]:
                         accounting=Accounting.parse(item.get("accounting", "physical")),
                         deadline=None if item.get("deadline") is None else str(item["deadline"]),
                         model_options=tuple(sorted(dict(item.get("options", {})).items())),
-                        solver=solver)
+                        solver=solver, optimizer=str(item.get("optimizer", "sgd")))
         except (KeyError, TypeError) as err:
             raise InputError(f"{where} ({name}): missing or bad key {err}") from None
         except InputError as err:
@@ -181,17 +187,23 @@ def load_cases(folder: str | Path) -> list[Case]:
 
 
 def _request(model: str, options: dict[str, int], board: str, ram: str, deadline: str | None,
-             accounting: str) -> Request:
+             accounting: str, optimizer: str | None) -> Request:
     from poetsim.zoo import build_model
 
     graph = build_model(model, **options)
     return resolve_request(graph, get_board(board), ram=ram, deadline=deadline,
-                           accounting=accounting)
+                           accounting=accounting, optimizer=optimizer or "sgd")
+
+
+def _meta_request(meta: Any) -> Request:
+    """The request a golden's metadata records, rebuilt from its words."""
+    return _request(meta.model, dict(meta.model_options or {}), meta.board, meta.ram,
+                    meta.deadline, meta.accounting, meta.optimizer)
 
 
 def _case_request(case: Case) -> Request:
     return _request(case.model, dict(case.model_options), case.board, case.ram, case.deadline,
-                    case.accounting.value)
+                    case.accounting.value, case.optimizer)
 
 
 def _figures(verdict: Verdict, energy_j: float, outcome: Outcome | None) -> dict[str, Any]:
@@ -289,8 +301,9 @@ def _check_one(path: Path, tolerance: float, resolve: bool) -> CaseCheck:
 def trained_on(board: str, folder: str | Path) -> list[dict[str, Any]]:
     """The golden training jobs of ``folder`` that physically pass on ``board``, each
     simulated again now (the figures are the simulator's, not the file's): case, model
-    and its options, method, RAM budget, deadline, energy and time per iteration, peak RAM
-    and storage lifetime. Goldens judged under the paper's accounting do not count."""
+    and its options, method, optimizer, RAM budget, deadline, energy and time per
+    iteration, peak RAM and storage lifetime. Goldens judged under the paper's
+    accounting do not count."""
     found = []
     for path in _goldens(Path(folder)):
         meta = _golden_metadata_of(path)
@@ -301,7 +314,8 @@ def trained_on(board: str, folder: str | Path) -> list[dict[str, Any]]:
             continue
         found.append({"case": meta.case or path.stem, "model": meta.model,
                       "model_options": dict(meta.model_options or {}), "method": meta.method,
-                      "ram": meta.ram, "deadline": meta.deadline,
+                      "optimizer": meta.optimizer or "sgd", "ram": meta.ram,
+                      "deadline": meta.deadline,
                       "energy_j": report.energy_j, "makespan_s": verdict.makespan_s,
                       "peak_total_bytes": verdict.peak_total_bytes,
                       "storage_lifetime_iterations": report.storage_lifetime_iterations})
@@ -323,8 +337,7 @@ def _golden_metadata_of(path: Path) -> Any:
 def _simulate(meta: Any, path: Path) -> tuple[Request, Any, Verdict]:
     """The golden's request, rebuilt from its words, and its schedule simulated and judged
     on the board."""
-    request = _request(meta.model, dict(meta.model_options or {}), meta.board, meta.ram,
-                       meta.deadline, meta.accounting)
+    request = _meta_request(meta)
     report, verdict = check_on_board(request, read_schedule(path, request.graph))
     return request, report, verdict
 
@@ -356,8 +369,7 @@ def update_goldens(checks: Iterable[CaseCheck]) -> list[str]:
             continue
         meta = parse_metadata(json.loads(check.path.read_text(encoding="utf-8"))["metadata"],
                               source=str(check.path))
-        request = _request(meta.model, dict(meta.model_options or {}), meta.board, meta.ram,
-                           meta.deadline, meta.accounting)
+        request = _meta_request(meta)
         expected = {**meta.expected, **{k: v for k, v in check.found.items() if k != "gap"}}
         golden = {"case": meta.case, "model": meta.model,
                   "model_options": dict(meta.model_options or {}), "solver": meta.solver,

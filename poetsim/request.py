@@ -25,7 +25,9 @@ Two accountings (:class:`Accounting`):
   the request, so this is the one place where the placement is decided. Reading in place
   costs no extra time: the boards' compute figures are for code running from flash
   (CoreMark from flash), wait states and cache included. Trained weights, gradients and
-  optimizer state always stay in RAM (they are written).
+  optimizer state never live in flash (they are written); trained weights updated in
+  place, with their optimizer state, may live on the storage device
+  (:attr:`Request.streamed_weight_bytes`).
 * ``paper``: POET's mu_RAM. The budget covers activations and working buffers only, as in
   the paper's experiments, which assume parameters and gradients live in a separate
   region. Verdicts still say what is physically needed and whether it fits the board.
@@ -43,7 +45,7 @@ import attrs
 from poetsim.boards.spec import Board
 from poetsim.costs import OpCosts, op_costs
 from poetsim.errors import InputError
-from poetsim.graph.graph import TrainingGraph, resident_memory
+from poetsim.graph.graph import OPTIMIZER_STATE_COPIES, TrainingGraph, resident_memory
 from poetsim.graph.memory import minimum_ram_bytes, plain_peak
 from poetsim.graph.streaming import WeightsOnStorage
 from poetsim.units import format_bytes, parse_bytes, split_quantity
@@ -90,8 +92,9 @@ class Request:
     ``streamed_weight_bytes``: weights that live on the board's storage and are streamed
     by every op that reads them (:mod:`poetsim.graph.streaming`; physical accounting):
     the frozen ones when neither the flash nor the RAM beside the largest op can hold
-    them, and then the trained ones too when that is still not enough and every update is
-    applied in place (written back slice by slice). Then ``graph`` is the streamed graph
+    them, and then the trained ones too, with their optimizer state (``optimizer``), when
+    that is still not enough and every update is applied in place (written back slice by
+    slice). Then ``graph`` is the streamed graph
     (stream buffers in the workspaces) and ``costs`` price the reads and write-backs.
     ``deadline_s`` is the user's deadline. ``ram`` / ``deadline`` keep the user's words.
 
@@ -220,7 +223,8 @@ class Request:
         on_storage = WeightsOnStorage.of(self.graph)
         written = ("; the trained ones are written back by their in-place updates"
                    if on_storage.trained else "")
-        return (f"; {format_bytes(self.streamed_weight_bytes)} of {on_storage.what} on "
+        state = f" and their {self.optimizer} state" if on_storage.state_copies else ""
+        return (f"; {format_bytes(self.streamed_weight_bytes)} of {on_storage.what}{state} on "
                 f"{self.board.storage.kind.value} storage, streamed by the ops that read "
                 f"them each time they run{written}")
 
@@ -348,8 +352,8 @@ def resolve_request(graph: TrainingGraph, board: Board, *, ram: str | int = "100
     physical = accounting is Accounting.PHYSICAL
     flash_weights = flash_weight_placement(graph, board) if physical else 0
     resident -= flash_weights
-    on_storage = _weights_on_storage(graph, resident, usable) if physical and not flash_weights \
-        else WeightsOnStorage()
+    on_storage = (_weights_on_storage(graph, resident, usable, optimizer)
+                  if physical and not flash_weights else WeightsOnStorage())
     streamed = on_storage.total_bytes(graph)
     if on_storage:
         graph, costs, resident = on_storage.graph(graph), None, resident - streamed
@@ -378,10 +382,12 @@ def resolve_request(graph: TrainingGraph, board: Board, *, ram: str | int = "100
                    streamed_weight_bytes=streamed, model_options=zoo_options(graph))
 
 
-def _weights_on_storage(graph: TrainingGraph, resident: int, usable: int) -> WeightsOnStorage:
+def _weights_on_storage(graph: TrainingGraph, resident: int, usable: int,
+                        optimizer: str) -> WeightsOnStorage:
     """Which weights leave RAM for the storage device: none while the resident state and
     the largest op's working set fit the board; else the frozen ones; and the trained
-    ones too if that is not enough and every update is in place (no resident gradient)."""
+    ones too, with their ``optimizer``'s state, if that is not enough and every update is
+    in place (no resident gradient; the update reads and writes the state it needs)."""
     def fits(g: TrainingGraph, held: int) -> bool:
         return held + minimum_ram_bytes(g)[0] <= usable
     if fits(graph, resident):
@@ -390,7 +396,8 @@ def _weights_on_storage(graph: TrainingGraph, resident: int, usable: int) -> Wei
     held = resident - choice.total_bytes(graph)
     in_place = resident_memory(graph).gradient_bytes == 0
     if graph.trained_param_bytes and in_place and not fits(choice.graph(graph), held):
-        choice = attrs.evolve(choice, trained=True)
+        choice = attrs.evolve(choice, trained=True,
+                              state_copies=OPTIMIZER_STATE_COPIES[optimizer])
     return choice
 
 

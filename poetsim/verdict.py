@@ -37,6 +37,7 @@ import attrs
 
 from poetsim.baselines.base import predict
 from poetsim.errors import InternalError
+from poetsim.graph.streaming import WeightsOnStorage
 from poetsim.request import Accounting, Request
 from poetsim.schedule import Schedule
 from poetsim.sim import simulate
@@ -90,6 +91,8 @@ class Verdict:
     flash_weight_bytes: int = 0
     board_flash_bytes: int | None = None
     streamed_weight_bytes: int = 0
+    #: The streamed bytes include the trained weights' optimizer state.
+    streamed_state: bool = False
 
     @property
     def label(self) -> str:
@@ -114,7 +117,9 @@ class Verdict:
         if self.flash_weight_bytes:
             need += f" ({format_bytes(self.flash_weight_bytes)} frozen weights in flash)"
         if self.streamed_weight_bytes:
-            need += f" ({format_bytes(self.streamed_weight_bytes)} weights streamed from storage)"
+            need += (f" ({format_bytes(self.streamed_weight_bytes)} of weights"
+                     f"{' and optimizer state' if self.streamed_state else ''} streamed from "
+                     "storage)")
         text = f"{self.label} [{self.accounting.value} accounting] {need}"
         if self.violations:
             text += "; " + "; ".join(self.violations)
@@ -213,7 +218,8 @@ def judge(request: Request, report: SimReport, *, notes: Iterable[str] = (),
         storage_capacity_bytes=report.storage_capacity_bytes,
         violations=tuple(violations), notes=tuple(notes), energy_j=report.energy_j,
         model_energy_j=predicted_energy_j, flash_weight_bytes=flash_weights,
-        board_flash_bytes=board_flash, streamed_weight_bytes=streamed)
+        board_flash_bytes=board_flash, streamed_weight_bytes=streamed,
+        streamed_state=WeightsOnStorage.of(request.graph).state_copies > 0)
 
 
 def check_on_board(request: Request, schedule: Schedule, *, trace: bool = False,

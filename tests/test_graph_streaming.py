@@ -17,6 +17,7 @@ from poetsim.graph.streaming import (
     STREAM_BUFFERS,
     WeightsOnStorage,
     frozen_weights_read,
+    hold_owners,
     stream_commands,
     weight_slice_bytes,
 )
@@ -187,6 +188,53 @@ def test_trained_weights_on_storage_are_read_updated_and_written_back():
         + wait.wakeup_s)
 
 
+def test_optimizer_state_on_storage_is_read_and_written_back_by_the_update_alone():
+    """Adam's two state copies (fp32, like the gradients) live beside the trained fp32
+    weights: the in-place update of fc2 reads and writes its weights and both copies,
+    one output row of each at a time; the forward op reads the weights alone."""
+    graph = build_model("mlp", layers=3, width=64, inplace_update=1)
+    adam = WeightsOnStorage(trained=True, state_copies=2)
+    fc2, grad = graph.index("fc2"), graph.index("fc2/grad")
+    trained = graph.op("fc2").trained_param_bytes
+    assert adam.state_bytes(graph, trained) == 2 * trained
+    assert adam.bytes_read(graph, fc2) == trained
+    assert adam.bytes_read(graph, grad) == adam.bytes_written(graph, grad) == 3 * trained
+    assert adam.bytes_written(graph, fc2) == 0
+    assert adam.total_bytes(graph) == 3 * graph.trained_param_bytes
+    streamed = adam.graph(graph)
+    assert WeightsOnStorage.of(streamed) == adam
+    assert streamed.metadata["optimizer_state_on_storage"] == 2
+    row = 64 * 4
+    assert weight_slice_bytes(streamed, grad, 3 * trained) == 3 * row  # a row of each
+    assert weight_slice_bytes(streamed, fc2, trained) == row
+    assert stream_commands(streamed, grad, 3 * trained) == [(3 * row, 65)]
+    assert streamed.ops[grad].workspace_bytes == (
+        WeightsOnStorage(trained=True).graph(graph).ops[grad].workspace_bytes
+        + STREAM_BUFFERS * 2 * row)
+    # no hold: the forward op reads less than the update needs
+    assert hold_owners(streamed)[grad] == -1
+    with pytest.raises(ValueError, match="state_copies = 1: the optimizer state lives on "
+                                         "storage only with the trained weights"):
+        WeightsOnStorage(frozen=True, state_copies=1)
+
+
+@pytest.mark.parametrize("optimizer, copies", [("sgd", 0), ("momentum", 1), ("adam", 2)])
+def test_the_request_moves_the_optimizer_state_with_the_trained_weights(optimizer, copies):
+    """ResNet-18 trained in full on the nRF52840: its momentum or Adam state (int8
+    gradients: one byte per weight per copy) goes to the card with the weights, so the
+    resident state stays 0 and the verdict counts the state against the card."""
+    board = get_board("nrf52840")
+    request = resolve_request(build_model("resnet18_cifar", **FULL), board, ram="board",
+                              optimizer=optimizer)
+    weights = build_model("resnet18_cifar", **FULL).trained_param_bytes
+    assert WeightsOnStorage.of(request.graph).state_copies == copies
+    assert request.streamed_weight_bytes == (1 + copies) * weights
+    assert request.resident_bytes == 0
+    assert (f"and their {optimizer} state on sd_spi storage" in request.describe_budget()) \
+        == bool(copies)
+    assert request.metadata()["optimizer"] == optimizer
+
+
 def test_trained_weights_go_to_storage_only_when_updated_in_place():
     board = get_board("nrf52840")
     full = resolve_request(build_model("resnet18_cifar", **FULL), board, ram="board")
@@ -336,3 +384,27 @@ def test_the_simulator_refuses_a_streaming_op_without_its_weight_steps():
         stripped = attrs.evolve(plain, steps=[s for s in plain.steps if s.action is not action])
         with pytest.raises(ScheduleError, match=rf"cannot simulate: .*\[{rule}\]"):
             simulate(streamed, board, stripped)
+
+
+def test_a_momentum_schedule_is_solved_and_simulated_with_its_state_on_storage(tmp_path,
+                                                                             capsys):
+    """The MKR1000's 24 KiB cannot hold this MLP's weights: they and their momentum go
+    to the SD card. simulate takes the optimizer from the file; asked for another one, the
+    graph differs (no state streams) and the schedule is refused by name."""
+    from poetsim.cli.main import main
+
+    sets = ["--set", "input_dim=196", "--set", "layers=3", "--set", "width=64",
+            "--set", "inplace_update=1"]
+    out = tmp_path / "momentum.json"
+    assert main(["solve", "--model", "mlp", *sets, "--board", "mkr1000", "--deadline", "2x",
+                 "--effort", "10", "--optimizer", "momentum", "--out", str(out)]) == 0
+    assert "of trained weights and their momentum state on sd_spi storage" \
+        in capsys.readouterr().out
+    assert main(["simulate", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    weights = build_model("mlp", input_dim=196, layers=3, width=64).param_bytes
+    assert report["verdict"] == "PASS" and report["streamed_state"]
+    assert report["streamed_weight_bytes"] == 2 * weights
+    assert report["bytes_written"] >= 2 * weights  # the weights and their state written back
+    assert main(["simulate", str(out), "--optimizer", "sgd"]) == 2
+    assert "[fingerprint_mismatch]" in capsys.readouterr().err

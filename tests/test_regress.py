@@ -108,6 +108,11 @@ def test_bad_cases_files_are_one_line_errors(tmp_path):
     (tmp_path / "cases.toml").write_text(CASES.replace('method = "dtr"', 'method = "x"'))
     with pytest.raises(InputError, match="method = 'x'"):
         load_cases(tmp_path)
+    (tmp_path / "cases.toml").write_text(CASES.replace('method = "dtr"',
+                                                       'method = "dtr"\noptimizer = "lion"'))
+    with pytest.raises(InputError, match="optimizer = 'lion': must be one of sgd, momentum, "
+                                         "adam"):
+        load_cases(tmp_path)
     assert main(["regress", str(tmp_path / "none")]) == 2
 
 

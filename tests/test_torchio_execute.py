@@ -206,6 +206,14 @@ def test_a_gradient_summed_in_an_op_of_its_own_matches_autograd(inplace):
     assert report.params_updated_in_place == (trained if inplace else 0)
 
 
+def test_a_schedule_for_another_optimizer_than_sgd_is_refused(imported):
+    model = imported["mlp"]
+    schedule = tm.remat_and_page_schedule(model.graph, set(), set())
+    with pytest.raises(InputError, match="schedule optimizer = 'adam': execute checks the "
+                                         "plain SGD step only"):
+        execute_schedule(model, schedule.with_metadata(optimizer="adam"))
+
+
 def test_a_changed_frozen_parameter_is_detected(monkeypatch):
     original = execute_module._Runner.step_the_rest
 

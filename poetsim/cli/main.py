@@ -48,6 +48,7 @@ from poetsim.errors import (
     ScheduleError,
 )
 from poetsim.graph import TrainingGraph, read_graph, write_graph
+from poetsim.graph.graph import OPTIMIZER_STATE_COPIES
 from poetsim.methods import DEFAULT_EFFORT, DEFAULT_TIME_LIMIT_S, SolverSettings, seeded_solve
 from poetsim.optimizer import SolveResult, SolveStatus
 from poetsim.report import plot_simulation
@@ -137,7 +138,7 @@ def _row(label: str, value: str) -> str:
 
 def _add_request_options(parser: argparse.ArgumentParser, *, ram: str | None,
                          deadline: str | None) -> None:
-    """--ram, --deadline and --accounting: what every request is made of."""
+    """--ram, --deadline, --accounting and --optimizer: what every request is made of."""
     parser.add_argument("--ram", default=ram, metavar="50%|256KiB|BYTES|board",
                         help="RAM budget: a percentage of the plain schedule's activation "
                              "peak, a size (the whole RAM under physical accounting, "
@@ -151,6 +152,11 @@ def _add_request_options(parser: argparse.ArgumentParser, *, ram: str | None,
                         help="physical (default): everything resident must fit the budget "
                              "and the board's RAM; paper: the budget covers activations "
                              "only, as POET's mu_RAM (the physical need is still reported)")
+    parser.add_argument("--optimizer", default=None, choices=list(OPTIMIZER_STATE_COPIES),
+                        help="the training step's optimizer, which decides the optimizer "
+                             "state (sgd: none, momentum: one copy of the trained weights, "
+                             "adam: two); default sgd"
+                             + ("" if ram else ", or the one the schedule file records"))
 
 
 def _request_from_args(args: argparse.Namespace, graph: TrainingGraph, board: Board) -> Request:
@@ -158,7 +164,7 @@ def _request_from_args(args: argparse.Namespace, graph: TrainingGraph, board: Bo
     (:func:`~poetsim.request.tiled_to_fit`)."""
     def resolve(g: TrainingGraph) -> Request:
         return resolve_request(g, board, ram=args.ram, deadline=args.deadline,
-                               accounting=args.accounting,
+                               accounting=args.accounting, optimizer=args.optimizer or "sgd",
                                deadline_margin=getattr(args, "deadline_margin", None))
     return tiled_to_fit(resolve(graph), resolve)
 
@@ -262,7 +268,8 @@ def _cmd_boards_show(args: argparse.Namespace) -> None:
     for job in trains:
         options = ",".join(f"{k}={v}" for k, v in job["model_options"].items())
         lifetime = job["storage_lifetime_iterations"]
-        print(f"  {job['model']}{f' ({options})' if options else ''} by {job['method']}, RAM "
+        step = "" if job["optimizer"] == "sgd" else f" with {job['optimizer']}"
+        print(f"  {job['model']}{f' ({options})' if options else ''} by {job['method']}{step}, RAM "
               f"{job['ram']}, deadline {job['deadline'] or 'none'}: "
               f"{format_quantity(job['energy_j'], 'J')} and "
               f"{format_quantity(job['makespan_s'], 's')} per iteration, peak "
@@ -622,9 +629,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     # resolved again here; the file's own byte and second figures are only compared.
     ram = args.ram or meta.ram or "board"
     deadline = args.deadline if args.deadline is not None else meta.deadline
+    optimizer = args.optimizer or meta.optimizer or "sgd"
 
     def resolve(g: TrainingGraph) -> Request:
-        return resolve_request(g, board, ram=ram, deadline=deadline, accounting=args.accounting)
+        return resolve_request(g, board, ram=ram, deadline=deadline, accounting=args.accounting,
+                               optimizer=optimizer)
     request = tiled_to_fit(resolve(graph), resolve)
     graph = request.graph
     schedule = read_schedule(args.schedule, graph)

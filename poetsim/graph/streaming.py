@@ -18,6 +18,10 @@ which weights live there:
   applies it, and writes the slice back. Its gradient buffer is then one slice
   (gradient width) instead of the whole gradient, and every iteration writes the trained
   weights once (wear).
+* ``state_copies``: with ``trained``, the optimizer state of the trained weights (one copy
+  for momentum, two for Adam, at the gradient width) lives beside them on storage. Only
+  the op that updates a weight touches its state, so that op reads the state's slices
+  with the weights' and writes them back with them; no other op reads it.
 
 The cost model (:func:`poetsim.costs.op_costs`) prices the reads like the data input's
 and the write-backs like a page-out, inside the op's time; the simulator counts the
@@ -33,7 +37,7 @@ import attrs
 
 from poetsim.graph.graph import TrainingGraph, inplace_gradient_bytes
 from poetsim.graph.ops import Op, Phase
-from poetsim.graph.precision import precision_of
+from poetsim.graph.precision import precision_of, rescale_bytes
 from poetsim.graph.tiling import first_band
 
 __all__ = ["STREAM_BUFFERS", "WeightsOnStorage", "frozen_weights_read", "held_bytes",
@@ -73,15 +77,22 @@ def _per_channel(graph: TrainingGraph, k: int) -> float | None:
     return owner.flops / 2 / (owner.output_bytes // precision_of(graph).activation_bytes)
 
 
-def weight_slice_bytes(graph: TrainingGraph, k: int, nbytes: int | None = None) -> int:
+def weight_slice_bytes(graph: TrainingGraph, k: int, nbytes: int | None = None, *,
+                       on_storage: WeightsOnStorage | None = None) -> int:
     """Bytes of the streamed weights (``nbytes``; default: the frozen ones) op ``k`` needs
-    at once: one output channel's for a convolution or linear layer, all of them for any
-    other op (a norm's few per-channel parameters)."""
+    at once: one output channel's for a convolution or linear layer (with that channel's
+    optimizer state when its update streams it), all of them for any other op (a norm's
+    few per-channel parameters). ``on_storage``: what lives on storage (default: what
+    ``graph`` records)."""
     nbytes = frozen_weights_read(graph, k) if nbytes is None else nbytes
     per_channel = _per_channel(graph, k)
     if not nbytes or per_channel is None:
         return nbytes
-    return min(nbytes, math.ceil(per_channel) * precision_of(graph).weight_bytes)
+    width = precision_of(graph)
+    on_storage = WeightsOnStorage.of(graph) if on_storage is None else on_storage
+    per_element = width.weight_bytes + (on_storage.state_copies * width.gradient_bytes
+                                        if on_storage.state_of_update(graph, k) else 0)
+    return min(nbytes, math.ceil(per_channel) * per_element)
 
 
 def stream_commands(graph: TrainingGraph, k: int, nbytes: int) -> list[tuple[int, int]]:
@@ -141,14 +152,31 @@ class WeightsOnStorage:
 
     frozen: bool = False
     trained: bool = False
+    #: Optimizer-state copies of the trained weights on storage with them (0: none, or
+    #: the state, if any, stays in RAM).
+    state_copies: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        if self.state_copies and not self.trained:
+            raise ValueError(f"WeightsOnStorage.state_copies = {self.state_copies!r}: the "
+                             "optimizer state lives on storage only with the trained weights")
 
     def __bool__(self) -> bool:
         return self.frozen or self.trained
 
+    def state_bytes(self, graph: TrainingGraph, trained_param_bytes: int) -> int:
+        """Bytes of optimizer state on storage for ``trained_param_bytes`` of weights."""
+        if not self.state_copies:
+            return 0
+        width = precision_of(graph)
+        return self.state_copies * rescale_bytes(trained_param_bytes, width.weight_bytes,
+                                                 width.gradient_bytes)
+
     def total_bytes(self, graph: TrainingGraph) -> int:
-        """Bytes of ``graph``'s weights that live on storage."""
+        """Bytes of ``graph``'s weights (and optimizer state) that live on storage."""
         return (graph.frozen_param_bytes * self.frozen
-                + graph.trained_param_bytes * self.trained)
+                + graph.trained_param_bytes * self.trained
+                + self.state_bytes(graph, graph.trained_param_bytes))
 
     @property
     def what(self) -> str:
@@ -157,18 +185,28 @@ class WeightsOnStorage:
                 "none": "no weights"}[self.label]
 
     def bytes_read(self, graph: TrainingGraph, k: int) -> int:
-        """Bytes of weights op ``k`` reads from storage each time it runs."""
+        """Bytes of weights (and optimizer state) op ``k`` reads from storage each time it
+        runs."""
         owner = _owner(graph, k)
         read = owner.frozen_param_bytes if self.frozen else 0
         if self.trained and (graph.ops[k].phase is not Phase.BACKWARD
                              or graph.ops[k].inplace_update):
             read += owner.trained_param_bytes
-        return read
+        return read + self.state_of_update(graph, k)
 
     def bytes_written(self, graph: TrainingGraph, k: int) -> int:
-        """Bytes of weights op ``k`` writes back to storage (its in-place update)."""
-        op = graph.ops[k]
-        return _owner(graph, k).trained_param_bytes if self.trained and op.inplace_update else 0
+        """Bytes of weights (and optimizer state) op ``k`` writes back to storage (its
+        in-place update)."""
+        if not (self.trained and graph.ops[k].inplace_update):
+            return 0
+        return _owner(graph, k).trained_param_bytes + self.state_of_update(graph, k)
+
+    def state_of_update(self, graph: TrainingGraph, k: int) -> int:
+        """The optimizer state on storage that op ``k``'s in-place update reads and
+        writes back."""
+        if not (self.trained and graph.ops[k].inplace_update):
+            return 0
+        return self.state_bytes(graph, _owner(graph, k).trained_param_bytes)
 
     def graph(self, graph: TrainingGraph) -> TrainingGraph:
         """``graph`` with the workspace of every op that streams weights grown by
@@ -182,7 +220,8 @@ class WeightsOnStorage:
             if not read:
                 ops.append(op)
                 continue
-            workspace = op.workspace_bytes + STREAM_BUFFERS * weight_slice_bytes(graph, k, read)
+            workspace = op.workspace_bytes + STREAM_BUFFERS * weight_slice_bytes(
+                graph, k, read, on_storage=self)
             if self.bytes_written(graph, k):
                 gradient = inplace_gradient_bytes(graph, k)
                 per_channel = _per_channel(graph, k)
@@ -190,8 +229,10 @@ class WeightsOnStorage:
                           else min(gradient, math.ceil(per_channel) * width.gradient_bytes))
                 workspace -= gradient - sliced
             ops.append(attrs.evolve(op, workspace_bytes=workspace))
+        state = {"optimizer_state_on_storage": self.state_copies} if self.state_copies else {}
         return attrs.evolve(graph, ops=tuple(ops),
-                            metadata={**graph.metadata, "weights_on_storage": self.label})
+                            metadata={**graph.metadata, "weights_on_storage": self.label,
+                                      **state})
 
     @property
     def label(self) -> str:
@@ -203,4 +244,7 @@ class WeightsOnStorage:
     def of(cls, graph: TrainingGraph) -> WeightsOnStorage:
         """What a streamed graph (:meth:`graph`) records; none for any other graph."""
         label = graph.metadata.get("weights_on_storage")
-        return cls(frozen=label in ("frozen", "all"), trained=label in ("trained", "all"))
+        trained = label in ("trained", "all")
+        copies = graph.metadata.get("optimizer_state_on_storage", 0) if trained else 0
+        return cls(frozen=label in ("frozen", "all"), trained=trained,
+                   state_copies=copies if isinstance(copies, int) else 0)

@@ -672,6 +672,9 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
     torch = require_torch()
     meta = schedule.metadata
     optimizer = str(meta.get("optimizer") or "sgd")
+    if optimizer != "sgd":
+        raise InputError(f"schedule optimizer = {optimizer!r}: execute checks the plain SGD "
+                         "step only (solve with --optimizer sgd)")
     request = None
     if board is not None:
         # the request's placement on the board (frozen weights in flash, weights on
