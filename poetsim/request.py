@@ -164,14 +164,29 @@ class Request:
         return self.activation_budget_bytes + self.resident_bytes
 
     @property
+    def paging_capacity_bytes(self) -> int:
+        """Bytes of the storage device left for paged tensors: its capacity less the
+        weights (and optimizer state) that live there (negative: they do not fit)."""
+        return self.board.storage.capacity_bytes - self.streamed_weight_bytes
+
+    @property
     def infeasible_reason(self) -> str | None:
         """Why no schedule can meet this request before any method runs, or None.
 
         Under ``physical`` the resident state must leave room for activations within the
-        budget and the board's RAM.
+        budget and the board's RAM, and what lives on the storage device must fit it.
         """
         if self.accounting is not Accounting.PHYSICAL:
             return None
+        if self.paging_capacity_bytes < 0:
+            capacity = self.board.storage.capacity_bytes
+            state = (" and optimizer state" if WeightsOnStorage.of(self.graph).state_copies
+                     else "")
+            return (f"the {format_bytes(self.streamed_weight_bytes)} "
+                    f"({self.streamed_weight_bytes} B) of weights{state} that must live on "
+                    f"{self.board.storage.kind.value} storage exceed its capacity of "
+                    f"{format_bytes(capacity)} ({capacity} B) on {self.board.name}: no "
+                    "schedule can help (physical accounting)")
         room = min(self.budget_bytes, self.board_ram_bytes)
         if self.resident_bytes < room:
             return None

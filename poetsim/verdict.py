@@ -182,11 +182,11 @@ def judge(request: Request, report: SimReport, *, notes: Iterable[str] = (),
                 f"makespan {report.makespan_s:.6g} s exceeds the deadline of "
                 f"{request.deadline_s:.6g} s ({request.deadline}) by "
                 f"{report.makespan_s - request.deadline_s:.6g} s")
-    streamed = request.streamed_weight_bytes  # the frozen weights live there too
+    streamed = request.streamed_weight_bytes  # the streamed weights live there too
     if report.peak_storage_bytes + streamed > report.storage_capacity_bytes:
         held = (f"{report.peak_storage_bytes} B at its peak" if not streamed else
                 f"{report.peak_storage_bytes + streamed} B at its peak ({streamed} B of "
-                "them streamed frozen weights)")
+                "them weights and state that live there)")
         violations.append(f"storage holds {held}, over its capacity of "
                           f"{report.storage_capacity_bytes} B")
     if (report.flash_endurance_cycles is not None

@@ -12,12 +12,13 @@ if TYPE_CHECKING:
     from poetsim.boards import Board
 
 
-def residual_graph() -> TrainingGraph:
-    """x -> fc1 -> r -> fc2 -> s = fc2 + r -> loss: a diamond, 4-element tensors.
+def residual_graph(training=None) -> TrainingGraph:
+    """x -> fc1 -> r -> fc2 -> s = fc2 + r -> loss: a diamond, 4-element tensors, trained
+    as ``training`` (:class:`~poetsim.graph.training.Training`; default: everything).
 
     Forward sizes (float32): x 32 B, fc1 / r / fc2 / s 16 B each, loss 4 B.
     """
-    fg = ForwardGraph("residual")
+    fg = ForwardGraph("residual", training=training)
     x = fg.input("x", 8)
     a = fg.op("fc1", "linear", [x], output_elements=4, flops=64, param_count=36)
     r = fg.op("r", "relu", [a], output_elements=4, flops=4)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import residual_graph
 
 from poetsim.errors import GraphError
 from poetsim.graph import ForwardGraph, Phase, forward_macs, grad_name
@@ -100,20 +101,9 @@ def test_grad_name():
     assert grad_name("layer1.0.conv1") == "layer1.0.conv1/grad"
 
 
-def _residual_forward(**training) -> ForwardGraph:
-    from poetsim.graph.training import Training
-    fg = ForwardGraph("residual", training=Training(**training) if training else None)
-    x = fg.input("x", 8)
-    a = fg.op("fc1", "linear", [x], output_elements=4, flops=64, param_count=36)
-    r = fg.op("r", "relu", [a], output_elements=4, flops=4)
-    b = fg.op("fc2", "linear", [r], output_elements=4, flops=32, param_count=20)
-    s = fg.op("s", "add", [b, r], output_elements=4, flops=4)
-    fg.loss("loss", s)
-    return fg
-
-
 def test_gradient_sums_move_the_summation_into_an_op_of_its_own(residual):
-    g = _residual_forward(gradient_sums=True).build()
+    from poetsim.graph.training import Training
+    g = residual_graph(Training(gradient_sums=True))
     # r fans out to fc2 and s: r/grad_sum reads both incoming gradients, r/grad the sum.
     assert deps(g, "r/grad_sum") == {"s/grad", "fc2/grad"}
     assert deps(g, "r/grad") == {"r/grad_sum", "r"}

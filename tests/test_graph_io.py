@@ -27,17 +27,11 @@ def test_round_trip(residual, tmp_path):
 
 
 def test_gradient_sums_round_trip_and_a_second_sum_is_refused(tmp_path):
-    from poetsim.graph import ForwardGraph
+    from conftest import residual_graph
+
     from poetsim.graph.training import Training
 
-    fg = ForwardGraph("residual", training=Training(gradient_sums=True))
-    x = fg.input("x", 8)
-    r = fg.op("r", "relu", [fg.op("fc1", "linear", [x], output_elements=4, flops=64,
-                                  param_count=36)], output_elements=4, flops=4)
-    fg.loss("loss", fg.op("s", "add", [fg.op("fc2", "linear", [r], output_elements=4,
-                                             flops=32, param_count=20), r],
-                          output_elements=4, flops=4))
-    graph = fg.build()
+    graph = residual_graph(Training(gradient_sums=True))
     path = tmp_path / "g.json"
     write_graph(graph, path)
     assert read_graph(path) == graph

@@ -116,9 +116,12 @@ def test_the_verdict_counts_streamed_weights_on_storage(resnet):
     board = get_board("nrf52840")
     small = attrs.evolve(board, storage=attrs.evolve(board.storage, capacity_bytes=1 << 20))
     request = resolve_request(resnet, small, ram="board")
+    assert request.infeasible_reason.startswith(  # refused before any method runs
+        f"the 10.7 MiB ({request.streamed_weight_bytes} B) of weights that must live on sd_spi "
+        "storage exceed its capacity of 1.0 MiB (1048576 B) on nrf52840")
     _, verdict = check_on_board(request, plain_schedule(request.graph))
-    assert not verdict.passed
-    assert any("streamed frozen weights" in v and "over its capacity" in v
+    assert not verdict.passed  # and any schedule is judged so
+    assert any("weights and state that live there" in v and "over its capacity" in v
                for v in verdict.violations)
 
 
@@ -408,3 +411,19 @@ def test_a_momentum_schedule_is_solved_and_simulated_with_its_state_on_storage(t
     assert report["bytes_written"] >= 2 * weights  # the weights and their state written back
     assert main(["simulate", str(out), "--optimizer", "sgd"]) == 2
     assert "[fingerprint_mismatch]" in capsys.readouterr().err
+
+
+def test_weights_and_state_over_the_storage_capacity_are_refused_before_any_method():
+    """The QSPI NOR board's 16 MiB hold ResNet-18's 10.7 MiB of int8 weights, and leave
+    the rest for paging; with momentum's copy they are 21.3 MiB, and nothing can fit."""
+    board = get_board("nrf52840_qspi_nor")
+    graph = build_model("resnet18_cifar", **FULL)
+    sgd = resolve_request(graph, board, ram="board")
+    assert sgd.infeasible_reason is None
+    assert sgd.paging_capacity_bytes == 16 * 2**20 - graph.trained_param_bytes
+    momentum = resolve_request(graph, board, ram="board", optimizer="momentum")
+    need = 2 * graph.trained_param_bytes
+    assert momentum.infeasible_reason == (
+        f"the 21.3 MiB ({need} B) of weights and optimizer state that must live on qspi_nor "
+        "storage exceed its capacity of 16.0 MiB (16777216 B) on nrf52840_qspi_nor: no "
+        "schedule can help (physical accounting)")

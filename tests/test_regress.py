@@ -77,6 +77,22 @@ def test_a_lowered_expected_energy_is_a_regression_named_by_case(goldens, capsys
     assert [c["status"] for c in doc["cases"]] == ["improved", "ok"]
 
 
+def test_a_higher_peak_or_longer_run_that_buys_less_energy_is_no_regression(goldens):
+    golden = goldens / "dtr-mlp-nrf52840-60-paper.json"
+    doc = json.loads(golden.read_text())
+    doc["metadata"]["expected"]["peak_total_bytes"] -= 4096  # the peak rose by 4 KiB
+    golden.write_text(json.dumps(doc))
+    assert [c.status for c in check_goldens(goldens)] == ["regressed", "ok"]  # alone: worse
+    _edit_expected(golden, "energy_j", 1.1)
+    _edit_expected(golden, "makespan_s", 0.9)
+    check = check_goldens(goldens)[0]
+    assert check.status == "improved"
+    assert {c.field: c.worse for c in check.changes} == {
+        "energy_j": False, "peak_total_bytes": True, "makespan_s": True}
+    _edit_expected(golden, "energy_j", 0.9 / 1.1)  # the energy rose too: a regression
+    assert check_goldens(goldens)[0].status == "regressed"
+
+
 def test_update_rewrites_the_expected_figures_on_purpose(goldens, capsys):
     _edit_expected(goldens / "dtr-mlp-nrf52840-60-paper.json", "makespan_s", 0.5)
     assert main(["regress", str(goldens), "--update"]) == 0

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from poetsim.boards import get_board
+from poetsim.graph.streaming import WeightsOnStorage
 from poetsim.methods import SolverSettings
 from poetsim.request import Request, resolve_request, tiled_to_fit
 from poetsim.runs import Outcome, run_and_judge
@@ -32,7 +33,7 @@ OUT = Path(__file__).resolve().parents[1] / "results" / "mcu_training.md"
 #: The MCU boards (those with a memory-mapped flash section).
 BOARDS = ("nrf52840", "nrf52840_qspi_nor", "rp2040", "esp32s3", "stm32h743", "mkr1000")
 
-#: (label, model, options) of each training job.
+#: (label, model, options) of each training job, trained with SGD.
 JOBS: tuple[tuple[str, str, dict[str, int]], ...] = (
     ("DS-CNN-S, last 3 layers (the demo)", "ds_cnn_s", {"train_last": 3}),
     ("DS-CNN-S int8, last 3 layers, in place", "ds_cnn_s",
@@ -50,16 +51,25 @@ JOBS: tuple[tuple[str, str, dict[str, int]], ...] = (
      {"int8": 1, "gradient_bytes": 1, "inplace_update": 1}),
 )
 
+#: Jobs trained with another optimizer: (label, model, options, optimizer).
+OPTIMIZER_JOBS: tuple[tuple[str, str, dict[str, int], str], ...] = (
+    ("the same with momentum (its state on storage beside the weights)", "resnet18_cifar",
+     {"int8": 1, "gradient_bytes": 1, "inplace_update": 1}, "momentum"),
+    ("the same with Adam (two state copies)", "resnet18_cifar",
+     {"int8": 1, "gradient_bytes": 1, "inplace_update": 1}, "adam"),
+)
+
 SETTINGS = SolverSettings(effort=100, time_limit_s=120)
 
 
 def request_for(model: str, options: dict[str, int], board: str,
-                accounting: str = "physical") -> Request:
+                accounting: str = "physical", optimizer: str = "sgd") -> Request:
     graph = build_model(model, **options)
     target = get_board(board)
 
     def resolve(g: Any) -> Request:
-        return resolve_request(g, target, ram="board", deadline="2x", accounting=accounting)
+        return resolve_request(g, target, ram="board", deadline="2x", accounting=accounting,
+                               optimizer=optimizer)
     return tiled_to_fit(resolve(graph), resolve)
 
 
@@ -75,7 +85,10 @@ def _cell(request: Request, outcome: Outcome) -> str:
             f"{format_quantity(report.makespan_s, 's')}, peak "
             f"{format_bytes(report.peak_ram_bytes)}"
             + (f", {bands} row bands" if bands else "")
-            + (f", {format_bytes(streamed)} of weights streamed" if streamed else "")
+            + (f", {format_bytes(streamed)} of weights"
+               + (" and optimizer state" if WeightsOnStorage.of(request.graph).state_copies
+                  else "")
+               + " streamed" if streamed else "")
             + (f", storage lifetime {life:.3g} iterations" if life is not None
                else ", no storage writes"))
 
@@ -86,18 +99,20 @@ def table() -> str:
              "deadline 2x the plain compute time, physical accounting (everything "
              "resident within the board's RAM; frozen weights read in place from flash "
              "when they fit it; weights streamed from the storage device when neither "
-             "flash nor RAM holds them; the frozen front in row bands when one op alone "
-             "would not fit), POET at effort 100, each schedule simulated and judged. A "
+             "flash nor RAM holds them; gradient sums in ops of their own, then the frozen "
+             "front in row bands, when one op alone would not fit), SGD unless the job "
+             "says otherwise, POET at effort 100, each schedule simulated and judged. A "
              "cell: energy "
              "and time per iteration, peak RAM in all, storage lifetime, or why no "
              "schedule fits.", "",
              "| job | " + " | ".join(BOARDS) + " |",
              "|---|" + "---|" * len(BOARDS)]
     started = time.perf_counter()
-    for label, model, options in JOBS:
+    jobs = [(*job, "sgd") for job in JOBS] + list(OPTIMIZER_JOBS)
+    for label, model, options, optimizer in jobs:
         cells = []
         for board in BOARDS:
-            request = request_for(model, options, board)
+            request = request_for(model, options, board, optimizer=optimizer)
             cells.append(_cell(request, run_and_judge(request, "poet", SETTINGS)))
         lines.append(f"| {label} | " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     paper = request_for("resnet18_cifar", {}, "nrf52840", accounting="paper")

@@ -102,9 +102,12 @@ def _cmd_execute(args: argparse.Namespace) -> int:
         print(_row("page-outs / page-ins / frees", f"{r.page_outs} / {r.page_ins} / {r.frees}"))
         print(_row("max relative gradient error", f"{r.max_rel_grad_error:.3g} "
                                                   f"({r.worst_param}; tolerance {r.grad_rtol:g})"))
-        print(_row("max relative weight error (SGD)",
+        print(_row(f"max relative weight error ({r.optimizer})",
                    f"{r.max_rel_weight_error:.3g} ({r.worst_weight_param}; of the step, "
                    f"lr {r.lr:g})"))
+        if r.optimizer != "sgd":
+            print(_row("max relative state error", f"{r.max_rel_state_error:.3g} (against "
+                                                   "torch.optim's)"))
         print(_row("params stepped in place / after", f"{r.params_updated_in_place} / "
                                                       f"{r.params_updated_after}; "
                                                       f"{r.frozen_params} frozen, unchanged"))
@@ -119,7 +122,10 @@ def _cmd_execute(args: argparse.Namespace) -> int:
         print(_row("written to page files", f"{r.bytes_written} B"))
         if r.weights_on_storage != "none":
             print(_row(f"weights on storage ({r.weights_on_storage})",
-                       f"{r.params_on_storage} params in files; read {r.weights_read_bytes} B, "
+                       f"{r.params_on_storage} params in files"
+                       + (f", {r.params_with_state_on_storage} with their {r.optimizer} state"
+                          if r.params_with_state_on_storage else "")
+                       + f"; read {r.weights_read_bytes} B, "
                        f"written back {r.weights_written_bytes} B (cost model "
                        f"{r.cost_model_weights_read_bytes} B / "
                        f"{r.cost_model_weights_written_bytes} B)"))

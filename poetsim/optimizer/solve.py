@@ -536,12 +536,12 @@ def _best_op_list(search: _Search) -> SolveResult:
     the checker accepts within the budget and storage, that meet the deadline and that use
     only the mechanisms the formulation allows. Its gap is against every op once."""
     request, formulation = search.request, search.formulation
-    graph, board = request.graph, request.board
+    graph = request.graph
     budget = request.activation_budget_bytes
     best: tuple[Schedule, PlanMetrics, str] | None = None
     for schedule in (plain_schedule(graph), *search.warm_starts):
         check = check_schedule(graph, schedule, budget_bytes=budget,
-                               storage_capacity_bytes=board.storage.capacity_bytes)
+                               storage_capacity_bytes=request.paging_capacity_bytes)
         if not check.valid or (check.recomputes and not formulation.remat) or (
                 check.page_outs and not formulation.paging):
             continue
@@ -582,17 +582,17 @@ def _start(search: _Search) -> SolveResult | None:
     """The best heuristic plan and the relaxation's lower bound; an infeasible answer when
     the relaxation proves that no plan exists."""
     request, formulation = search.request, search.formulation
-    graph, costs, board = request.graph, request.costs, request.board
+    graph, costs = request.graph, request.costs
     budget = request.activation_budget_bytes
     search.plan, search.metrics, search.heuristic = _best_heuristic(
         graph, costs, budget, search.deadline_s, formulation,
-        board.storage.capacity_bytes, search.warm_starts,
+        request.paging_capacity_bytes, search.warm_starts,
         stop_at=time.perf_counter() + search.time_share_s(_HEURISTIC_SHARE),
         limits_hit=search.limits_hit)
     relaxed = relaxation_bound_j(
         graph, costs, budget, search.deadline_s, remat=formulation.remat,
         paging=formulation.paging,
-        storage_capacity_bytes=board.storage.capacity_bytes,
+        storage_capacity_bytes=request.paging_capacity_bytes,
         time_limit_s=(min(_BOUND_MAX_S, search.time_share_s(_BOUND_SHARE))
                       if search.effort is None else search.time_share_s(_BOUND_SHARE)),
         seed=search.seed,
@@ -655,11 +655,11 @@ def _build(search: _Search) -> MilpModel | SolveResult:
     """The MILP with our rounding heuristic, the warm start and SCIP's settings; or the
     answer when the time limit runs out while building it."""
     request = search.request
-    board, costs = request.board, request.costs
+    costs = request.costs
     budget = request.activation_budget_bytes
     try:
         milp = build_milp(request.graph, costs, budget, search.deadline_s, search.formulation,
-                          storage_capacity_bytes=board.storage.capacity_bytes,
+                          storage_capacity_bytes=request.paging_capacity_bytes,
                           energy_reference_j=request.plain_energy_j,
                           build_deadline=search.started + search.time_limit_s)
     except BuildTimeout:
@@ -678,7 +678,7 @@ def _build(search: _Search) -> MilpModel | SolveResult:
     search.build_time_s = search.elapsed_s
     if search.effort is not None:
         search.work = WorkLimit(milp.model)
-    RoundingHeuristic(milp, costs, budget, search.deadline_s, board.storage.capacity_bytes,
+    RoundingHeuristic(milp, costs, budget, search.deadline_s, request.paging_capacity_bytes,
                       max_runs=None if search.effort is None else _EFFORT_ROUNDING_RUNS
                       ).include()
     if search.plan is not None and milp.add_warm_start(search.plan):
@@ -765,9 +765,9 @@ def _overlap_incumbent(search: _Search) -> None:
     plan = overlap_transfers(request.graph, request.costs, budget, search.plan,
                              max_work=_OVERLAP_WORK)
     plan, metrics = add_holds(request.graph, request.costs, budget, plan, search.deadline_s,
-                              request.board.storage.capacity_bytes)
+                              request.paging_capacity_bytes)
     if metrics.energy_j < search.metrics.energy_j and metrics.fits(  # type: ignore[union-attr]
-            budget, search.deadline_s, request.board.storage.capacity_bytes):
+            budget, search.deadline_s, request.paging_capacity_bytes):
         search.plan, search.metrics = plan, metrics
 
 
@@ -862,7 +862,7 @@ def _finish(base: dict[str, Any], plan: StagePlan, metrics: PlanMetrics, restric
             timing: dict[str, Any]) -> SolveResult:
     """Lower the plan, check it independently, and state what was proven."""
     request: Request = base["request"]
-    graph, board = request.graph, request.board
+    graph = request.graph
     budget = request.activation_budget_bytes
     pruned = drop_unread_page_outs(plan)
     if pruned is not plan:
@@ -870,7 +870,7 @@ def _finish(base: dict[str, Any], plan: StagePlan, metrics: PlanMetrics, restric
         metrics = evaluate_plan(graph, request.costs, plan)
     schedule = lower_plan(graph, plan, metadata={})
     check = check_schedule(graph, schedule, budget_bytes=budget,
-                           storage_capacity_bytes=board.storage.capacity_bytes)
+                           storage_capacity_bytes=request.paging_capacity_bytes)
     if not check.valid or check.peak_ram_bytes != metrics.peak_ram_bytes:
         raise AssertionError(f"optimizer produced a schedule the checker rejects: "
                              f"{check.violation.message if check.violation else 'peak differs'}")

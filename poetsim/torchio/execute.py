@@ -95,13 +95,15 @@ import attrs
 
 from poetsim.errors import ExecutionError, InputError
 from poetsim.graph.autograd import KINDS
-from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.graph import OPTIMIZER_STATE_COPIES, TrainingGraph
 from poetsim.graph.io import graph_fingerprint
 from poetsim.graph.ops import Phase
 from poetsim.graph.precision import precision_of
 from poetsim.graph.streaming import WeightsOnStorage
 from poetsim.schedule.check import check_schedule
 from poetsim.schedule.ops import Action, Schedule, Step
+from poetsim.torchio.optim import STATE_SLOTS, reference_optimizer, zero_state
+from poetsim.torchio.optim import apply_step as optim_step
 from poetsim.torchio.trace import Cls, ImportedModel, require_torch, tables
 
 __all__ = ["ExecutionError", "ExecutionReport", "execute_schedule", "schedule_graph"]
@@ -115,18 +117,23 @@ class ExecutionReport:
     comparable to ``checker_peak_bytes`` (the contract's replay, workspace included) and
     ``simulated_peak_bytes`` (the board simulation; activations only, the resident region
     subtracted). ``peak_live_raw_bytes`` is what the float64 / int64 tensors really held.
-    ``max_rel_weight_error`` compares the parameters after the SGD step (learning rate
-    ``lr``) with the reference's, relative to the reference's step; ``grad_rtol`` bounds it
-    as it bounds the gradient error. ``params_updated_in_place`` were stepped by their
-    backward op (``Op.inplace_update``), ``params_updated_after`` after the schedule;
-    ``frozen_params`` (``requires_grad=False``) were checked unchanged.
+    ``max_rel_weight_error`` compares the parameters after the ``optimizer``'s step
+    (learning rate ``lr``; :mod:`poetsim.torchio.optim`) with the reference's
+    (``torch.optim``), relative to the reference's step, and ``max_rel_state_error`` the
+    optimizer's state after it; ``grad_rtol`` bounds both as it bounds the gradient error.
+    ``params_updated_in_place`` were stepped by their backward op (``Op.inplace_update``),
+    ``params_updated_after`` after the schedule; ``frozen_params`` (``requires_grad=False``)
+    were checked unchanged.
 
     ``weights_on_storage`` is what the executed graph records (``none``, ``frozen``,
     ``trained``, ``all``; :class:`~poetsim.graph.streaming.WeightsOnStorage`) and
     ``params_on_storage`` how many parameters therefore lived in weight files.
-    ``weights_read_bytes`` / ``weights_written_bytes`` are the weight bytes the ops loaded
-    from those files and wrote back (in-place updates), in the graph's units (elements x
-    the weight width, as the cost model counts them); ``cost_model_weights_read_bytes`` /
+    ``params_with_state_on_storage`` had their optimizer state in files beside them
+    (``WeightsOnStorage.state_copies``), loaded and written back by their in-place update.
+    ``weights_read_bytes`` / ``weights_written_bytes`` are the weight (and state) bytes the
+    ops loaded from those files and wrote back (in-place updates), in the graph's units
+    (elements x the weight width, or the gradient width for state, as the cost model
+    counts them); ``cost_model_weights_read_bytes`` /
     ``cost_model_weights_written_bytes`` are
     :meth:`~poetsim.graph.streaming.WeightsOnStorage.bytes_read` / ``bytes_written``
     summed over the executed COMPUTE steps, and must be equal. ``weights_held_peak_bytes``
@@ -167,6 +174,9 @@ class ExecutionReport:
     cost_model_weights_read_bytes: int = 0
     cost_model_weights_written_bytes: int = 0
     weights_held_peak_bytes: int = 0
+    optimizer: str = "sgd"
+    max_rel_state_error: float = 0.0
+    params_with_state_on_storage: int = 0
     reasons: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
@@ -196,7 +206,8 @@ class _Runner:
     """State of one execution."""
 
     def __init__(self, imported: ImportedModel, inputs: tuple[Any, ...], seed: int,
-                 page_dir: Path, lr: float, graph: TrainingGraph | None = None) -> None:
+                 page_dir: Path, lr: float, graph: TrainingGraph | None = None,
+                 optimizer: str = "sgd") -> None:
         torch = require_torch()
         self.torch = torch
         self.im = imported
@@ -210,6 +221,9 @@ class _Runner:
         for name, p in self.params.items():
             p.requires_grad_(name in self.trained)
         self.lr = lr
+        self.optimizer = optimizer
+        #: Optimizer state in RAM, per trained parameter whose state is not on storage.
+        self.state = {name: zero_state(self.params[name], optimizer) for name in self.trained}
         self.updated_in_place: set[str] = set()
         #: In-place backward ops: their first output, to name a recomputation that differs.
         self.first_outputs: dict[str, dict[str, Any]] = {}
@@ -243,8 +257,13 @@ class _Runner:
         # for the op that reads them.
         self.on_storage = WeightsOnStorage.of(self.graph)
         self.weight_width = precision_of(self.graph).weight_bytes
+        self.state_width = precision_of(self.graph).gradient_bytes
         self.weight_files: dict[str, tuple[Path, str]] = {}
+        #: Optimizer-state files per parameter, one per slot.
+        self.state_files: dict[str, dict[str, tuple[Path, str]]] = {}
         self.loaded: dict[str, Any] = {}
+        #: Optimizer state loaded from storage for the running in-place update.
+        self.loaded_state: dict[str, dict[str, Any]] = {}
         self.updated_loaded: list[str] = []
         #: Held weights: op -> the weights it reads, kept from its forward op's load.
         self.holds: dict[int, dict[str, Any]] = {}
@@ -257,6 +276,8 @@ class _Runner:
             (page_dir / "weights").mkdir(parents=True, exist_ok=True)
             for name in [n for n in self.params if self.lives_on_storage(n)]:
                 self.save_weight(name, self.params.pop(name).detach().clone())
+                if name in self.trained and self.on_storage.state_copies:
+                    self.save_state(name, self.state.pop(name))
 
     # ------------------------------------------------------------------ weights on storage
 
@@ -277,19 +298,55 @@ class _Runner:
         return [p for p in owner.params if p in self.weight_files
                 and (p not in self.trained or not backward or op.inplace_update)]
 
-    def save_weight(self, name: str, value: Any) -> int:
-        """Write parameter ``name``'s weight file; its bytes in the graph's units."""
-        path = self.page_dir / "weights" / f"{name}.pt"
+    def _store(self, key: str, value: Any) -> tuple[Path, str]:
+        """Write ``value`` to the storage file ``key``; its path and digest."""
+        path = self.page_dir / "weights" / f"{key}.pt"
         buffer = io.BytesIO()
         self.torch.save(value.detach().clone(), buffer)
         data = buffer.getvalue()
         path.write_bytes(data)
-        self.weight_files[name] = (path, hashlib.sha256(data).hexdigest())
+        return path, hashlib.sha256(data).hexdigest()
+
+    def save_weight(self, name: str, value: Any) -> int:
+        """Write parameter ``name``'s weight file; its bytes in the graph's units."""
+        self.weight_files[name] = self._store(name, value)
         return int(value.numel()) * self.weight_width
+
+    def state_on_storage(self, name: str) -> bool:
+        """Whether parameter ``name``'s optimizer state lives in files beside its weights
+        (``WeightsOnStorage.state_copies``)."""
+        return name in self.state_files
+
+    def save_state(self, name: str, state: Mapping[str, Any]) -> int:
+        """Write parameter ``name``'s optimizer state, one file per slot; its bytes in the
+        graph's units (elements x the gradient width)."""
+        self.state_files[name] = {slot: self._store(f"{name}.{slot}", value)
+                                  for slot, value in state.items()}
+        return sum(int(v.numel()) for v in state.values()) * self.state_width
+
+    def _state_from_files(self, name: str) -> dict[str, Any]:
+        return {slot: self._load(file, f"optimizer state {slot!r} of {name!r}")
+                for slot, file in self.state_files[name].items()}
+
+    def load_state(self, name: str) -> None:
+        """Load parameter ``name``'s optimizer state for the running in-place update
+        (counted as read)."""
+        state = self.loaded_state[name] = self._state_from_files(name)
+        self.weights_read_bytes += sum(int(v.numel()) for v in state.values()) * self.state_width
+
+    def final_state(self, name: str) -> dict[str, Any]:
+        """Parameter ``name``'s optimizer state after the iteration: its files' contents,
+        or the tensors in RAM."""
+        return self._state_from_files(name) if self.state_on_storage(name) \
+            else self.state[name]
 
     def read_weight_file(self, name: str) -> Any:
         """Parameter ``name`` as its weight file holds it (the digest checked)."""
-        path, digest = self.weight_files[name]
+        return self._load(self.weight_files[name], repr(name))
+
+    def _load(self, file: tuple[Path, str], what: str) -> Any:
+        """The tensor a storage file holds, its digest checked; ``what`` names it."""
+        path, digest = file
         where = f" (op {self.current!r})" if self.current else ""
         try:
             data = path.read_bytes()
@@ -297,7 +354,7 @@ class _Runner:
             raise ExecutionError(f"cannot read weight file {path}{where}: "
                                  f"{err.strerror}") from None
         if hashlib.sha256(data).hexdigest() != digest:
-            raise ExecutionError(f"weight file {path} of {name!r} is corrupted (checksum "
+            raise ExecutionError(f"weight file {path} of {what} is corrupted (checksum "
                                  f"mismatch){where}")
         return self.torch.load(io.BytesIO(data), weights_only=True)
 
@@ -316,6 +373,8 @@ class _Runner:
         READ_WEIGHTS step), and keep those of the ops whose HOLD_WEIGHTS came before."""
         for name in self.weights_of(k):
             self.load_weight(name)
+            if self.graph.ops[k].inplace_update and self.state_on_storage(name):
+                self.load_state(name)
         for b in self.pending_holds:
             missing = [name for name in self.weights_of(b) if name not in self.loaded]
             if missing:
@@ -357,8 +416,11 @@ class _Runner:
         then drop every loaded weight (nothing of them stays in RAM)."""
         for name in self.updated_loaded:
             self.write_back(name)
+            if name in self.loaded_state:
+                self.weights_written_bytes += self.save_state(name, self.loaded_state[name])
         self.updated_loaded.clear()
         self.loaded.clear()
+        self.loaded_state.clear()
 
     def param(self, name: str) -> Any:
         """Parameter ``name`` for the running op: in RAM, or loaded from storage for it."""
@@ -566,15 +628,25 @@ class _Runner:
             if name in self.weight_files:  # never planned (trained weights on storage are
                 # updated in place): read, step, write back, counted against the cost model
                 self.load_weight(name)
+                if self.state_on_storage(name):
+                    self.load_state(name)
             self.apply_step(name, self.grads[name])
             self.drop_weights()
         return len(rest)
 
     def apply_step(self, name: str, grad: Any) -> None:
-        """SGD on parameter ``name``, in place: ``p -= lr * grad``; a weight loaded from
-        storage is written back after the op (:meth:`drop_weights`)."""
+        """The optimizer's step on parameter ``name`` and its state, in place
+        (:func:`poetsim.torchio.optim.apply_step`); a weight loaded from storage is written
+        back after the op, with its state when that was loaded (:meth:`drop_weights`)."""
+        if self.state_on_storage(name):
+            if name not in self.loaded_state:
+                raise ExecutionError(f"op {self.current!r} updates parameter {name!r}, whose "
+                                     "optimizer state lives on storage and was not loaded")
+            state = self.loaded_state[name]
+        else:
+            state = self.state[name]
         with self.torch.no_grad():
-            self.param(name).sub_(self.lr * grad)
+            optim_step(self.param(name), grad, state, self.optimizer, self.lr)
         if name in self.loaded and name not in self.updated_loaded:
             self.updated_loaded.append(name)
 
@@ -648,8 +720,9 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
                      grad_rtol: float = 1e-6, lr: float = 0.01,
                      after_step: Callable[[int, Step, Path], None] | None = None
                      ) -> ExecutionReport:
-    """Run ``schedule`` on real tensors, take the SGD step, and check both against plain
-    autograd and ``torch.optim.SGD``.
+    """Run ``schedule`` on real tensors, take the optimizer's step (the schedule's
+    ``optimizer``, default SGD; :mod:`poetsim.torchio.optim`), and check both against plain
+    autograd and ``torch.optim``.
 
     ``inputs`` default to the example inputs the model was imported with (the shapes must
     be those). ``budget_bytes`` is the activation budget (default: the schedule's
@@ -672,9 +745,9 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
     torch = require_torch()
     meta = schedule.metadata
     optimizer = str(meta.get("optimizer") or "sgd")
-    if optimizer != "sgd":
-        raise InputError(f"schedule optimizer = {optimizer!r}: execute checks the plain SGD "
-                         "step only (solve with --optimizer sgd)")
+    if optimizer not in STATE_SLOTS:
+        raise InputError(f"schedule optimizer = {optimizer!r}: must be one of "
+                         f"{', '.join(STATE_SLOTS)}")
     request = None
     if board is not None:
         # the request's placement on the board (frozen weights in flash, weights on
@@ -683,7 +756,7 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
 
         request = resolve_request(imported.graph, board, optimizer=optimizer)
     try:
-        graph = schedule_graph(imported, schedule, request=request)
+        graph = schedule_graph(imported, schedule, request=request, optimizer=optimizer)
     except ExecutionError as err:
         made_on = meta.get("board")
         if board is None or not made_on or made_on == board.name:
@@ -713,7 +786,7 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
     with tempfile.TemporaryDirectory(prefix="poetsim-pages-") as tmp:
         directory = Path(page_dir) if page_dir is not None else Path(tmp)
         directory.mkdir(parents=True, exist_ok=True)
-        runner = _Runner(imported, inputs, seed, directory, lr, graph)
+        runner = _Runner(imported, inputs, seed, directory, lr, graph, optimizer)
         peak, peak_raw, peak_step = 0, 0, -1
         model_read = model_written = 0  # the cost model's weight traffic of the steps run
         for position, step in enumerate(schedule.steps):
@@ -762,7 +835,8 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
         worst, worst_name, reasons = _compare_grads(runner.grads, reference.grads, grad_rtol)
         worst_weight, worst_weight_name, weight_reasons = _compare_weights(
             runner, reference, grad_rtol)
-        reasons += weight_reasons
+        worst_state, state_reasons = _compare_states(runner, reference, grad_rtol)
+        reasons += weight_reasons + state_reasons
         reasons += [f"backward op {name!r} recomputed after its in-place update read the "
                     f"updated weights: its output moved by {moved:.3g} (relative)"
                     for name, moved in runner.stale.items() if moved > grad_rtol]
@@ -804,11 +878,13 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
         weights_written_bytes=runner.weights_written_bytes,
         cost_model_weights_read_bytes=model_read,
         cost_model_weights_written_bytes=model_written,
-        weights_held_peak_bytes=runner.weights_held_peak_bytes, reasons=tuple(reasons))
+        weights_held_peak_bytes=runner.weights_held_peak_bytes, optimizer=optimizer,
+        max_rel_state_error=worst_state, params_with_state_on_storage=len(runner.state_files),
+        reasons=tuple(reasons))
 
 
-def schedule_graph(imported: ImportedModel, schedule: Schedule, *, request: Any = None
-                   ) -> TrainingGraph:
+def schedule_graph(imported: ImportedModel, schedule: Schedule, *, request: Any = None,
+                   optimizer: str = "sgd") -> TrainingGraph:
     """The graph ``schedule`` was made for: the imported graph, or its streamed form
     (:meth:`~poetsim.graph.streaming.WeightsOnStorage.graph`) when the request it was
     solved for put weights on storage, recognised by the graph fingerprint.
@@ -816,16 +892,19 @@ def schedule_graph(imported: ImportedModel, schedule: Schedule, *, request: Any 
     With ``request`` (a :class:`~poetsim.request.Request` resolved on the imported graph and
     the board), only the request's graph is accepted besides the imported one: the board
     decides which weights live on storage (:func:`~poetsim.request.resolve_request`),
-    not the executor. Without one, any placement whose graph the fingerprint names.
-    Neither: an :class:`ExecutionError`.
+    not the executor. Without one, any placement whose graph the fingerprint names (with
+    ``optimizer``'s state beside trained weights on storage, or not). Neither: an
+    :class:`ExecutionError`.
     """
     base = imported.graph
     if request is not None:
         candidates = [base, request.graph]
     else:
-        candidates = [base] + [WeightsOnStorage(frozen, trained).graph(base)
+        copies = sorted({0, OPTIMIZER_STATE_COPIES[optimizer]})
+        candidates = [base] + [WeightsOnStorage(frozen, trained, n if trained else 0).graph(base)
                                for frozen, trained in ((True, False), (False, True),
-                                                       (True, True))]
+                                                       (True, True)) for n in copies
+                               if trained or not n]
     for graph in candidates:
         if schedule.graph_fingerprint == graph_fingerprint(graph):
             return graph
@@ -883,22 +962,41 @@ def _compare_weights(runner: _Runner, reference: _Reference, rtol: float
         if err > worst or not worst_name:
             worst, worst_name = err, name
     if worst > rtol:
-        reasons.append(f"updated weights of {worst_name!r} differ from plain autograd + SGD "
-                       f"by {worst:.3g} (relative to the step), over {rtol:g}")
+        reasons.append(f"updated weights of {worst_name!r} differ from plain autograd + "
+                       f"{runner.optimizer} by {worst:.3g} (relative to the step), over "
+                       f"{rtol:g}")
     return worst, worst_name, reasons
+
+
+def _compare_states(runner: _Runner, reference: _Reference, rtol: float
+                    ) -> tuple[float, list[str]]:
+    """Largest relative error of the optimizer state after the step (in RAM or written
+    back to storage) against ``torch.optim``'s, and the reasons to fail."""
+    worst, worst_slot = 0.0, ""
+    for name, slots in reference.states.items():
+        got = runner.final_state(name)
+        for slot, ref in slots.items():
+            err = _max_abs(got[slot] - ref) / max(_max_abs(ref), 1e-300)
+            if err > worst or not worst_slot:
+                worst, worst_slot = err, f"{slot} of {name!r}"
+    reasons = ([f"optimizer state {worst_slot} differs from torch.optim's by {worst:.3g} "
+                f"(relative), over {rtol:g}"] if worst > rtol else [])
+    return worst, reasons
 
 
 @attrs.frozen
 class _Reference:
-    """Plain training on a float64 copy: gradients of the trained parameters, and every
-    parameter after ``torch.optim.SGD(lr).step()``."""
+    """Plain training on a float64 copy: gradients of the trained parameters, every
+    parameter after ``torch.optim``'s step (:func:`~poetsim.torchio.optim.reference_optimizer`)
+    and the optimizer's state of each trained one."""
 
     grads: dict[str, Any]
     weights: dict[str, Any]
+    states: dict[str, dict[str, Any]]
 
 
 def _reference(imported: ImportedModel, runner: _Runner, lr: float) -> _Reference:
-    """``loss.backward()`` then an SGD step on the trained parameters, float64."""
+    """``loss.backward()`` then the optimizer's step on the trained parameters, float64."""
     torch = runner.torch
     model = copy.deepcopy(imported.module).double().train()
     for module in model.modules():
@@ -917,9 +1015,13 @@ def _reference(imported: ImportedModel, runner: _Runner, lr: float) -> _Referenc
     loss.backward()
     grads = {name: p.grad.detach().clone() for name, p in model.named_parameters()
              if p.grad is not None}
-    trained = [p for p in model.parameters() if p.requires_grad]
-    torch.optim.SGD(trained, lr=lr).step()
-    return _Reference(grads, {name: p.detach() for name, p in model.named_parameters()})
+    trained = {name: p for name, p in model.named_parameters() if p.requires_grad}
+    optimizer = reference_optimizer(torch, list(trained.values()), runner.optimizer, lr)
+    optimizer.step()
+    states = {name: {slot: optimizer.state[p][slot] for slot in STATE_SLOTS[runner.optimizer]}
+              for name, p in trained.items() if p.grad is not None}
+    return _Reference(grads, {name: p.detach() for name, p in model.named_parameters()},
+                      states)
 
 
 def _flatten(value: Any) -> list[Any]:
