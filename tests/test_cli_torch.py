@@ -87,6 +87,26 @@ def test_inplace_update_import_solve_execute(tmp_path, capsys, factory, shape, r
     assert "fingerprint" in capsys.readouterr().err
 
 
+def test_gradient_sums_and_adam_import_solve_execute(tmp_path, capsys):
+    """The residual CNN imported with its gradient sums, solved for Adam, executed: the
+    summed gradients, the weights and Adam's state match autograd and torch.optim."""
+    pytest.importorskip("torch")
+    graph, schedule = tmp_path / "g.json", tmp_path / "s.json"
+    model = ["--model-factory", f"{MODELS}:small_cnn", "--input-shape", "2,3,8,8"]
+    assert main(["import", f"{MODELS}:small_cnn", "--input-shape", "2,3,8,8",
+                 "--gradient-sums", "--out", str(graph)]) == 0
+    doc = json.loads(graph.read_text())
+    assert [op["name"] for op in doc["ops"] if op.get("gradient_sum_of")] == ["relu1/grad_sum"]
+    assert main(["solve", "--graph", str(graph), "--ram", "70%", "--time-limit", "5",
+                 "--optimizer", "adam", "--out", str(schedule)]) == 0
+    capsys.readouterr()
+    assert main(["execute", str(schedule), *model, "--gradient-sums"]) == 0
+    text = capsys.readouterr().out
+    assert "max relative weight error (adam)" in text and "max relative state error" in text
+    assert main(["execute", str(schedule), *model]) == 2  # without the sums: another graph
+    assert "fingerprint" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("lr", ["0", "-0.1", "nan", "inf"])
 def test_execute_refuses_a_bad_learning_rate_in_one_line(tmp_path, capsys, lr):
     pytest.importorskip("torch")

@@ -10,7 +10,8 @@ Without example inputs from the factory, ``--input-shape`` gives one per forward
 torch is seeded with ``--seed`` before the factory runs, so ``import`` and ``execute`` of
 the same factory see the same weights and batch. Parameters the factory leaves with
 ``requires_grad=False`` are frozen; ``--inplace-update`` fuses each trained parameter's SGD
-step into its backward op (give it to ``execute`` too: the graph must be the same).
+step into its backward op, and ``--gradient-sums`` sums each gradient with several
+parts in an op of its own (give them to ``execute`` too: the graph must be the same).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def _imported(args: argparse.Namespace, factory_spec: str) -> Any:
     return import_module(module, tuple(inputs), name=name, loss=args.loss,
                          dtype_bytes=args.dtype_bytes, output_index=args.output_index,
                          metadata={"factory": factory_spec},
-                         inplace_update=args.inplace_update)
+                         inplace_update=args.inplace_update, gradient_sums=args.gradient_sums)
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
@@ -149,6 +150,10 @@ def _model_arguments(p: argparse.ArgumentParser) -> None:
                    help="each backward op applies the SGD step to the parameters whose "
                         "gradient it computes (Lin et al.'s in-place update); parameters "
                         "with requires_grad=False are frozen either way")
+    p.add_argument("--gradient-sums", action="store_true",
+                   help="the gradient of each op read by several others is summed by an op "
+                        "of its own, so that no backward op holds several incoming "
+                        "gradients at once")
 
 
 def register(sub: Any, with_json: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
