@@ -121,7 +121,8 @@ def cost_summary(graph: TrainingGraph, board: Board, costs: OpCosts | None = Non
 
     ``page_all_*`` is what paging every forward activation out once and back in once
     would cost (a yardstick for paging versus recomputing). ``resident_bytes`` holds the
-    parameters, their gradients (``gradients``) and the optimizer state in RAM, less the
+    parameters, their gradients (``gradients``) and the optimizer state (of ``optimizer``,
+    or of the request's when ``request`` is given) in RAM, less the
     frozen weights the request reads in place from flash (``flash_weight_bytes``): the
     placement of ``request`` when given (it must be for ``graph`` and ``board``), else of
     the physical request :func:`~poetsim.request.resolve_request` makes for them.
@@ -135,6 +136,7 @@ def cost_summary(graph: TrainingGraph, board: Board, costs: OpCosts | None = Non
     paged = [i for i in forward_idx if graph.ops[i].phase is Phase.FORWARD]
     if request is None:  # the placement is the request's, decided there and only there
         request = resolve_request(graph, board, costs=costs, optimizer=optimizer)
+    optimizer = request.optimizer  # as is the optimizer
     if request.streamed_weight_bytes:  # the request's graph and costs stream the weights
         graph, costs = request.graph, request.costs
     flash_weights = request.flash_weight_bytes

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from poetsim.cli.main import main
+from poetsim.zoo import build_model
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -78,6 +79,10 @@ def test_costs_and_demo(capsys, tmp_path):
     assert len(doc["ops"]) == 41 or len(doc["ops"]) > 10
     assert all(k.endswith(("_s", "_j", "_bytes")) or k in ("op", "phase", "kind")
                for k in doc["ops"][0])
+    # Adam keeps two copies of the trained parameters (fp32: as many bytes) beside them
+    adam = run_json(capsys, "costs", "--model", "mlp", "--board", "rpi4", "--optimizer", "adam")
+    params = build_model("mlp").param_bytes
+    assert doc["resident_bytes"] == 2 * params and adam["resident_bytes"] == 4 * params
     status, out, _ = run(capsys, "demo", "--model", "mlp", "--board", "rpi4", "--time-limit",
                          "2", "--out", str(tmp_path / "demo"))
     assert status == 0

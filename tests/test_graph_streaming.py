@@ -219,6 +219,8 @@ def test_optimizer_state_on_storage_is_read_and_written_back_by_the_update_alone
     with pytest.raises(ValueError, match="state_copies = 1: the optimizer state lives on "
                                          "storage only with the trained weights"):
         WeightsOnStorage(frozen=True, state_copies=1)
+    with pytest.raises(ValueError, match="state_copies = 3: must be 0, 1 .momentum. or 2"):
+        WeightsOnStorage(trained=True, state_copies=3)
 
 
 @pytest.mark.parametrize("optimizer, copies", [("sgd", 0), ("momentum", 1), ("adam", 2)])

@@ -152,11 +152,14 @@ def _add_request_options(parser: argparse.ArgumentParser, *, ram: str | None,
                         help="physical (default): everything resident must fit the budget "
                              "and the board's RAM; paper: the budget covers activations "
                              "only, as POET's mu_RAM (the physical need is still reported)")
+    _add_optimizer(parser, "" if ram else ", or the one the schedule file records")
+
+
+def _add_optimizer(parser: argparse.ArgumentParser, default_note: str = "") -> None:
     parser.add_argument("--optimizer", default=None, choices=list(OPTIMIZER_STATE_COPIES),
                         help="the training step's optimizer, which decides the optimizer "
                              "state (sgd: none, momentum: one copy of the trained weights, "
-                             "adam: two); default sgd"
-                             + ("" if ram else ", or the one the schedule file records"))
+                             f"adam: two); default sgd{default_note}")
 
 
 def _request_from_args(args: argparse.Namespace, graph: TrainingGraph, board: Board) -> Request:
@@ -346,7 +349,7 @@ def _cmd_costs(args: argparse.Namespace) -> None:
 def _show_costs(graph: TrainingGraph, board: Board, args: argparse.Namespace) -> None:
     # the graph and costs the board's request plans (row bands, streamed weights), as solve
     def resolve(g: TrainingGraph) -> Request:
-        return resolve_request(g, board, ram=BOARD_RAM)
+        return resolve_request(g, board, ram=BOARD_RAM, optimizer=args.optimizer or "sgd")
     request = tiled_to_fit(resolve(graph), resolve)
     graph, costs = request.graph, request.costs
     summary = cost_summary(graph, board, costs, request=request)
@@ -865,6 +868,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--per-op", action="store_true", help="also list every op's costs")
         _add_model_options(p)
         p.set_defaults(func=_cmd_costs)
+        if name == "costs":
+            _add_optimizer(p)
         if name == "demo":
             _add_request_options(p, ram=DEMO_RAM, deadline=DEMO_DEADLINE)
             p.add_argument("--time-limit", type=float, default=DEMO_SETTINGS.time_limit_s,

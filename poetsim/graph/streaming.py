@@ -157,6 +157,9 @@ class WeightsOnStorage:
     state_copies: int = 0
 
     def __attrs_post_init__(self) -> None:
+        if self.state_copies not in (0, 1, 2):
+            raise ValueError(f"WeightsOnStorage.state_copies = {self.state_copies!r}: must be "
+                             "0, 1 (momentum) or 2 (Adam)")
         if self.state_copies and not self.trained:
             raise ValueError(f"WeightsOnStorage.state_copies = {self.state_copies!r}: the "
                              "optimizer state lives on storage only with the trained weights")
