@@ -22,7 +22,9 @@ def test_known_fields_are_typed_and_the_rest_kept():
     ({"budget_activation_bytes": "abc"}, "metadata.budget_activation_bytes = 'abc'"),
     ({"resident_bytes": -1}, "must be a number in"), ({"resident_bytes": 1.5}, "whole number"),
     ({"deadline_s": float("nan")}, "deadline_s"), ({"gap": 2.0}, "must be in \\[0, 1\\]"),
-    ({"ram": 50}, "must be a string"), ({"budget_bytes": True}, "budget_bytes = True")])
+    ({"ram": 50}, "must be a string"), ({"budget_bytes": True}, "budget_bytes = True"),
+    ({"optimizer": "lion"}, "s.json: metadata.optimizer = 'lion': must be one of sgd, "
+                            "momentum, adam")])
 def test_bad_fields_are_one_line_errors(raw, message):
     with pytest.raises(InputError, match=message):
         parse_metadata(raw, source="s.json")

@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 
 from poetsim.errors import InputError
+from poetsim.graph.graph import OPTIMIZER_STATE_COPIES
 
 __all__ = ["EXPECTED_FIELDS", "ScheduleMetadata", "disagreements", "parse_metadata"]
 
@@ -89,6 +90,9 @@ def parse_metadata(raw: Mapping[str, Any], *, source: str | None = None) -> Sche
             if name in _TEXT:
                 if not isinstance(value, str):
                     raise InputError(f"metadata.{name} = {value!r}: must be a string")
+                if name == "optimizer" and value not in OPTIMIZER_STATE_COPIES:
+                    raise InputError(f"metadata.optimizer = {value!r}: must be one of "
+                                     f"{', '.join(OPTIMIZER_STATE_COPIES)}")
                 fields[name] = value
             elif name in _BYTES:
                 if _number(name, value) != int(value):
