@@ -164,6 +164,11 @@ class Request:
         return self.activation_budget_bytes + self.resident_bytes
 
     @property
+    def gradient_sum_ops(self) -> int:
+        """How many of the graph's ops sum a gradient (``Op.gradient_sum_of``)."""
+        return sum(op.gradient_sum_of is not None for op in self.graph.ops)
+
+    @property
     def paging_capacity_bytes(self) -> int:
         """Bytes of the storage device left for paged tensors: its capacity less the
         weights (and optimizer state) that live there (negative: they do not fit)."""
@@ -246,7 +251,7 @@ class Request:
     def _describe_bands(self) -> str:
         """The gradient-sum ops and the row tiling of the graph's front
         (:mod:`poetsim.graph.tiling`), if any."""
-        sums = sum(op.gradient_sum_of is not None for op in self.graph.ops)
+        sums = self.gradient_sum_ops
         bands = self.graph.metadata.get("row_bands")
         return ((f"; {sums} gradients summed by ops of their own (gradient_sums=1)"
                  if sums else "")
@@ -433,9 +438,10 @@ def tiled_to_fit(request: Request, resolve: Callable[[TrainingGraph], Request]) 
     model = str(request.graph.metadata["model"])
     if not options.get("gradient_sums"):
         summed = resolve(build_model(model, **options, gradient_sums=1))
-        if minimum_ram_bytes(summed.graph)[0] < need:
+        summed_need = minimum_ram_bytes(summed.graph)[0]
+        if summed_need < need:
             request, options = summed, {**options, "gradient_sums": 1}
-            if minimum_ram_bytes(request.graph)[0] <= budget:
+            if summed_need <= budget:
                 return request
     bands = row_bands_to_fit(model, options, budget)
     return resolve(build_model(model, **options, row_bands=bands)) if bands else request

@@ -139,9 +139,9 @@ def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule 
     for the page-ins of its inputs, and for the writes of tensors freed while they were
     written when their RAM is needed to stay within the schedule's own peak (as the
     simulator's CPU does); an op that streams weights (``OpCosts.streams``) waits for
-    every transfer before it, as it holds the storage, unless its weights are held
-    (HOLD_WEIGHTS) and it neither reads them (READ_WEIGHTS right before it) nor writes
-    them back (WRITE_WEIGHTS right after it). A COMPUTE right after its READ_WEIGHTS costs
+    every transfer before it, as it holds the storage, when it reads them (READ_WEIGHTS
+    right before it) or writes them back (WRITE_WEIGHTS right after it); a run on held
+    weights that writes nothing back does not. A COMPUTE right after its READ_WEIGHTS costs
     the op's compute time and energy, any other its held ones (``held_compute_*``: the
     same for an op reading no weights from storage). A transfer that finds the storage
     asleep (the first, or one more than the auto-sleep timeout after the previous one
@@ -163,7 +163,6 @@ def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule 
     wakeups = 0
     last_end: float | None = None  # when the storage's last transfer ended
     ready: dict[int, float] = {}
-    holding: set[int] = set()  # ops whose weights are held
 
     def transfer(start: float, seconds: float) -> float:
         """Run one transfer from ``start`` (waking the storage if it sleeps); its end."""
@@ -183,9 +182,9 @@ def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule 
             e_compute += float((costs.compute_energy_j if read
                                 else costs.held_compute_energy_j)[k])
             start = max([cpu] + [ready.get(u, 0.0) for u in graph.predecessors(k)])
-            # a held run still holds the storage for its write-back (WRITE_WEIGHTS)
-            occupies = costs.streams[k] and (
-                read or k not in holding or bool(costs.writeback_bytes[k]))
+            # as the contract prices it: a run holds the storage when it reads its weights
+            # (READ_WEIGHTS before it) or writes them back (WRITE_WEIGHTS after it)
+            occupies = costs.streams[k] and (read or bool(costs.writeback_bytes[k]))
             if overlap and occupies:  # it holds the storage: transfers end first
                 start = max(start, lane)
             # a freed tensor's RAM returns when its write ends: wait for as many writes as
@@ -212,10 +211,6 @@ def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule 
         elif step.action is Action.FREE and written.get(k, 0.0) > cpu:
             heapq.heappush(held, (written[k], int(costs.output_bytes[k])))
             held_bytes += int(costs.output_bytes[k])
-        elif step.action is Action.HOLD_WEIGHTS:
-            holding.add(k)
-        elif step.action is Action.DROP_WEIGHTS:
-            holding.discard(k)
     makespan = max(cpu, lane)
     e_wait = wait.energy_j(makespan_s=makespan, cpu_busy_s=busy_cpu,
                            storage_busy_s=busy_storage, wakeups=wakeups)

@@ -386,10 +386,9 @@ def _show_costs(graph: TrainingGraph, board: Board, args: argparse.Namespace) ->
     if s.streamed_weight_bytes:
         print(_row("weights on storage", f"{format_bytes(s.streamed_weight_bytes)} "
                                          "(streamed by each op that reads them)"))
-    sums = sum(op.gradient_sum_of is not None for op in graph.ops)
-    if sums:
-        print(_row("gradient sums", f"{sums} ops of their own (so that no backward op holds "
-                                    "several incoming gradients)"))
+    if request.gradient_sum_ops:
+        print(_row("gradient sums", f"{request.gradient_sum_ops} ops of their own (so that "
+                                    "no backward op holds several incoming gradients)"))
     if graph.metadata.get("row_bands"):
         print(_row("row bands", f"{graph.metadata['row_bands']} (the frozen front, so that "
                                 "every op fits the board)"))

@@ -720,11 +720,11 @@ class MilpModel:
         frees_after: dict[tuple[int, int], float] = {}
         for (t, i, k), value in freed.items():
             frees_after[t, k] = frees_after.get((t, k), 0.0) + self.mem[i] * value
+        taken = {id(var) for b, var in self.H.items() if plan.hold[b]}
         for t in range(self.n):
             level = float(sum(self.mem[i] for i in range(t)
                               if plan.keep[t, i] or plan.page_in[t, i]))
-            level += sum(self.held[b] for b in self.H
-                         if plan.hold[b] and self.costs.hold_owner[b] < t <= b)
+            level += sum(size for size, h in self.held_at[t] if id(h) in taken)
             previous = None
             for k in self.runnable(t):
                 if previous is not None:

@@ -22,7 +22,8 @@ the training-mode options every model shares (:data:`TRAINING_OPTIONS`):
   others is summed by an op of its own (``Op.gradient_sum_of``), so that the op's backward
   reads one incoming gradient instead of one per reader: a smaller largest working set
   (ResNet-18's block outputs), at the cost of one more tensor per such op. A request
-  turns it on when the largest op would not fit otherwise (:func:`gradient_sums_to_fit`).
+  turns it on when the largest op would not fit otherwise
+  (:func:`poetsim.request.tiled_to_fit`).
 
 Frozen parameters have no gradient, no optimizer state and no weight-gradient work
 (:mod:`poetsim.graph.training`).
