@@ -23,7 +23,9 @@ at the op's compute width (the widest tensor it reads): an int8 op (width 1) run
 ``cpu.flops_per_s``. A board without the figure for a width falls back to
 ``flops_per_s`` (:func:`compute_rate` says so, and the cost summary marks the compute
 time as an estimate). Paper-profile boards keep POET's formulas and fp32 figures.
-The data input op reads the batch from storage, so its "compute" is a page-in.
+The data input op reads the batch from storage, so its "compute" is a page-in; with DMA
+the CPU waits for it, awake, at ``cpu.idle_power_w`` (without DMA it moves the bytes
+itself, which the page-in's mover power already prices).
 With weights on storage (:class:`~poetsim.graph.streaming.WeightsOnStorage`, read from
 the graph's metadata), every op that reads them also reads them from storage each time it
 runs, priced like that input, one transfer per slice (the stream holds two slices, so
@@ -354,7 +356,10 @@ def _compute(graph: TrainingGraph, board: Board, k: int, width: int,
     if board.profile is Profile.PAPER:
         return Transfer(op.flops / cpu.flops_per_s, op.flops / cpu.flops_per_j)  # type: ignore[operator]
     if op.kind == "input":
-        return transfer_cost(board, op.output_bytes, write=False)
+        read = transfer_cost(board, op.output_bytes, write=False)
+        if board.dma.present:  # the CPU waits, awake, for the batch the DMA brings in
+            return Transfer(read.time_s, read.energy_j + read.time_s * cpu.idle_power_w)
+        return read
     time_s = max(op.flops / compute_rate(board, width).ops_per_s,
                  _moved_bytes(graph, k) / board.ram.bandwidth_bytes_per_s)
     compute = Transfer(time_s, time_s * cpu.active_power_w)

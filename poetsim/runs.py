@@ -52,7 +52,7 @@ __all__ = ["CACHE_VERSION", "MAX_DEADLINE_TIGHTENINGS", "METHODS", "SOLVER_VERSI
            "with_overheads"]
 
 #: Bumped whenever a change makes cached runs stale.
-CACHE_VERSION = 5
+CACHE_VERSION = 6
 
 #: How often a MILP method is re-solved with a tighter deadline when its schedule misses
 #: the deadline in the simulation.
@@ -60,7 +60,7 @@ MAX_DEADLINE_TIGHTENINGS = 3
 
 #: Part of the key of the MILP methods' runs: bumped when the optimizer's search changes,
 #: so that their cached runs go stale while the baselines' stay valid.
-SOLVER_VERSION = 14
+SOLVER_VERSION = 15
 
 #: The fields a cache entry keeps: everything an unjudged outcome holds but its schedule.
 _RUN_FIELDS = ("method", "status", "reason", "accounting", "budget_bytes",

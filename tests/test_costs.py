@@ -124,9 +124,16 @@ def test_physical_compute_is_a_roofline():
     moved = 3 * 1024 * 4 + 65536 + (16 * 27 + 16) * 4
     assert costs.compute_time_s[conv] == pytest.approx(max(884736 / 1e6, moved / 1e7))
     assert costs.compute_energy_j[conv] == pytest.approx(costs.compute_time_s[conv] * 0.01)
-    # The input op reads the batch from storage.
+    # The input op reads the batch from storage; with DMA the CPU waits for it, awake.
     x = graph.index("x")
-    assert costs.compute_time_s[x] == transfer_cost(board, 12288, write=False).time_s
+    read = transfer_cost(board, 12288, write=False)
+    assert costs.compute_time_s[x] == read.time_s
+    assert costs.compute_energy_j[x] == pytest.approx(read.energy_j + read.time_s * 0.005)
+    # Without DMA the CPU moves the bytes itself, which the read's mover power prices.
+    read = transfer_cost(make_board(dma_channels=0), 12288, write=False)
+    without_dma = op_costs(graph, make_board(dma_channels=0))
+    assert (without_dma.compute_time_s[x], without_dma.compute_energy_j[x]) == (
+        read.time_s, read.energy_j)
 
 
 def test_memory_bound_op_is_priced_by_bytes():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import attrs
 import pytest
 from conftest import make_board
 from hypothesis import HealthCheck, given, settings
@@ -106,6 +107,28 @@ def test_bound_never_exceeds_the_optimum_on_random_tiny_dags(graph, fraction, mo
                                                              capacity) -> None:
     board = make_board(dma_channels=dma, read_latency_s=1e-4, write_latency_s=1e-4,
                        block_bytes=16, read_throughput_bytes_per_s=throughput)
+    _check_bound_on(graph, board, fraction, mode, deadline_pick, capacity)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graph=tiny_dags(), fraction=st.floats(0, 1), mode=st.sampled_from(MODES),
+       idle_share=st.floats(0.5, 1.0), wakeup_s=st.sampled_from([0.0, 1e-4, 1e-3, 1e-2]),
+       latency_s=st.sampled_from([1e-5, 1e-4, 1e-3]),
+       deadline_pick=st.one_of(st.none(), st.floats(0, 1)))
+def test_bound_never_exceeds_the_optimum_when_the_idle_cpu_draws_much(
+        graph, fraction, mode, idle_share, wakeup_s, latency_s, deadline_pick) -> None:
+    """A board like the Raspberry Pi 4, whose CPU idles at most of its active power: the
+    bound prices the CPU's wait for a page-in that cannot arrive in time (DMA)."""
+    board = make_board(read_latency_s=latency_s, write_latency_s=latency_s, block_bytes=16,
+                       wakeup_latency_s=wakeup_s)
+    board = attrs.evolve(board, cpu=attrs.evolve(
+        board.cpu, idle_power_w=idle_share * board.cpu.active_power_w))
+    _check_bound_on(graph, board, fraction, mode, deadline_pick, None)
+
+
+def _check_bound_on(graph, board, fraction, mode, deadline_pick, capacity) -> None:
+    """The bound of one random case is below the brute-force optimum, and None only when
+    no plan exists."""
     remat, paging = mode
     costs = op_costs(graph, board)
     low, _ = minimum_ram_bytes(graph)
@@ -267,3 +290,26 @@ def test_bound_is_below_the_brute_force_optimum_with_weight_holds(graph, fractio
         assert not feasible
     elif feasible:
         assert bound <= min(feasible) * (1 + 1e-9)
+
+
+def test_the_cpu_waiting_for_a_page_in_is_in_the_bound() -> None:
+    """Paging only, ``up`` must leave RAM for loss/grad's workspace and come back for
+    up/grad; its write and read take far longer than the ops between, so the CPU waits
+    for them at its idle power, and the bound says so (within the optimum)."""
+    graph = expand_graph()
+    board = make_board(wakeup_latency_s=1e-3)
+    board = attrs.evolve(board, cpu=attrs.evolve(board.cpu, idle_power_w=0.009))
+    costs = op_costs(graph, board)
+    optimum = BruteForce(graph, costs).optimum(100, remat=False, paging=True)
+    up = graph.index("up")
+    transfers_j = float(costs.pageout_energy_j[up] + costs.pagein_energy_j[up]
+                        + costs.wait.wake_j)
+    without_waiting = costs.plain_energy_j + transfers_j
+    bound = _bound(graph, costs, 100, board, remat=False)
+    # the wait: the write and the read (after a wake-up) less the ops between them
+    between_s = float(costs.compute_time_s[up + 1:-1].sum())
+    wait_s = (costs.wait.wakeup_s + float(costs.pageout_time_s[up] + costs.pagein_time_s[up])
+              - between_s)
+    assert wait_s > 0
+    assert bound >= without_waiting + 0.9 * wait_s * 0.009
+    assert bound <= optimum * (1 + 1e-9)

@@ -1,13 +1,14 @@
 """The simulator agrees with the optimizer on the ideal board (poetsim.sim vs poetsim.optimizer).
 
-On :func:`~poetsim.sim.ideal_board` nothing the optimizer leaves out costs anything (idle and
-sleep power, wake-ups, contention), so the simulated energy must equal the optimizer's active energy
-``sum(compute) + sum(page-in) + sum(page-out)`` (its energy without the time-proportional
-part, :class:`poetsim.costs.WaitPower`) and the simulated peak RAM its peak, byte for
-byte, for every schedule it produces. The schedules come from :func:`poetsim.optimizer.solve`
-with a short time limit (it returns its greedy warm start when SCIP finds nothing better),
-on two real boards, every zoo model and three budgets; budgets the optimizer proves
-infeasible are skipped. Each solve runs once per module.
+On :func:`~poetsim.sim.ideal_board` nothing the optimizer leaves out costs anything (idle
+and sleep power, wake-ups, contention), so the simulated energy must equal the optimizer's
+active energy ``sum(compute) + sum(page-in) + sum(page-out)`` (its energy without the
+time-proportional part, :class:`poetsim.costs.WaitPower`), priced with the ideal board's
+per-op costs (the data input op's CPU wait goes with the idle power), and the simulated
+peak RAM its peak, byte for byte, for every schedule it produces. The schedules come from
+:func:`poetsim.optimizer.solve` with a short time limit (it returns its greedy warm start
+when SCIP finds nothing better), on two real boards, every zoo model and three budgets;
+budgets the optimizer proves infeasible are skipped. Each solve runs once per module.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from __future__ import annotations
 import functools
 
 import pytest
-from conftest import paper_request
+from conftest import op_list_energy, paper_request
 
 from poetsim.boards import get_board
+from poetsim.costs import op_costs
 from poetsim.optimizer import SolveResult, SolveStatus, solve
 from poetsim.sim import ideal_board, simulate
 from poetsim.zoo import build_model, model_names
@@ -54,7 +56,11 @@ def test_ideal_board_reproduces_the_optimizer(model, board, ram):
     report = simulate(graph(model), ideal_board(get_board(board)), result.schedule,
                       budget_bytes=result.request.activation_budget_bytes)
     active_j = result.metrics.energy_j - result.metrics.wait_energy_j
-    assert report.energy_j == pytest.approx(active_j, rel=1e-3)
+    assert active_j == pytest.approx(op_list_energy(result.schedule, result.request.costs),
+                                     rel=1e-9)
+    ideal_costs = op_costs(graph(model), ideal_board(get_board(board)))
+    assert report.energy_j == pytest.approx(op_list_energy(result.schedule, ideal_costs),
+                                            rel=1e-3)
     assert report.peak_ram_bytes == result.metrics.peak_ram_bytes
     assert not report.violations, [v.message for v in report.violations]
     prediction = report.prediction

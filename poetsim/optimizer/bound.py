@@ -42,8 +42,10 @@ limit stops it. The tests check it against brute force on random tiny graphs.
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -57,13 +59,16 @@ __all__ = ["relaxation_bound_j"]
 
 #: How far up a chain of single-reader inputs a recomputation's needs are followed.
 _CASCADE_DEPTH = 4
+#: At most this many binaries per paged segment for its frontiers where being away makes
+#: the CPU wait for the write (:meth:`_Lane.free_after_write`).
+_FREE_BLOCKS = 8
 
 
 def _restore_energies(costs: OpCosts
-                      ) -> tuple[list[float], list[float], list[float], list[float]]:
+                      ) -> tuple[list[float], list[float], list[float], list[float], float]:
     """Energies of a recomputation, a page-in and a page-out, and of each op's first run
     (its held cost where less), that no plan can undercut (the time-proportional energy
-    folded in).
+    folded in), and the rest power folded in (0 when it is not).
 
     A plan's wait energy (:class:`poetsim.costs.WaitPower`) is at least ``rest_w`` times
     (compute time - storage busy time): the iteration lasts at least its compute, the CPU's
@@ -82,7 +87,8 @@ def _restore_energies(costs: OpCosts
         compute, pagein, pageout = (costs.compute_energy_j, costs.pagein_energy_j,
                                     costs.pageout_energy_j)
         held = np.minimum(compute, costs.held_compute_energy_j)
-    return compute.tolist(), pagein.tolist(), pageout.tolist(), held.tolist()
+        rest_w = 0.0
+    return compute.tolist(), pagein.tolist(), pageout.tolist(), held.tolist(), rest_w
 
 
 def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
@@ -101,7 +107,7 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
     n = len(graph)
     mem = [int(b) for b in costs.output_bytes]
     plain_s = costs.plain_time_s
-    compute_j, pagein_j, pageout_j, first_j = _restore_energies(costs)
+    compute_j, pagein_j, pageout_j, first_j, rest_w = _restore_energies(costs)
     plain_j = float(sum(first_j))
     # Energies relative to the plain schedule, so that the objective is of order one.
     scale = 1.0 / plain_j if plain_j > 0 else 1.0
@@ -120,17 +126,19 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
     model = Model("poet_bound")
     model.hideOutput()
     model.setParam("randomization/randomseedshift", int(seed))
-    model.setParam("limits/time", max(0.1, float(time_limit_s)))
     if node_limit is not None:
         WorkLimit(model).set(node_limit)
 
     written: dict[int, Any] = {}
+    lane = _Lane(model, costs, deadline_s, scale, rest_w) if paging and not costs.cpu_moves \
+        else None
     recomputes: list[tuple[int, Any]] = []
-    page_ins: list[tuple[int, Any]] = []
+    page_ins: list[tuple[int, Any, int]] = []  # (tensor, page-in, last stage)
 
-    def restore(x: int, tag: str) -> tuple[Any, Any]:
-        """Binaries for one restore of tensor ``x``: (their sum, the recompute or None)."""
-        parts, r = [], None
+    def restore(x: int, tag: str, end: int) -> tuple[Any, Any, Any]:
+        """Binaries for one restore of tensor ``x`` in a stage up to ``end``: (their sum,
+        the recompute or None, the page-in or None)."""
+        parts, r, p = [], None, None
         if remat:
             r = model.addVar(vtype="B", name=f"r_{x}_{tag}",
                              obj=scale * compute_j[x])
@@ -143,14 +151,14 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
             p = model.addVar(vtype="B", name=f"p_{x}_{tag}",
                              obj=scale * pagein_j[x])
             model.addCons(p <= written[x], name=f"written_{x}_{tag}")
-            page_ins.append((x, p))
+            page_ins.append((x, p, end))
             parts.append(p)
         if len(parts) > 1:
             model.addCons(quicksum(parts) <= 1, name=f"once_{x}_{tag}")
-        return (quicksum(parts) if parts else 0), r
+        return (quicksum(parts) if parts else 0), r, p
 
     def needs_inputs(x: int, recompute: Any, smallest: int, frontiers: tuple[int, ...],
-                     tag: str, depth: int) -> None:
+                     end: int, tag: str, depth: int) -> None:
         """Recomputing ``x`` within a segment needs each input u. An input read by x alone
         is not needed after x's first run: either it is restored too within the segment,
         or it stays in RAM from the segment's start until x is recomputed. Then at every
@@ -163,10 +171,14 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
             held = model.addVar(vtype="B", name=f"h_{u}_{tag}")
             for t in frontiers:
                 held_at[t].append((size, held))
-            back, recomputed = restore(u, f"{tag}_{u}")
+            back, recomputed, paged = restore(u, f"{tag}_{u}", end)
             model.addCons(recompute <= held + back, name=f"needs_{tag}_{x}_{u}")
+            if lane is not None and paged is not None:
+                # paged back, u stays until its write ends (or the CPU waits for it)
+                for t, q in lane.free_after_write(u, paged, frontiers).items():
+                    held_at[t].append((size, paged - q))
             if recomputed is not None and depth > 1:
-                needs_inputs(u, recomputed, size, frontiers, f"{tag}_{u}", depth - 1)
+                needs_inputs(u, recomputed, size, frontiers, end, f"{tag}_{u}", depth - 1)
 
     room = []
     for t in range(n):
@@ -186,11 +198,14 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
             start, previous = previous, end
             if not frontiers:
                 continue
-            away, recompute = restore(i, str(end))
+            away, recompute, paged = restore(i, str(end), end)
             for t in frontiers:
                 away_at[t][i] = away
+            if lane is not None and paged is not None:
+                for t, q in lane.free_after_write(i, paged, frontiers).items():
+                    away_at[t][i] = away - paged + q
             if recompute is not None and start != i:
-                needs_inputs(i, recompute, mem[i], (start, *frontiers), str(end),
+                needs_inputs(i, recompute, mem[i], (start, *frontiers), end, str(end),
                              _CASCADE_DEPTH)
 
     # u: the op runs its first time without its hold; otherwise the hold's bytes are in RAM
@@ -223,7 +238,8 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
         compute += quicksum(float(costs.compute_time_s[b] - costs.held_compute_time_s[b])
                             / deadline_s * u for b, u in unheld
                             if costs.compute_time_s[b] > costs.held_compute_time_s[b])
-        transfers = (quicksum(float(costs.pagein_time_s[i]) / deadline_s * p for i, p in page_ins)
+        transfers = (quicksum(float(costs.pagein_time_s[i]) / deadline_s * p
+                              for i, p, _ in page_ins)
                      + quicksum(float(costs.pageout_time_s[i]) / deadline_s * z
                                 for i, z in written.items()))
         if not costs.cpu_moves:
@@ -231,16 +247,28 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
             model.addCons(transfers <= 1.0, name="deadline_transfers")
         else:
             model.addCons(compute + transfers <= slack, name="deadline")
-    wake_j = costs.wait.wake_j - costs.wait.rest_w * costs.wait.wakeup_s
-    if written and wake_j > 0:
+    if written:
+        # every write is read back (an unread page-out is no plan's, see the MILP)
+        reads: dict[int, list[Any]] = {}
+        for x, p, _ in page_ins:
+            reads.setdefault(x, []).append(p)
+        for x, z in written.items():
+            model.addCons(z <= quicksum(reads[x]), name=f"read_{x}")
         # the storage starts asleep: any paging wakes it at least once
-        woken = model.addVar(vtype="B", name="woken", obj=scale * wake_j)
+        wake_j = costs.wait.wake_j - costs.wait.rest_w * costs.wait.wakeup_s
+        woken = model.addVar(vtype="B", name="woken", obj=scale * max(0.0, wake_j))
         for x, z in written.items():
             model.addCons(woken >= z, name=f"woken_{x}")
+        if lane is not None and page_ins:
+            lane.finish(recomputes, unheld, page_ins, written, woken)
     if storage_capacity_bytes is not None and written:
         model.addCons(quicksum(mem[i] * z for i, z in written.items()) <= storage_capacity_bytes,
                       name="capacity")
 
+    if out_of_time():
+        return plain_j
+    # the time limit covers building the program too
+    model.setParam("limits/time", max(0.1, give_up_at - time.perf_counter()))
     model.optimize()
     if model.getStatus() == "infeasible":
         return None
@@ -250,3 +278,110 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
     if not math.isfinite(dual) or abs(dual) >= 1e19:
         return plain_j
     return plain_j + max(0.0, dual) / scale
+
+
+class _Lane:
+    """The CPU's idle time on a board with DMA (one storage lane beside the CPU), priced
+    at its idle power and the rest power the restores do not already carry, in the stage
+    model of :func:`~poetsim.optimizer.plan.stage_timeline`:
+
+    * op ``i`` ends no sooner than ops ``0 .. i`` take once (``made[i]``), and tensor
+      ``i``'s write ends ``out_i`` after that on the one lane; the first transfer of the
+      iteration also wakes the storage, and it comes before ``i``'s write unless a tensor
+      made before ``i`` is written;
+    * a page-in of ``i`` for a stage up to ``j`` starts after that write, and the CPU then
+      has at least the ops after ``j`` left to run: the iteration lasts at least
+      ``made[i] + wake + out_i + in_i + tail(j)``;
+    * a written tensor's RAM is not given back before its write ends, so a tensor
+      restored only by page-ins within its segment, away at frontier ``t`` (its write
+      came first: nothing else brings it back for a later one), makes the iteration last
+      at least ``made[i] + wake + out_i + tail(t)``. Where that exceeds the ops' own time,
+      its memory credit at ``t`` gets its own binary, tied to this row;
+    * the lane also carries every transfer and the first wake-up.
+
+    The idle time is the makespan less the busy time the relaxation counts (every op
+    once, the counted recomputations): charging it overcharges by the busy time of runs
+    the relaxation does not count, which their energy covers as long as no run draws
+    less than the idle power, so that power is capped at the least energy-per-second of
+    any run."""
+
+    def __init__(self, model: Model, costs: OpCosts, deadline_s: float | None, scale: float,
+                 rest_w: float) -> None:
+        self.model, self.costs = model, costs
+        wait = costs.wait
+        self.first_s = np.minimum(costs.compute_time_s, costs.held_compute_time_s)
+        power = [wait.cpu_wait_w]
+        for energy, seconds in ((costs.compute_energy_j, costs.compute_time_s),
+                                (costs.held_compute_energy_j, costs.held_compute_time_s)):
+            busy = seconds > 0
+            if busy.any():
+                power.append(float((energy[busy] / seconds[busy]).min()))
+        idle_w = max(0.0, min(power)) + rest_w
+        self.finite = deadline_s is not None and math.isfinite(deadline_s) and deadline_s > 0
+        self.unit_s = deadline_s if self.finite else max(float(self.first_s.sum()), 1e-12)
+        self.made = np.cumsum(self.first_s)  # op i ends no sooner than made[i]
+        self.total_s = float(self.made[-1])
+        self.wake_s = wait.wakeup_s
+        self.idle = model.addVar(vtype="C", lb=0.0, name="idle",
+                                 obj=scale * idle_w * self.unit_s)
+        self.frees: list[tuple[int, Any, float]] = []  # (tensor, away at t, seconds)
+
+    def free_after_write(self, i: int, paged: Any, frontiers: Sequence[int]
+                         ) -> dict[int, Any]:
+        """For a segment of tensor ``i`` restored by page-in ``paged``: the frontiers where
+        being away needs the iteration to last longer than its ops, each with the binary
+        that replaces ``paged`` in the memory credit there. They come in at most
+        :data:`_FREE_BLOCKS` runs of frontiers, one binary each, priced at the run's last
+        frontier (the least left to run), so that long graphs stay small."""
+        written_s = float(self.made[i] + self.costs.pageout_time_s[i])
+        early = []
+        for t in frontiers:
+            if written_s + self.total_s - float(self.made[t]) + self.wake_s <= self.total_s:
+                break  # later frontiers have less left to run
+            early.append(t)
+        away: dict[int, Any] = {}
+        if not early:
+            return away
+        size = -(-len(early) // _FREE_BLOCKS)
+        for first in range(0, len(early), size):
+            block = early[first:first + size]
+            q = self.model.addVar(vtype="B", name=f"q_{i}_{block[0]}")
+            self.model.addCons(q <= paged, name=f"q_{i}_{block[0]}")
+            self.frees.append((i, q, written_s + self.total_s - float(self.made[block[-1]])))
+            away.update(dict.fromkeys(block, q))
+        return away
+
+    def finish(self, recomputes: list[tuple[int, Any]], unheld: list[tuple[int, Any]],
+               page_ins: list[tuple[int, Any, int]], written: dict[int, Any],
+               woken: Any) -> None:
+        """The rows, once every restore exists. The busy time and the count of tensors
+        written before each one are variables of their own, so that each row stays short."""
+        model, costs, unit_s = self.model, self.costs, self.unit_s
+        busy = model.addVar(vtype="C", lb=0.0, name="busy")
+        model.addCons(busy == float(self.first_s.sum()) / unit_s
+                      + quicksum(float(costs.compute_time_s[i]) / unit_s * r
+                                 for i, r in recomputes)
+                      + quicksum(float(costs.compute_time_s[b] - self.first_s[b]) / unit_s * u
+                                 for b, u in unheld), name="busy")
+        lane = quicksum(float(costs.pagein_time_s[i]) / unit_s * p for i, p, _ in page_ins)
+        lane += quicksum(float(costs.pageout_time_s[i]) / unit_s * z
+                         for i, z in written.items())
+        wake = self.wake_s / unit_s
+        model.addCons(busy + self.idle >= lane + wake * woken, name="lane_total")
+        if self.finite:
+            model.addCons(busy + self.idle <= 1.0, name="lane_deadline")
+        # before[k]: how many of the first k written tensors (by index) are written
+        order = sorted(written)
+        before: list[Any] = [0.0]
+        for x in order:
+            count = model.addVar(vtype="C", lb=0.0, name=f"before_{x}")
+            model.addCons(count == before[-1] + written[x], name=f"before_{x}")
+            before.append(count)
+        lasts = [(i, p, float(self.made[i] + costs.pageout_time_s[i] + costs.pagein_time_s[i])
+                  + self.total_s - float(self.made[end])) for i, p, end in page_ins]
+        for k, (i, v, seconds) in enumerate(lasts + self.frees):
+            if seconds + self.wake_s <= self.total_s:
+                continue  # never longer than the ops once: implied by idle >= 0
+            earlier = before[bisect.bisect_left(order, i)]
+            model.addCons(busy + self.idle >= seconds / unit_s * v + wake * (v - earlier),
+                          name=f"lane_{k}")
