@@ -29,6 +29,11 @@ smaller integer program whose optimum no stage plan can beat, in the stage notat
   sizes at every frontier of the segment. Without this, a cheap op over an expensive one
   (a ReLU over a linear layer) looks almost free to restore, and the bound is weak.
 
+* **The CPU's idle time** (boards with DMA, :class:`_Lane`): a page-in cannot arrive
+  before its tensor is made, the storage woken and the write done, a written tensor's RAM
+  is not given back before its write ends, and the CPU idles, at its idle power, for
+  what its ops do not cover. Every write is read back (an unread page-out is no plan's).
+
 * **Weight holds.** An op that can hold its weights (:mod:`poetsim.optimizer.plan`) runs
   once at its held cost at least; ``u`` (not held) pays the difference, and a hold puts
   its bytes at every frontier from its owner to the op.

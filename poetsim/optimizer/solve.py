@@ -66,7 +66,7 @@ _WINDOW_MIN_GAP = 1e-3
 #: Deterministic effort (``effort`` nodes in all): the relaxation bound, each window of
 #: the window search and the remat-only seed get these shares of it; the window search
 #: makes at most this many passes.
-_EFFORT_BOUND_SHARE = 0.05
+_EFFORT_BOUND_SHARE = 0.2
 _EFFORT_WINDOW_SHARE = 0.06
 _EFFORT_SEED_SHARE = 0.25
 #: Deterministic effort of the remat neighbourhood (:func:`_remat_neighbourhood`).
