@@ -237,7 +237,8 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
                       - quicksum(size * h for size, h in held)
                       >= total - room[t], name=f"frontier_{t}")
 
-    if deadline_s is not None and math.isfinite(deadline_s):
+    # with page-ins on a DMA board the lane's rows hold the deadline (_Lane.finish)
+    if deadline_s is not None and math.isfinite(deadline_s) and not (lane and page_ins):
         slack = (deadline_s - plain_s) / deadline_s
         compute = quicksum(float(costs.compute_time_s[i]) / deadline_s * r for i, r in recomputes)
         compute += quicksum(float(costs.compute_time_s[b] - costs.held_compute_time_s[b])
