@@ -60,7 +60,7 @@ MAX_DEADLINE_TIGHTENINGS = 3
 
 #: Part of the key of the MILP methods' runs: bumped when the optimizer's search changes,
 #: so that their cached runs go stale while the baselines' stay valid.
-SOLVER_VERSION = 16
+SOLVER_VERSION = 17
 
 #: The fields a cache entry keeps: everything an unjudged outcome holds but its schedule.
 _RUN_FIELDS = ("method", "status", "reason", "accounting", "budget_bytes",

@@ -185,6 +185,33 @@ def test_a_keep_guide_steers_evictions() -> None:
                for plan in unguided if plan is not None)
 
 
+def test_leave_evicts_as_told_and_brings_back_as_the_reader_needs(
+        residual: TrainingGraph) -> None:
+    """Told to leave r out of stages 5 to 7 (its readers are 4 and 8), with the whole plain
+    peak as the budget: dropped, r is recomputed (with fc1, also out by then) in stage 8;
+    written, it is paged out as soon as it is made (stage 2, its write then starts
+    earliest) and in again in stage 8. A tensor nothing could
+    bring back is kept: paging-only without ``write`` leaves r in RAM."""
+    graph = residual
+    costs = op_costs(graph, make_board())
+    budget = plain_peak(graph).bytes
+    n = len(graph)
+    leave = np.zeros((n, n), dtype=bool)
+    leave[5:8, 2] = True
+    dropped = greedy_plan(graph, costs, budget, leave=leave)
+    assert plan_violations(graph, dropped) == []
+    assert not dropped.keep[5:8, 2].any() and dropped.compute[8, 2] and dropped.compute[8, 1]
+    assert not dropped.page_out.any()
+    write = np.zeros(n, dtype=bool)
+    write[2] = True
+    paged = greedy_plan(graph, costs, budget, leave=leave, write=write)
+    assert plan_violations(graph, paged) == []
+    assert paged.page_out[2, 2] and paged.page_in[8, 2] and not paged.keep[5:8, 2].any()
+    assert paged.keep[3:5, 2].all()
+    assert int(paged.compute.sum()) == n
+    assert greedy_plan(graph, costs, budget, remat=False, leave=leave) == plain_plan(graph)
+
+
 def test_keeping_a_written_tensor_hides_its_write() -> None:
     """In the hand plan x is written in stage 0 and leaves RAM after stage 1, where the CPU
     waits for the write (DMA timeline). With room for x a while longer, overlap_transfers

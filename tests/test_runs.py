@@ -132,7 +132,9 @@ def test_a_solver_schedule_late_in_simulation_is_solved_again_with_a_tighter_dea
         monkeypatch):
     # The stage model prices the waits the board has (writes, page-ins before their
     # readers), so that POET's schedules are seldom late; here the board runs the first
-    # schedule 20% slower than the simulation says, which makes it late at 60% / 1.1x.
+    # schedule 10% slower than the simulation says, which makes it late at 60% / 1.1x (the
+    # first plan recomputes close to the deadline: 20% would ask for less than the plain
+    # time).
     import poetsim.runs as runs
 
     judged = []
@@ -140,7 +142,7 @@ def test_a_solver_schedule_late_in_simulation_is_solved_again_with_a_tighter_dea
     def slow_first(request, schedule, **options):
         report, verdict = check_on_board(request, schedule, **options)
         if not judged:
-            report = attrs.evolve(report, makespan_s=1.2 * report.makespan_s)
+            report = attrs.evolve(report, makespan_s=1.1 * report.makespan_s)
         judged.append(report.makespan_s)
         return report, verdict
 

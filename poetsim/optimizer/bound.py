@@ -53,6 +53,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 from pyscipopt import Model, quicksum
 
@@ -60,7 +61,7 @@ from poetsim.costs import OpCosts
 from poetsim.graph.graph import TrainingGraph
 from poetsim.optimizer.effort import WorkLimit
 
-__all__ = ["relaxation_bound_j"]
+__all__ = ["Relaxation", "relax", "relaxation_bound_j"]
 
 #: How far up a chain of single-reader inputs a recomputation's needs are followed.
 _CASCADE_DEPTH = 4
@@ -96,13 +97,35 @@ def _restore_energies(costs: OpCosts
     return compute.tolist(), pagein.tolist(), pageout.tolist(), held.tolist(), rest_w
 
 
+@attrs.frozen
+class Relaxation:
+    """The relaxation's answer: its lower bound (joules; None when the relaxation is
+    infeasible, and then no plan exists) and, when SCIP found a solution, that solution's
+    shape: ``away[t, i]``, tensor ``i`` is not in RAM at frontier ``t`` (so not kept into
+    stage ``t``), and ``paged[i]``, some segment of ``i`` is restored by a page-in. The
+    shape is what a plan that does as the relaxation says would leave out and write
+    (:func:`~poetsim.optimizer.heuristic.greedy_plan`'s ``leave`` and ``write``)."""
+
+    bound_j: float | None
+    away: np.ndarray | None = attrs.field(default=None, eq=False, repr=False)
+    paged: np.ndarray | None = attrs.field(default=None, eq=False, repr=False)
+
+
 def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
-                       deadline_s: float | None, *, remat: bool = True, paging: bool = True,
-                       storage_capacity_bytes: int | None = None,
-                       time_limit_s: float = 5.0, seed: int = 0, node_limit: int | None = None,
-                       limits_hit: list[str] | None = None) -> float | None:
+                       deadline_s: float | None, **options: Any) -> float | None:
     """A lower bound (joules) on the energy of every stage plan within the budget and
-    deadline, or None when the relaxation is infeasible (then no plan exists).
+    deadline, or None when the relaxation is infeasible (then no plan exists); the
+    options are :func:`relax`'s."""
+    return relax(graph, costs, budget_bytes, deadline_s, **options).bound_j
+
+
+def relax(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
+          deadline_s: float | None, *, remat: bool = True, paging: bool = True,
+          storage_capacity_bytes: int | None = None,
+          time_limit_s: float = 5.0, seed: int = 0, node_limit: int | None = None,
+          limits_hit: list[str] | None = None) -> Relaxation:
+    """The relaxation of the stage plans within the budget and deadline: its lower bound
+    and its solution's shape (:class:`Relaxation`).
 
     ``node_limit`` bounds SCIP's work (deterministic effort, see
     :mod:`poetsim.optimizer.effort`); the time limit is then a safety cap. ``limits_hit``
@@ -194,7 +217,7 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
     held_at: list[list[tuple[int, Any]]] = [[] for _ in range(n)]  # (bytes, held)
     for i in range(n):
         if i % 256 == 0 and out_of_time():
-            return plain_j
+            return Relaxation(plain_j)
         if mem[i] == 0:
             continue
         previous = i
@@ -231,7 +254,7 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
         if not held and total <= room[t]:
             continue
         if not tracked and not held:
-            return None  # room[t] < 0: op t cannot run at all
+            return Relaxation(None)  # room[t] < 0: op t cannot run at all
         # resident tracked + held <= room  <=>  sum m away - sum m held >= total - room
         model.addCons(quicksum(mem[i] * away for i, away in tracked.items())
                       - quicksum(size * h for size, h in held)
@@ -272,18 +295,32 @@ def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
                       name="capacity")
 
     if out_of_time():
-        return plain_j
+        return Relaxation(plain_j)
     # the time limit covers building the program too
     model.setParam("limits/time", max(0.1, give_up_at - time.perf_counter()))
     model.optimize()
     if model.getStatus() == "infeasible":
-        return None
+        return Relaxation(None)
     if model.getStatus() == "timelimit" and limits_hit is not None:
         limits_hit.append("time")
+    away = paged = None
+    if model.getNSols() > 0:
+        solution = model.getBestSol()
+        away = np.zeros((n, n), dtype=bool)
+        values: dict[int, bool] = {}  # a segment's expression is shared by its frontiers
+        for t in range(n):
+            for i, gone in away_at[t].items():
+                if id(gone) not in values:
+                    values[id(gone)] = (gone if isinstance(gone, int)
+                                        else model.getSolVal(solution, gone)) > 0.5
+                away[t, i] = values[id(gone)]
+        paged = np.zeros(n, dtype=bool)
+        for x, p, _ in page_ins:
+            paged[x] |= model.getSolVal(solution, p) > 0.5
     dual = model.getDualbound()
-    if not math.isfinite(dual) or abs(dual) >= 1e19:
-        return plain_j
-    return plain_j + max(0.0, dual) / scale
+    bound_j = (plain_j if not math.isfinite(dual) or abs(dual) >= 1e19
+               else plain_j + max(0.0, dual) / scale)
+    return Relaxation(bound_j, away, paged)
 
 
 class _Lane:

@@ -51,9 +51,12 @@ def plain_plan(graph: TrainingGraph) -> StagePlan:
 class _Greedy:
     def __init__(self, graph: TrainingGraph, costs: OpCosts, budget_bytes: int, *,
                  remat: bool, paging: bool, by_time: bool, cascade: bool,
-                 keep_guide: np.ndarray | None = None) -> None:
+                 keep_guide: np.ndarray | None = None, leave: np.ndarray | None = None,
+                 write: np.ndarray | None = None) -> None:
         self.graph = graph
         self.keep_guide = keep_guide
+        self.leave = leave
+        self.write = write
         self.n = len(graph)
         self.size = costs.output_bytes
         self.workspace = costs.workspace_bytes
@@ -150,12 +153,28 @@ class _Greedy:
             if t == 0 and self.stage_peak(set(), [], computes, keep) > self.budget:
                 return None
             newly_stored: set[int] = set()
+            if self.leave is not None and t + 1 < n:
+                for v in sorted(i for i in keep if self.leave[t + 1, i]):
+                    write = self.paging and self.write is not None and bool(self.write[v])
+                    if not (write or self.remat or v in stored):
+                        continue  # nothing could bring it back
+                    keep.discard(v)
+                    if write and v not in stored and v not in page_ins:
+                        # written right after it was made (kept since): the write starts
+                        # early, and the op list says the same (a write at the start of the
+                        # stage after the one that made it lowers to the same list)
+                        made = int(np.flatnonzero(m["compute"][:t + 1, v])[-1])
+                        m["page_out"][made, v] = True
+                        m["stored"][made + 1:t + 1, v] = True
+                        newly_stored.add(v)
             if t + 1 < n:
                 nxt = self.closure(t + 1, keep, stored)
                 if nxt is None:
                     return None
                 c2, p2 = nxt
-                after = {i for i in keep | set(c2) | set(p2) if self.last_reader[i] > t + 1}
+                after = {i for i in keep | set(c2) | set(p2) if self.last_reader[i] > t + 1
+                         and not (self.leave is not None and t + 2 < n
+                                  and self.leave[t + 2, i])}
                 deficit = self.stage_peak(keep, p2, c2, after) - self.budget
                 if deficit > 0:
                     read = set(c2) | {u for k in c2 for u in graph.predecessors(k)}
@@ -191,7 +210,8 @@ class _Greedy:
 
 def greedy_plan(graph: TrainingGraph, costs: OpCosts, budget_bytes: int, *, remat: bool = True,
                 paging: bool = True, by_time: bool = False, cascade: bool = False,
-                keep_guide: np.ndarray | None = None) -> StagePlan | None:
+                keep_guide: np.ndarray | None = None, leave: np.ndarray | None = None,
+                write: np.ndarray | None = None) -> StagePlan | None:
     """A feasible plan within ``budget_bytes`` of activation memory, or None.
 
     ``by_time`` ranks evictions by the time they cost instead of the energy, which helps
@@ -199,10 +219,14 @@ def greedy_plan(graph: TrainingGraph, costs: OpCosts, budget_bytes: int, *, rema
     (needed when recomputation is the only option); without it, bringing a tensor back is
     always a single recomputation. ``keep_guide[t, i]`` (e.g. an LP solution's keep
     values) ranks evictions before the cost does: the tensor least wanted in RAM in
-    stage ``t`` goes first.
+    stage ``t`` goes first. ``leave[t, i]`` (e.g. the relaxation bound's solution,
+    :class:`~poetsim.optimizer.bound.Relaxation`) evicts tensor ``i`` before stage ``t``
+    whether or not the budget needs it, paging it out when ``write[i]`` (and paging is
+    allowed), dropping it otherwise; the stage that reads it brings it back as any other
+    (paged in when written, else recomputed, with whatever of its inputs is away too).
     """
     return _Greedy(graph, costs, budget_bytes, remat=remat, paging=paging, by_time=by_time,
-                   cascade=cascade, keep_guide=keep_guide).run()
+                   cascade=cascade, keep_guide=keep_guide, leave=leave, write=write).run()
 
 
 def overlap_transfers(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
