@@ -43,6 +43,10 @@ more memory at any frontier (restores of other inputs and second restores within
 are simply not counted), so its optimum plus the every-op-once energy is a lower bound.
 SCIP's dual bound of the small program is used, so the result is valid even when the time
 limit stops it. The tests check it against brute force on random tiny graphs.
+
+Its solution, what it leaves out of RAM where and what it writes (:class:`Relaxation`), is
+also a plan's outline: where the bound is tight, the greedy that follows it
+(:func:`~poetsim.optimizer.heuristic.greedy_plan`) often ends within a percent of it.
 """
 
 from __future__ import annotations

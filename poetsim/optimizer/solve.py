@@ -416,7 +416,8 @@ def solve(request: Request, *, remat: bool = True, paging: bool = True,
     unless it is proven for the exact formulation.
 
     The steps, each a function below: refuse what no schedule can meet; start from the
-    best heuristic plan and the relaxation bound; seed with a remat-only solve; build the
+    best heuristic plan, the relaxation bound and the plan the relaxation's solution
+    suggests; seed with a remat-only solve; build the
     MILP; improve by a window search, then let SCIP search; conclude what was proven.
     """
     if not (time_limit_s > 0) or not math.isfinite(time_limit_s):
