@@ -23,7 +23,7 @@ from poetsim.boards import get_board
 from poetsim.costs import op_costs
 from poetsim.graph import ForwardGraph, Op, Phase, TrainingGraph, plain_peak
 from poetsim.graph.memory import minimum_ram_bytes
-from poetsim.optimizer.bound import relax, relaxation_bound_j
+from poetsim.optimizer.bound import relax
 from poetsim.optimizer.heuristic import greedy_plan
 from poetsim.optimizer.plan import (
     evaluate_plan,
@@ -36,8 +36,8 @@ from poetsim.zoo import build_model
 
 
 def _bound(graph, costs, budget, board, deadline=None, remat=True, paging=True):
-    return relaxation_bound_j(graph, costs, budget, deadline, remat=remat, paging=paging,
-                              storage_capacity_bytes=board.storage.capacity_bytes)
+    return relax(graph, costs, budget, deadline, remat=remat, paging=paging,
+                 storage_capacity_bytes=board.storage.capacity_bytes).bound_j
 
 
 @pytest.mark.parametrize("case", sorted(TINY))
@@ -146,8 +146,8 @@ def _check_bound_on(graph, board, fraction, mode, deadline_pick, capacity) -> No
     if deadline_pick is not None and times:
         deadline = times[min(int(deadline_pick * len(times)), len(times) - 1)] * (1 + 1e-9)
     feasible = [e for e, s in front if deadline is None or s <= deadline]
-    bound = relaxation_bound_j(graph, costs, budget, deadline, remat=remat, paging=paging,
-                               storage_capacity_bytes=capacity)
+    bound = relax(graph, costs, budget, deadline, remat=remat, paging=paging,
+                  storage_capacity_bytes=capacity).bound_j
     if bound is None:
         assert not feasible
     elif feasible:

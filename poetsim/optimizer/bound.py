@@ -65,7 +65,7 @@ from poetsim.costs import OpCosts
 from poetsim.graph.graph import TrainingGraph
 from poetsim.optimizer.effort import WorkLimit
 
-__all__ = ["Relaxation", "relax", "relaxation_bound_j"]
+__all__ = ["Relaxation", "relax"]
 
 #: How far up a chain of single-reader inputs a recomputation's needs are followed.
 _CASCADE_DEPTH = 4
@@ -86,7 +86,7 @@ def _restore_energies(costs: OpCosts
     ``E + rest_w t`` and each transfer at least ``E - rest_w t``, which is still the least
     cost of a restore as long as no transfer comes out negative; otherwise the active
     energies alone (the wait energy is never negative) are used. A plan that pages at all
-    also wakes the storage at least once, which :func:`relaxation_bound_j` adds.
+    also wakes the storage at least once, which :func:`relax` adds.
     """
     rest_w = costs.wait.rest_w
     compute = costs.compute_energy_j + rest_w * costs.compute_time_s
@@ -113,14 +113,6 @@ class Relaxation:
     bound_j: float | None
     away: np.ndarray | None = attrs.field(default=None, eq=False, repr=False)
     paged: np.ndarray | None = attrs.field(default=None, eq=False, repr=False)
-
-
-def relaxation_bound_j(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
-                       deadline_s: float | None, **options: Any) -> float | None:
-    """A lower bound (joules) on the energy of every stage plan within the budget and
-    deadline, or None when the relaxation is infeasible (then no plan exists); the
-    options are :func:`relax`'s."""
-    return relax(graph, costs, budget_bytes, deadline_s, **options).bound_j
 
 
 def relax(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
@@ -356,7 +348,7 @@ class _Lane:
                  rest_w: float) -> None:
         self.model, self.costs = model, costs
         wait = costs.wait
-        self.first_s = np.minimum(costs.compute_time_s, costs.held_compute_time_s)
+        self.first_s = costs.first_run_time_s
         power = [wait.cpu_wait_w]
         for energy, seconds in ((costs.compute_energy_j, costs.compute_time_s),
                                 (costs.held_compute_energy_j, costs.held_compute_time_s)):

@@ -98,6 +98,10 @@ class _Greedy:
                     return None
         return sorted(computes), sorted(page_ins)
 
+    def leaves(self, t: int, i: int) -> bool:
+        """Whether ``leave`` evicts tensor ``i`` before stage ``t``."""
+        return self.leave is not None and t < self.n and bool(self.leave[t, i])
+
     def stage_peak(self, start: set[int], page_ins: list[int], computes: list[int],
                    keep_after: set[int]) -> int:
         graph, size = self.graph, self.size
@@ -153,28 +157,26 @@ class _Greedy:
             if t == 0 and self.stage_peak(set(), [], computes, keep) > self.budget:
                 return None
             newly_stored: set[int] = set()
-            if self.leave is not None and t + 1 < n:
-                for v in sorted(i for i in keep if self.leave[t + 1, i]):
-                    write = self.paging and self.write is not None and bool(self.write[v])
-                    if not (write or self.remat or v in stored):
-                        continue  # nothing could bring it back
-                    keep.discard(v)
-                    if write and v not in stored and v not in page_ins:
-                        # written right after it was made (kept since): the write starts
-                        # early, and the op list says the same (a write at the start of the
-                        # stage after the one that made it lowers to the same list)
-                        made = int(np.flatnonzero(m["compute"][:t + 1, v])[-1])
-                        m["page_out"][made, v] = True
-                        m["stored"][made + 1:t + 1, v] = True
-                        newly_stored.add(v)
+            for v in sorted(i for i in keep if self.leaves(t + 1, i)):
+                write = self.paging and self.write is not None and bool(self.write[v])
+                if not (write or self.remat or v in stored):
+                    continue  # nothing could bring it back
+                keep.discard(v)
+                if write and v not in stored:  # (a tensor paged in is stored)
+                    # written right after it was made (kept since): the write starts early,
+                    # and the op list says the same (a write at the start of the stage after
+                    # the one that made it lowers to the same list)
+                    made = int(np.flatnonzero(m["compute"][:t + 1, v])[-1])
+                    m["page_out"][made, v] = True
+                    m["stored"][made + 1:t + 1, v] = True
+                    newly_stored.add(v)
             if t + 1 < n:
                 nxt = self.closure(t + 1, keep, stored)
                 if nxt is None:
                     return None
                 c2, p2 = nxt
-                after = {i for i in keep | set(c2) | set(p2) if self.last_reader[i] > t + 1
-                         and not (self.leave is not None and t + 2 < n
-                                  and self.leave[t + 2, i])}
+                after = {i for i in keep | set(c2) | set(p2)
+                         if self.last_reader[i] > t + 1 and not self.leaves(t + 2, i)}
                 deficit = self.stage_peak(keep, p2, c2, after) - self.budget
                 if deficit > 0:
                     read = set(c2) | {u for k in c2 for u in graph.predecessors(k)}
