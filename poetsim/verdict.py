@@ -35,11 +35,11 @@ from typing import Any
 
 import attrs
 
-from poetsim.baselines.base import predict
 from poetsim.errors import InternalError
 from poetsim.graph.streaming import WeightsOnStorage
 from poetsim.request import Accounting, Request
 from poetsim.schedule import Schedule
+from poetsim.schedule.model import predict
 from poetsim.sim import simulate
 from poetsim.sim.report import SimReport
 from poetsim.units import format_bytes
@@ -230,5 +230,5 @@ def check_on_board(request: Request, schedule: Schedule, *, trace: bool = False,
                       budget_bytes=request.ram_limit_bytes,
                       resident_bytes=request.resident_bytes, deadline_s=request.deadline_s,
                       costs=request.costs, trace=trace)
-    predicted = predict(request.graph, request.board, request.costs, schedule).energy_j
+    predicted = predict(request.graph, request.costs, schedule).energy_j
     return report, judge(request, report, notes=notes, predicted_energy_j=predicted)

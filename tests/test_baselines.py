@@ -26,7 +26,6 @@ from poetsim.baselines import (
     chen_sqrt_n,
     dtr,
     pofo,
-    predict,
     revolve,
 )
 from poetsim.baselines.base import OUT_OF_TIME
@@ -41,6 +40,7 @@ from poetsim.methods import METHODS, MethodStatus, Produced, SolverSettings, pro
 from poetsim.optimizer import SolveStatus, solve
 from poetsim.optimizer.plan import evaluate_plan, plan_from_schedule
 from poetsim.schedule import Action, Schedule, check_schedule, plain_schedule
+from poetsim.schedule.model import predict
 from poetsim.sim import simulate
 from poetsim.zoo import build_model
 
@@ -158,7 +158,7 @@ def test_solver_schedule_is_valid_or_refusal_is_explained(produced, graphs, cost
         # same active energy, on its own timeline for the waiting
         metrics = evaluate_plan(graph, costs[model], plan_from_schedule(graph, schedule))
         assert math.isclose(result.predicted_energy_j, metrics.energy_j, rel_tol=1e-9)
-        figures = predict(graph, board, costs[model], schedule)
+        figures = predict(graph, costs[model], schedule)
         assert math.isclose(figures.energy_j - figures.wait_energy_j,
                             metrics.energy_j - metrics.wait_energy_j, rel_tol=1e-9)
         assert result.predicted_energy_j > 0 and result.predicted_time_s > 0
@@ -199,7 +199,7 @@ def test_budget_aware_methods_match_plain_at_full_ram(results, produced, graphs,
         # every op once, nothing paged: the least any schedule spends, so proven optimal
         assert result.status is MethodStatus.OPTIMAL, (method, result.reason)
         assert math.isclose(result.predicted_energy_j, plain_energy, rel_tol=1e-9), method
-        energy = predict(graphs[model], board, costs[model], schedule).energy_j
+        energy = predict(graphs[model], costs[model], schedule).energy_j
         assert math.isclose(energy, plain_energy, rel_tol=1e-9), method
 
 
@@ -381,7 +381,7 @@ def test_predict_matches_cost_model(produced, graphs, costs, board):
     expected += sum(float(c.pageout_energy_j[s.op]) for s in steps
                     if s.action is Action.PAGE_OUT)
     expected += sum(float(c.pagein_energy_j[s.op]) for s in steps if s.action is Action.PAGE_IN)
-    figures = predict(graph, board, c, result.schedule)
+    figures = predict(graph, c, result.schedule)
     assert math.isclose(figures.energy_j - figures.wait_energy_j, expected, rel_tol=1e-12)
     assert figures.time_s >= float(c.compute_time_s.sum()) * (1 - 1e-12)
     # the waiting: this schedule pages, so the storage wakes at least once and the CPU

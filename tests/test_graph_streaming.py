@@ -8,7 +8,6 @@ import json
 import attrs
 import pytest
 
-from poetsim.baselines.base import predict
 from poetsim.boards import get_board
 from poetsim.costs import op_costs, transfer_cost, wait_power
 from poetsim.graph.graph import inplace_gradient_bytes
@@ -23,6 +22,7 @@ from poetsim.graph.streaming import (
 )
 from poetsim.request import resolve_request
 from poetsim.schedule import plain_schedule
+from poetsim.schedule.model import predict
 from poetsim.verdict import check_on_board
 from poetsim.zoo import build_model, zoo_options
 
@@ -365,7 +365,7 @@ def test_page_transfers_wait_for_the_ops_that_stream_weights_from_the_same_card(
     held, shared_s = overlap_s()
     assert shared_s == 0.0
     # the op-list model makes the same ops wait for the transfers before them
-    predicted = predict(streamed, board, request.costs, _paging(streamed, "relu1"))
+    predicted = predict(streamed, request.costs, _paging(streamed, "relu1"))
     assert predicted.time_s == pytest.approx(held.makespan_s, rel=1e-5)
     assert predicted.energy_j == pytest.approx(held.energy_j, rel=1e-5)
     monkeypatch.setattr(DmaEngine, "hold", lambda self: None)  # the device shared freely

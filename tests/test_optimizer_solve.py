@@ -1262,9 +1262,9 @@ def test_graphs_beyond_stage_form_get_the_best_checked_op_list(monkeypatch):
     import sys
 
     from poetsim.baselines import dtr
-    from poetsim.baselines.base import predict
     from poetsim.boards import get_board
     from poetsim.optimizer import SolveStatus
+    from poetsim.schedule.model import predict
 
     monkeypatch.setattr(sys.modules["poetsim.optimizer.solve"], "STAGE_MAX_OPS", 10)
     graph, board = build_model("mlp", layers=4, width=64), get_board("rpi4")
@@ -1276,7 +1276,7 @@ def test_graphs_beyond_stage_form_get_the_best_checked_op_list(monkeypatch):
     assert "more than the 10 the stage MILP can take" in result.message and "dtr" in result.message
     assert check_schedule(graph, result.schedule, budget_bytes=budget).valid
     assert result.schedule.steps == warm.steps
-    assert result.metrics.energy_j == predict(graph, board, request.costs, warm).energy_j
+    assert result.metrics.energy_j == predict(graph, request.costs, warm).energy_j
     assert result.metrics.recomputations > 0 and result.metrics.peak_stage == -1
     assert result.bound_j == request.plain_energy_j
     assert result.gap == pytest.approx(1 - request.plain_energy_j / result.objective_j)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import make_board, paper_request, residual_graph
 
-from poetsim.errors import InputError
+from poetsim.errors import InputError, ScheduleError
 from poetsim.optimizer import solve
 from poetsim.report import (
     CELL_COMPUTE,
@@ -135,7 +135,7 @@ def test_schedule_matrix_plain_schedule_is_diagonal(graph):
 
 def test_schedule_matrix_rejects_foreign_op(graph):
     bad = Schedule("residual", "0" * 64, [Step(C, 0, 0), Step(C, 99, 1)])
-    with pytest.raises(InputError, match="op 99"):
+    with pytest.raises(ScheduleError, match="op index 99"):
         schedule_matrix(graph, bad)
 
 

@@ -305,26 +305,24 @@ def test_plain_schedule_is_valid_with_the_plain_peak(graph):
 
 @pytest.mark.parametrize("model", ["mlp", "resnet18_cifar", "transformer_block"])
 def test_the_shared_ram_rule_agrees_with_the_checker(model):
-    """poetsim.schedule.ops.ram_during_steps (read by predictions and the transfer
-    planner) and the independent checker give the same peak on real schedules."""
+    """The replay's RAM column (read by predictions and the transfer planner) and the
+    checker with a resident region give the same peak on real schedules."""
     from poetsim.boards import get_board
     from poetsim.methods import produce
     from poetsim.request import resolve_request
-    from poetsim.schedule.ops import ram_during_steps
+    from poetsim.schedule.replay import replay
     from poetsim.zoo import build_model
 
     graph = build_model(model)
-    sizes = [op.output_bytes for op in graph.ops]
-    workspace = [op.workspace_bytes for op in graph.ops]
     request = resolve_request(graph, get_board("rpi4"), ram="70%", accounting="paper")
     for method in ("checkpoint_all", "dtr", "capuchin"):
         schedule = produce(request, method).schedule
         if schedule is None:
             continue
-        check = check_schedule(graph, schedule)
-        ram = ram_during_steps(schedule.steps, sizes, workspace, resident_bytes=7)
+        check = check_schedule(graph, schedule, resident_bytes=7)
+        ram = replay(graph, schedule).ram_bytes
         assert len(ram) == len(schedule.steps)
-        assert max(ram) == check.peak_ram_bytes + 7
+        assert max(ram) + 7 == check.peak_ram_bytes
 
 
 def test_an_inplace_update_runs_once():
@@ -457,17 +455,15 @@ def test_a_hold_replaces_the_backward_ops_read(streamed):
 
 def test_held_weights_count_in_ram_from_the_hold_to_the_drop(streamed):
     from poetsim.graph.streaming import held_bytes as held_bytes_of
-    from poetsim.schedule.ops import ram_during_steps
+    from poetsim.schedule.replay import replay
 
     held_bytes = held_bytes_of(streamed)
     b = streamed.index("fc1/grad")
     assert held_bytes[b] == 50240 and sum(held_bytes) == 50240 + 1088 + 680
     plain = plain_schedule(streamed)
     s = with_holds(streamed, plain.steps, ["fc1/grad"])
-    sizes = [op.output_bytes for op in streamed.ops]
-    workspace = [op.workspace_bytes for op in streamed.ops]
-    ram = ram_during_steps(s.steps, sizes, workspace, held_bytes=held_bytes)
-    base = ram_during_steps(plain.steps, sizes, workspace)
+    ram = replay(streamed, s).ram_bytes
+    base = replay(streamed, plain).ram_bytes
     pairs = _pairs(s)
     hold, drop = pairs.index((Action.HOLD_WEIGHTS, b)), pairs.index((Action.DROP_WEIGHTS, b))
     f = streamed.index("fc1")
@@ -485,8 +481,6 @@ def test_held_weights_count_in_ram_from_the_hold_to_the_drop(streamed):
     v = check_schedule(streamed, s, budget_bytes=ram[hold] - 1).violation
     assert (v.rule, v.position) == ("budget_exceeded", hold)
     assert "holding the weights of 'fc1/grad'" in v.message
-    with pytest.raises(ValueError, match="needs held_bytes"):
-        ram_during_steps(s.steps, sizes, workspace)
 
 
 def _insert(schedule: Schedule, at, *steps: Step) -> Schedule:

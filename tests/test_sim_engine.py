@@ -220,8 +220,8 @@ def test_held_weights_are_not_read_again_and_the_run_is_cheaper(label):
     compute cost; the simulation passes, equals the op-list model and beats streaming."""
     from test_schedule_check import with_holds
 
-    from poetsim.baselines.base import predict
     from poetsim.schedule import Action, check_schedule
+    from poetsim.schedule.model import predict
 
     request = _streamed_request(label)
     graph, costs = request.graph, request.costs
@@ -233,7 +233,7 @@ def test_held_weights_are_not_read_again_and_the_run_is_cheaper(label):
     for name, schedule in (("plain", plain), ("held", held)):
         report, verdict = check_on_board(request, schedule, trace=True)
         assert verdict.passed and verdict.label == "PASS", verdict.violations
-        predicted = predict(graph, request.board, costs, schedule)
+        predicted = predict(graph, costs, schedule)
         assert report.energy_j == pytest.approx(predicted.energy_j, rel=1e-6)
         assert report.makespan_s == pytest.approx(predicted.time_s, rel=1e-6)
         assert report.peak_ram_bytes - report.resident_bytes == predicted.peak_ram_bytes \
@@ -266,8 +266,8 @@ def test_a_held_run_holds_the_storage_only_to_write_back(label, monkeypatch):
     it)."""
     from test_schedule_check import with_holds
 
-    from poetsim.baselines.base import predict
     from poetsim.schedule import Action
+    from poetsim.schedule.model import predict
     from poetsim.sim.dma import DmaEngine
 
     request = _streamed_request(label)
@@ -302,7 +302,7 @@ def test_a_held_run_holds_the_storage_only_to_write_back(label, monkeypatch):
         assert page_in.trigger_step < page_in.step and "fc2/grad" in beside
     # the op-list model starts a page-in at its step, the simulator may prefetch it: they
     # agree closely, not exactly
-    predicted = predict(graph, request.board, request.costs, schedule)
+    predicted = predict(graph, request.costs, schedule)
     assert report.energy_j == pytest.approx(predicted.energy_j, rel=1e-3)
     assert report.makespan_s == pytest.approx(predicted.time_s, rel=1e-3)
     assert report.makespan_s <= predicted.time_s * (1 + 1e-9)

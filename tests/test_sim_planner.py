@@ -8,6 +8,7 @@ from test_sim_support import PAGE_BOTH, PAGE_R, PAGE_X, evolve, hand
 
 from poetsim.costs import op_costs
 from poetsim.schedule import Action, check_schedule, plain_schedule
+from poetsim.schedule.replay import replay
 from poetsim.sim import simulate
 from poetsim.sim.planner import ProgramProfile, _Lane, plan_transfers, program_profile
 
@@ -34,7 +35,7 @@ def test_profile_reproduces_the_checker_peak_and_counts(residual):
         schedule = hand(residual, *lines)
         check = check_schedule(residual, schedule, resident_bytes=7)
         costs = op_costs(residual, make_board())
-        profile = program_profile(residual, schedule.steps, costs, resident_bytes=7,
+        profile = program_profile(replay(residual, schedule), costs, resident_bytes=7,
                                   cpu_moves_bytes=False)
         assert profile.peak_bytes == check.peak_ram_bytes
         assert profile.counts[Action.PAGE_IN] == check.page_ins
@@ -44,9 +45,9 @@ def test_profile_reproduces_the_checker_peak_and_counts(residual):
 def test_profile_times_include_transfers_only_when_the_cpu_moves_bytes(residual):
     schedule = hand(residual, *PAGE_R)
     costs = op_costs(residual, make_board())
-    with_dma = program_profile(residual, schedule.steps, costs, resident_bytes=0,
+    with_dma = program_profile(replay(residual, schedule), costs, resident_bytes=0,
                                cpu_moves_bytes=False)
-    without = program_profile(residual, schedule.steps, costs, resident_bytes=0,
+    without = program_profile(replay(residual, schedule), costs, resident_bytes=0,
                               cpu_moves_bytes=True)
     r = residual.index("r")
     assert with_dma.end_s == pytest.approx(float(costs.compute_time_s.sum()))
@@ -91,7 +92,7 @@ def test_when_two_page_ins_would_contend_one_starts_earlier(residual):
         if step.action is Action.COMPUTE:
             t += 0.5e-3 if step.op in short else 10e-3
     profile = ProgramProfile(start, [0] * len(start), 0, t, {}, 0)
-    plan = plan_transfers(residual, schedule.steps, costs, profile, ram_limit_bytes=1 << 20,
+    plan = plan_transfers(replay(residual, schedule), costs, profile, ram_limit_bytes=1 << 20,
                           dma=True)
     read_r, read_x = [p for p in plan if p.kind == "page_in"]
     duration = float(costs.pagein_time_s[residual.index("x")])
@@ -122,9 +123,9 @@ def test_a_prefetch_that_would_exceed_the_ram_limit_is_delayed(residual):
 def test_without_dma_transfers_run_at_their_own_step(residual):
     costs = op_costs(residual, make_board(dma_channels=0))
     schedule = hand(residual, *PAGE_R)
-    profile = program_profile(residual, schedule.steps, costs, resident_bytes=0,
+    profile = program_profile(replay(residual, schedule), costs, resident_bytes=0,
                               cpu_moves_bytes=True)
-    plan = plan_transfers(residual, schedule.steps, costs, profile, ram_limit_bytes=1 << 20,
+    plan = plan_transfers(replay(residual, schedule), costs, profile, ram_limit_bytes=1 << 20,
                           dma=False)
     assert [(p.kind, p.step, p.trigger_step) for p in plan] == [("page_out", 4, 4),
                                                                ("page_in", 15, 15)]

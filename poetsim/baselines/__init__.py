@@ -31,8 +31,6 @@ from poetsim.baselines.base import (
     OK,
     STATUSES,
     BaselineResult,
-    OpListFigures,
-    predict,
 )
 from poetsim.baselines.capuchin import capuchin
 from poetsim.baselines.checkpoint_all import checkpoint_all
@@ -43,8 +41,8 @@ from poetsim.baselines.revolve import revolve
 
 __all__ = [
     "BASELINES", "CHAIN_ONLY", "INFEASIBLE", "NOT_APPLICABLE", "OK", "STATUSES",
-    "BaselineResult", "OpListFigures", "capuchin", "checkpoint_all", "chen_greedy",
-    "chen_sqrt_n", "dtr", "pofo", "predict", "revolve",
+    "BaselineResult", "capuchin", "checkpoint_all", "chen_greedy",
+    "chen_sqrt_n", "dtr", "pofo", "revolve",
 ]
 
 #: Every heuristic baseline by name.

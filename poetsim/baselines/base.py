@@ -16,12 +16,11 @@ its time (:func:`out_of_time`).
 Every schedule a baseline returns passes :func:`poetsim.schedule.check_schedule` at the
 budget (``finish`` asserts it) and carries metadata ``{"method", "budget_activation_bytes",
 ...}``. The predicted figures are computed from the op list itself (:func:`predict`), not
-from the method's internal model.
+from the method's internal model: :func:`poetsim.schedule.model.predict`.
 """
 
 from __future__ import annotations
 
-import heapq
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -35,12 +34,14 @@ from poetsim.errors import InputError, OutOfTime
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import fingerprint_known, graph_fingerprint
 from poetsim.graph.streaming import weight_steps
-from poetsim.schedule import Action, Schedule, Step, check_schedule
-from poetsim.schedule.ops import ram_during_steps, with_weight_steps
+from poetsim.schedule import Action, Schedule, Step
+from poetsim.schedule.model import predict
+from poetsim.schedule.ops import with_weight_steps
+from poetsim.schedule.replay import ContractViolation, replay
 
 __all__ = ["INFEASIBLE", "NOT_APPLICABLE", "OK", "OUT_OF_TIME", "STATUSES", "BaselineResult",
-           "OpListFigures", "OutOfTime", "Ticker", "check_budget", "costs_for", "finish",
-           "finish_estimate_s", "infeasible", "not_applicable", "out_of_time", "predict",
+           "OutOfTime", "Ticker", "check_budget", "costs_for", "finish",
+           "finish_estimate_s", "infeasible", "not_applicable", "out_of_time",
            "ran_out_of_time"]
 
 OK = "ok"
@@ -62,9 +63,10 @@ class BaselineResult:
     """The outcome of one baseline on one (graph, board, budget).
 
     ``energy_j`` / ``time_s`` / ``peak_ram_bytes`` are predicted from the op list
-    (:func:`predict`); ``peak_ram_bytes`` is activation bytes (no resident region), the
-    figure ``budget_bytes`` bounds. They are ``None`` without a schedule. ``details``
-    holds method-specific facts (checkpoints chosen, thresholds, solver status, ...).
+    (:func:`~poetsim.schedule.model.predict`); ``peak_ram_bytes`` is activation bytes (no
+    resident region), the figure ``budget_bytes`` bounds. They are ``None`` without a
+    schedule. ``details`` holds method-specific facts (checkpoints chosen, thresholds, solver
+    status, ...).
     """
 
     method: str
@@ -104,19 +106,6 @@ class BaselineResult:
         }
 
 
-@attrs.frozen
-class OpListFigures:
-    """Energy, time and peak of an op list under the per-op cost model."""
-
-    energy_j: float
-    compute_energy_j: float
-    transfer_energy_j: float
-    wait_energy_j: float
-    storage_wakeups: int
-    time_s: float
-    peak_ram_bytes: int
-
-
 def costs_for(graph: TrainingGraph, board: Board, costs: OpCosts | None) -> OpCosts:
     """``costs`` if given (checked to cover the graph), else ``op_costs(graph, board)``."""
     if costs is None:
@@ -125,99 +114,6 @@ def costs_for(graph: TrainingGraph, board: Board, costs: OpCosts | None) -> OpCo
         raise InputError(f"costs cover {len(costs)} ops, but graph {graph.name!r} has "
                          f"{len(graph.ops)}")
     return costs
-
-
-def predict(graph: TrainingGraph, board: Board, costs: OpCosts, steps: Schedule | list[Step]
-            ) -> OpListFigures:
-    """Predicted energy, time and activation peak of an op list.
-
-    Energy: every COMPUTE at its op's compute energy, every PAGE_OUT / PAGE_IN at its
-    transfer energy, plus the time-proportional energy of the timeline below
-    (:class:`poetsim.costs.WaitPower`). Time: without DMA everything runs in list order on
-    the CPU; with DMA, transfers run one at a time on a transfer lane, a page-out starts at
-    its step, a page-in starts at its step (or when the lane frees up) and a COMPUTE waits
-    for the page-ins of its inputs, and for the writes of tensors freed while they were
-    written when their RAM is needed to stay within the schedule's own peak (as the
-    simulator's CPU does); an op that streams weights (``OpCosts.streams``) waits for
-    every transfer before it, as it holds the storage, when it reads them (READ_WEIGHTS
-    right before it) or writes them back (WRITE_WEIGHTS right after it); a run on held
-    weights that writes nothing back does not. A COMPUTE right after its READ_WEIGHTS costs
-    the op's compute time and energy, any other its held ones (``held_compute_*``: the
-    same for an op reading no weights from storage). A transfer that finds the storage
-    asleep (the first, or one more than the auto-sleep timeout after the previous one
-    ended) waits for its wake-up first. Peak: activation bytes by the contract's rule
-    (:func:`poetsim.schedule.ops.ram_during_steps`), held weights included.
-    """
-    steps = list(steps.steps if isinstance(steps, Schedule) else steps)
-    ram = ram_during_steps(steps, costs.output_bytes.tolist(), costs.workspace_bytes.tolist(),
-                           held_bytes=costs.held_bytes.tolist())
-    peak = max(ram, default=0)
-    wait = costs.wait
-    written: dict[int, float] = {}  # tensor -> when its page-out ends
-    held: list[tuple[float, int]] = []  # heap of (write end, bytes) of tensors freed while written
-    held_bytes = 0
-    e_compute = e_transfer = 0.0
-    overlap = not costs.cpu_moves  # the cost model says who moves the bytes
-    cpu = lane = 0.0
-    busy_cpu = busy_storage = 0.0
-    wakeups = 0
-    last_end: float | None = None  # when the storage's last transfer ended
-    ready: dict[int, float] = {}
-
-    def transfer(start: float, seconds: float) -> float:
-        """Run one transfer from ``start`` (waking the storage if it sleeps); its end."""
-        nonlocal wakeups, last_end, busy_storage
-        if last_end is None or start - last_end > wait.awake_s:
-            wakeups += 1
-            start += wait.wakeup_s
-        last_end = start + seconds
-        busy_storage += seconds
-        return last_end
-
-    for number, step in enumerate(steps):
-        k = step.op
-        if step.action is Action.COMPUTE:
-            read = number > 0 and steps[number - 1].action is Action.READ_WEIGHTS
-            seconds = float((costs.compute_time_s if read else costs.held_compute_time_s)[k])
-            e_compute += float((costs.compute_energy_j if read
-                                else costs.held_compute_energy_j)[k])
-            start = max([cpu] + [ready.get(u, 0.0) for u in graph.predecessors(k)])
-            # as the contract prices it: a run holds the storage when it reads its weights
-            # (READ_WEIGHTS before it) or writes them back (WRITE_WEIGHTS after it)
-            occupies = costs.streams[k] and (read or bool(costs.writeback_bytes[k]))
-            if overlap and occupies:  # it holds the storage: transfers end first
-                start = max(start, lane)
-            # a freed tensor's RAM returns when its write ends: wait for as many writes as
-            # the schedule's own peak needs
-            while held and (held[0][0] <= start or ram[number] + held_bytes > peak):
-                end, nbytes = heapq.heappop(held)
-                start, held_bytes = max(start, end), held_bytes - nbytes
-            cpu = start + seconds
-            busy_cpu += seconds
-            ready[k] = cpu
-        elif step.action in (Action.PAGE_OUT, Action.PAGE_IN):
-            write = step.action is Action.PAGE_OUT
-            seconds = float((costs.pageout_time_s if write else costs.pagein_time_s)[k])
-            e_transfer += float((costs.pageout_energy_j if write else costs.pagein_energy_j)[k])
-            if overlap:
-                lane = transfer(max(lane, cpu), seconds)
-            else:
-                cpu = transfer(cpu, seconds)
-                busy_cpu += seconds
-            if write:
-                written[k] = lane if overlap else cpu
-            else:
-                ready[k] = lane if overlap else cpu
-        elif step.action is Action.FREE and written.get(k, 0.0) > cpu:
-            heapq.heappush(held, (written[k], int(costs.output_bytes[k])))
-            held_bytes += int(costs.output_bytes[k])
-    makespan = max(cpu, lane)
-    e_wait = wait.energy_j(makespan_s=makespan, cpu_busy_s=busy_cpu,
-                           storage_busy_s=busy_storage, wakeups=wakeups)
-    return OpListFigures(energy_j=e_compute + e_transfer + e_wait, compute_energy_j=e_compute,
-                         transfer_energy_j=e_transfer, wait_energy_j=e_wait,
-                         storage_wakeups=wakeups, time_s=makespan,
-                         peak_ram_bytes=peak)
 
 
 def not_applicable(method: str, reason: str, budget_bytes: int,
@@ -245,24 +141,22 @@ def finish(method: str, graph: TrainingGraph, board: Board, costs: OpCosts, budg
     """
     raw = with_weight_steps(steps.steps if isinstance(steps, Schedule) else steps,
                             *weight_steps(graph))
-    capacity = board.storage.capacity_bytes
     schedule = Schedule(graph.name, graph_fingerprint(graph), raw, {})
-    check = check_schedule(graph, schedule, storage_capacity_bytes=capacity)
-    if not check.valid and check.violation.rule == "storage_full":
+    try:
+        replayed = replay(graph, schedule, storage_capacity_bytes=board.storage.capacity_bytes)
+    except ContractViolation as err:
+        if err.violation.rule != "storage_full":
+            raise AssertionError(f"{method} produced an invalid schedule: {err}") from None
         # like a schedule over the RAM budget: the method's plan does not fit this board
         return infeasible(method, f"its schedule does not fit the board's storage: "
-                          f"{check.violation.message}", budget_bytes, deadline_s, details)
-    if not check.valid:
-        raise AssertionError(f"{method} produced an invalid schedule: "
-                             f"{check.violation.message} [{check.violation.rule}]")
+                          f"{err.violation.message}", budget_bytes, deadline_s, details)
     details = dict(details or {})
-    if check.peak_ram_bytes > budget_bytes:
+    if replayed.peak_bytes > budget_bytes:
         return infeasible(method, (
-            f"its schedule needs {check.peak_ram_bytes} B of activation RAM, over the budget "
+            f"its schedule needs {replayed.peak_bytes} B of activation RAM, over the budget "
             f"of {budget_bytes} B"), budget_bytes, deadline_s,
-            {**details, "peak_ram_bytes": check.peak_ram_bytes})
-    figures = predict(graph, board, costs, raw)
-    assert figures.peak_ram_bytes == check.peak_ram_bytes
+            {**details, "peak_ram_bytes": replayed.peak_bytes})
+    figures = predict(graph, costs, replayed)
     meta: dict[str, Any] = {
         "method": method, "board": board.name, "budget_activation_bytes": int(budget_bytes),
         "predicted_energy_j": figures.energy_j, "predicted_time_s": figures.time_s,
@@ -271,14 +165,15 @@ def finish(method: str, graph: TrainingGraph, board: Board, costs: OpCosts, budg
     if deadline_s is not None:
         meta["deadline_s"] = float(deadline_s)
     meta.update(metadata or {})
-    # The check above is the check at the budget too (its peak is within it): a second
+    # The replay above is the check at the budget too (its peak is within it): a second
     # replay of the stamped schedule, metadata aside the same, would only cost time
     schedule = schedule.with_metadata(**meta)
     return BaselineResult(
         method=method, status=OK, schedule=schedule, budget_bytes=budget_bytes,
         deadline_s=deadline_s, energy_j=figures.energy_j, time_s=figures.time_s,
-        peak_ram_bytes=figures.peak_ram_bytes, recomputations=check.recomputes,
-        page_outs=check.page_outs, page_ins=check.page_ins, details=details)
+        peak_ram_bytes=figures.peak_ram_bytes, recomputations=replayed.recomputes,
+        page_outs=replayed.counts[Action.PAGE_OUT], page_ins=replayed.counts[Action.PAGE_IN],
+        details=details)
 
 
 def out_of_time(stop_at: float | None) -> bool:

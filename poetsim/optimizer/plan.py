@@ -55,6 +55,7 @@ from poetsim.graph.io import graph_fingerprint
 from poetsim.graph.streaming import hold_owners, weight_steps
 from poetsim.schedule import Action, Schedule, Step
 from poetsim.schedule.ops import with_weight_steps
+from poetsim.schedule.replay import ContractViolation, Replay
 
 __all__ = ["PlanMetrics", "StagePlan", "StageTimeline", "drop_idle_keeps",
            "drop_unread_page_outs", "evaluate_plan", "held_bytes_in", "held_savings",
@@ -482,36 +483,43 @@ def plan_from_schedule(graph: TrainingGraph, schedule: Schedule) -> StagePlan | 
     (where :func:`lower_plan` puts such page-outs), unless the tensor is freed before that
     stage starts.
     """
+    try:
+        return _lift(graph, schedule)
+    except ContractViolation:  # not a valid op list: no stage form either
+        return None
+
+
+def _lift(graph: TrainingGraph, schedule: Schedule) -> StagePlan | None:
     n = len(graph)
     m = StagePlan.empty(n)
     m["hold"] = np.zeros(n, dtype=bool)
-    resident: set[int] = set()
-    stored: set[int] = set()
     t = 0          # the stage being filled
     started = False
-    computed = [False] * n
     pending: list[int] = []  # page-outs of older tensors after op t's first computation
     held: list[int] = []  # ops whose weights the list holds before their first run
+    walk = Replay(graph, schedule)  # its sets: the list's state before each step
+    resident, computed = walk.resident, walk.computed
 
     def write(stage: int, i: int) -> None:
         m["page_out"][stage, i] = True
-        stored.add(i)
 
-    for step in schedule.steps:
-        k = step.op
-        active = step.action in (Action.COMPUTE, Action.PAGE_IN)
+    for effect in walk:
+        k, action = effect.op, effect.action
+        active = action in (Action.COMPUTE, Action.PAGE_IN)
         if active and started and computed[t]:
             # the first active step after op t's first computation opens stage t + 1
             t += 1
             if t >= n:
                 return None
-            m["keep"][t, sorted(resident)] = True
-            m["stored"][t, sorted(stored)] = True
+            m["keep"][t] = resident
+            # written by the list, less the page-outs this stage writes in stage form
+            m["stored"][t] = walk.stored
+            m["stored"][t, pending] = False
             for i in pending:
                 write(t, i)
             pending.clear()
         started = True
-        if step.action is Action.COMPUTE:
+        if action is Action.COMPUTE:
             if not computed[k] and k != t:
                 return None
             if not computed[k] and k in held:
@@ -520,27 +528,22 @@ def plan_from_schedule(graph: TrainingGraph, schedule: Schedule) -> StagePlan | 
             # computed once in the stage (before all its readers) instead.
             m["keep"][t, k] = m["page_in"][t, k] = False
             m["compute"][t, k] = True
-            computed[k] = True
-            resident.add(k)
-        elif step.action is Action.PAGE_IN:
+        elif action is Action.PAGE_IN:
             if not (m["compute"][t, k] or m["keep"][t, k]):
                 m["page_in"][t, k] = True
-            resident.add(k)
-        elif step.action is Action.PAGE_OUT:
+        elif action is Action.PAGE_OUT:
             if computed[t] and not m["compute"][t, k]:
                 pending.append(k)
             else:
                 write(t, k)
-        elif step.action is Action.HOLD_WEIGHTS:
+        elif action is Action.HOLD_WEIGHTS:
             held.append(k)
-        elif step.action is Action.FREE:
-            if k in pending:
-                pending.remove(k)
-                write(t, k)
-            resident.discard(k)
+        elif action is Action.FREE and k in pending:
+            pending.remove(k)
+            write(t, k)
     for i in pending:
         write(t, i)
-    if t != n - 1 or not all(computed):
+    if t != n - 1:
         return None
     plan = StagePlan(**m)
     return plan if not plan_violations(graph, plan) else None

@@ -25,7 +25,6 @@ import attrs
 import numpy as np
 from pyscipopt import SCIP_PARAMSETTING
 
-from poetsim.baselines.base import predict
 from poetsim.costs import OpCosts
 from poetsim.errors import BuildTimeout, InputError
 from poetsim.graph.graph import TrainingGraph
@@ -46,6 +45,7 @@ from poetsim.optimizer.plan import (
 from poetsim.optimizer.rounding import RoundingHeuristic
 from poetsim.request import Request
 from poetsim.schedule import Action, Schedule, check_schedule, plain_schedule
+from poetsim.schedule.model import predict
 
 __all__ = ["STAGE_MAX_OPS", "SolveResult", "SolveStatus", "solve"]
 
@@ -555,7 +555,7 @@ def _op_list_metrics(request: Request, schedule: Schedule, check: Any) -> PlanMe
     """:class:`PlanMetrics` of an op list under the op-list cost model
     (:func:`poetsim.baselines.base.predict`); an op list has no stages (``peak_stage`` -1)."""
     costs = request.costs
-    figures = predict(request.graph, request.board, costs, schedule)
+    figures = predict(request.graph, costs, schedule)
     ops = {action: [s.op for s in schedule.steps if s.action is action]
            for action in (Action.COMPUTE, Action.PAGE_IN, Action.PAGE_OUT)}
     peak_step = schedule.steps[check.peak_step] if check.peak_step >= 0 else None

@@ -17,6 +17,7 @@ from poetsim.errors import InputError
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.ops import Phase
 from poetsim.schedule.ops import Action, Schedule
+from poetsim.schedule.replay import Replay
 from poetsim.sim.report import SimReport
 from poetsim.sim.timeline import Timeline
 
@@ -131,38 +132,24 @@ def schedule_matrix(graph: TrainingGraph, schedule: Schedule) -> np.ndarray:
     the stage starts" is taken from replaying the steps in list order up to the first step
     of that stage.
     """
-    n = len(graph.ops)
     rows = schedule.stages
-    matrix = np.zeros((rows, n), dtype=np.int8)
-    if rows == 0:
-        return matrix
-    for i, step in enumerate(schedule.steps):
-        if step.op >= n:
-            raise InputError(f"schedule step {i} ({step.describe()}): op {step.op} is not an "
-                             f"op of graph {graph.name!r} ({n} ops)")
-    resident: set[int] = set()
+    matrix = np.zeros((rows, len(graph.ops)), dtype=np.int8)
+    codes = {Action.PAGE_IN: CELL_PAGE_IN, Action.PAGE_OUT: CELL_PAGE_OUT}
+    walk = Replay(graph, schedule.steps)  # the contract's state before each step
     seen_stage: set[int] = set()
-    computed: set[int] = set()
-    for step in schedule.steps:
-        t, k = step.stage, step.op
+    for effect in walk:
+        t, k = effect.stage, effect.op
         if t not in seen_stage:
             seen_stage.add(t)
-            for r in resident:
-                matrix[t, r] = max(matrix[t, r], CELL_RESIDENT)
-        action = step.action
-        if action is Action.COMPUTE:
-            code = CELL_RECOMPUTE if k in computed else CELL_COMPUTE
-            computed.add(k)
-            resident.add(k)
-        elif action is Action.PAGE_IN:
-            code = CELL_PAGE_IN
-            resident.add(k)
-        elif action is Action.PAGE_OUT:
-            code = CELL_PAGE_OUT
+            row = matrix[t]
+            resident = np.flatnonzero(walk.resident)
+            row[resident] = np.maximum(row[resident], CELL_RESIDENT)
+        if effect.action is Action.COMPUTE:
+            code = CELL_RECOMPUTE if effect.recompute else CELL_COMPUTE
         else:
-            if action is Action.FREE:
-                resident.discard(k)
-            continue
+            code = codes.get(effect.action)
+            if code is None:
+                continue
         matrix[t, k] = max(matrix[t, k], code)
     return matrix
 

@@ -4,8 +4,9 @@ A :class:`Schedule` is a sequence of :class:`Step` s for one
 :class:`~poetsim.graph.graph.TrainingGraph`. Every step applies one :class:`Action` to one
 *tensor*; as in the graph, op ``k`` produces exactly one tensor (its output), so "tensor
 ``k``" means the output of ``graph.ops[k]``. This module docstring is the contract; the
-independent checker (:func:`poetsim.schedule.check.check_schedule`) implements it rule by
-rule and names each rule by the code given in brackets.
+one replay (:class:`poetsim.schedule.replay.Replay`) and the checker
+(:func:`poetsim.schedule.check.check_schedule`) implement it rule by
+rule and name each rule by the code given in brackets.
 
 State
 -----
@@ -116,7 +117,7 @@ if TYPE_CHECKING:
     from poetsim.graph.graph import TrainingGraph
 
 __all__ = ["HOLD_ACTIONS", "WEIGHT_ACTIONS", "Action", "Schedule", "Step",
-           "ram_during_steps", "with_weight_steps"]
+           "with_weight_steps"]
 
 
 class Action(enum.Enum):
@@ -273,45 +274,6 @@ class Schedule:
     def with_metadata(self, **updates: Any) -> Schedule:
         """A copy with ``updates`` merged into the metadata."""
         return attrs.evolve(self, metadata={**self.metadata, **updates})
-
-
-def ram_during_steps(steps: Iterable[Step], output_bytes: Sequence[int],
-                     workspace_bytes: Sequence[int], resident_bytes: int = 0,
-                     held_bytes: Sequence[int] | None = None) -> list[int]:
-    """The contract's RAM rule, step by step: the bytes in RAM while each step runs (a
-    COMPUTE's output and workspace included; after the step for the others), on top of
-    ``resident_bytes``. ``held_bytes`` (:func:`poetsim.graph.streaming.held_bytes`,
-    ``OpCosts.held_bytes``) prices the HOLD_WEIGHTS and DROP_WEIGHTS steps; without it a
-    schedule must have none.
-    Structural rules are not checked (that is the checker's job); the largest entry is the
-    schedule's peak. The cost model's predictions and the simulator's transfer planner
-    read RAM through this one function.
-    """
-    live = resident_bytes
-    ram: list[int] = []
-    append = ram.append
-    for step in steps:
-        k, action = step.op, step.action
-        if action is Action.COMPUTE:
-            append(live + output_bytes[k] + workspace_bytes[k])
-            live += output_bytes[k]
-            continue
-        if action is Action.PAGE_IN:
-            live += output_bytes[k]
-        elif action is Action.FREE:
-            live -= output_bytes[k]
-        elif action is Action.HOLD_WEIGHTS:
-            live += _held(held_bytes, k)
-        elif action is Action.DROP_WEIGHTS:
-            live -= _held(held_bytes, k)
-        append(live)
-    return ram
-
-
-def _held(held_bytes: Sequence[int] | None, k: int) -> int:
-    if held_bytes is None:
-        raise ValueError("a schedule with HOLD_WEIGHTS / DROP_WEIGHTS steps needs held_bytes")
-    return int(held_bytes[k])
 
 
 def with_weight_steps(steps: Iterable[Step], reads: Sequence[bool],

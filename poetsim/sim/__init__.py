@@ -38,14 +38,14 @@ from typing import Any
 
 from poetsim.boards.spec import Board
 from poetsim.costs import OpCosts, op_costs
-from poetsim.errors import InputError
+from poetsim.errors import InputError, ScheduleError
 from poetsim.graph.graph import TrainingGraph
 from poetsim.schedule.ops import Schedule
+from poetsim.schedule.replay import ContractViolation, replay
 from poetsim.sim.board import ideal_board
 from poetsim.sim.engine import Simulation
 from poetsim.sim.report import Prediction, SimReport, SimViolation, TransferRecord
 from poetsim.sim.timeline import Slice, StateSlice, Timeline
-from poetsim.sim.validate import validate_structure
 
 __all__ = ["Prediction", "SimReport", "SimViolation", "Slice", "StateSlice", "Timeline",
            "TransferRecord", "ideal_board", "simulate"]
@@ -115,7 +115,10 @@ def simulate(graph: TrainingGraph, board: Board, schedule: Schedule, *,
     elif len(costs) != len(graph.ops):
         raise InputError(f"costs cover {len(costs)} ops, but graph {graph.name!r} has "
                          f"{len(graph.ops)}")
-    validate_structure(graph, schedule)
-    return Simulation(graph, board, schedule, costs, budget_bytes=budget_bytes,
+    try:
+        replayed = replay(graph, schedule)
+    except ContractViolation as err:
+        raise ScheduleError(f"cannot simulate: {err}") from None
+    return Simulation(replayed, board, costs, budget_bytes=budget_bytes,
                       resident_bytes=resident_bytes, deadline_s=deadline_s, trace=trace,
                       seed=seed).run()

@@ -63,9 +63,9 @@ import simpy
 
 from poetsim.boards.spec import Board, WriteBusy
 from poetsim.costs import OpCosts, transfer_phases
-from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.streaming import stream_commands
-from poetsim.schedule.ops import Action, Schedule
+from poetsim.schedule.ops import Action
+from poetsim.schedule.replay import Replay
 from poetsim.sim.bus import make_bus
 from poetsim.sim.cpu import CpuModel
 from poetsim.sim.dma import (
@@ -96,21 +96,22 @@ from poetsim.sim.timeline import Slice, StateSlice, Timeline
 __all__ = ["Simulation"]
 
 _COMPUTE, _PAGE_OUT, _PAGE_IN, _FREE = Action.COMPUTE, Action.PAGE_OUT, Action.PAGE_IN, Action.FREE
-_READ_WEIGHTS = Action.READ_WEIGHTS
 _HOLD_WEIGHTS, _DROP_WEIGHTS = Action.HOLD_WEIGHTS, Action.DROP_WEIGHTS
 
 
 class Simulation:
     """One training iteration of ``schedule`` on ``board``; :meth:`run` returns the report."""
 
-    def __init__(self, graph: TrainingGraph, board: Board, schedule: Schedule, costs: OpCosts,
-                 *, budget_bytes: int, resident_bytes: int, deadline_s: float | None,
-                 trace: bool, seed: int | None = None) -> None:
+    def __init__(self, replay: Replay, board: Board, costs: OpCosts, *, budget_bytes: int,
+                 resident_bytes: int, deadline_s: float | None, trace: bool,
+                 seed: int | None = None) -> None:
+        graph = replay.graph
         self.graph = graph
         self.board = board
-        self.schedule = schedule
+        self.replay = replay
+        self.schedule = replay.schedule
         self.costs = costs
-        self.steps = schedule.steps
+        self.steps = replay.steps
         self.budget_bytes = budget_bytes
         self.resident_bytes = resident_bytes
         self.deadline_s = deadline_s
@@ -129,14 +130,13 @@ class Simulation:
         self.held_time = costs.held_compute_time_s.tolist()
         self.held_energy = costs.held_compute_energy_j.tolist()
         self.held_bytes = costs.held_bytes.tolist()
-        self.writes_back = (costs.writeback_bytes > 0).tolist()
         self.preds = [graph.predecessors(k) for k in range(len(graph.ops))]
 
         dma = board.dma.present
-        self.profile = program_profile(graph, self.steps, costs, resident_bytes=resident_bytes,
+        self.profile = program_profile(replay, costs, resident_bytes=resident_bytes,
                                        cpu_moves_bytes=not dma)
         self.ram_limit = min(budget_bytes, self.profile.peak_bytes)
-        self.plan = plan_transfers(graph, self.steps, costs, self.profile,
+        self.plan = plan_transfers(replay, costs, self.profile,
                                    ram_limit_bytes=self.ram_limit, dma=dma,
                                    wakeup_latency_s=board.storage.wakeup_latency_s)
         timings: dict[tuple[int, bool, float, float], TransferTiming] = {}
@@ -349,11 +349,11 @@ class Simulation:
         env, ram, cpu, bus = self.env, self.ram, self.cpu, self.bus
         names, size, workspace = self.names, self.size, self.workspace
         compute_time, compute_energy, preds = self.compute_time, self.compute_energy, self.preds
-        held_time, held_energy, writes_back = self.held_time, self.held_energy, self.writes_back
+        held_time, held_energy = self.held_time, self.held_energy
         arriving, triggers, job_at = self.arriving, self.triggers, self.job_at
         computed, slices, dma = self.computed, self.slices, self.dma
+        reads_weights, writes_weights = self.replay.reads_weights, self.replay.writes_weights
         limit = self.ram_limit
-        reads_weights = False  # the step before this COMPUTE is its READ_WEIGHTS
         for i, step in enumerate(self.steps):
             self.pos = i
             if self.deferred:
@@ -371,14 +371,12 @@ class Simulation:
                 fired = triggers.get(i)
                 if fired:
                     self._fire(fired)
-                if reads_weights:  # streams its weights from storage
+                if reads_weights[i]:  # streams its weights from storage
                     duration, energy = compute_time[k], compute_energy[k]
-                    occupies = dma is not None  # the storage device
-                    reads_weights = False
                 else:  # reads no weights from storage, or they are held
                     duration, energy = held_time[k], held_energy[k]
-                    # a write-back still streams (validation puts its WRITE_WEIGHTS next)
-                    occupies = dma is not None and writes_back[k]
+                # the run holds the storage device while it streams or writes back
+                occupies = dma is not None and (reads_weights[i] or writes_weights[i])
                 if occupies:
                     yield from self._hold_storage()
                 kind = "recompute" if computed[k] else "compute"
@@ -426,8 +424,6 @@ class Simulation:
                     self._issue(job)
             elif action is _FREE:
                 self._free(k)
-            elif action is _READ_WEIGHTS:  # the op's reads are priced in its COMPUTE
-                reads_weights = True
             elif action is _HOLD_WEIGHTS:  # the owner's run right after reads them
                 nbytes = self.held_bytes[k]
                 if self.pending_frees and not ram.fits(nbytes, limit):
@@ -435,7 +431,7 @@ class Simulation:
                 ram.alloc(env.now, nbytes, i, names[k], "hold_weights")
             elif action is _DROP_WEIGHTS:
                 ram.free(env.now, self.held_bytes[k])
-            # WRITE_WEIGHTS: the write-back is priced in its op's COMPUTE
+            # READ_WEIGHTS, WRITE_WEIGHTS: the stream is priced in its op's COMPUTE
             fired = triggers.get(i)
             if fired:
                 self._fire(fired)
@@ -465,11 +461,10 @@ class Simulation:
 
     def _report(self, makespan: float, machines: list, events: int, wall: float) -> SimReport:
         board, ram, storage, ledger = self.board, self.ram, self.storage, self.ledger
-        for step in self.steps:  # weights on storage written back by their ops' runs
-            if step.action is not Action.WRITE_WEIGHTS:
-                continue
-            written = int(self.costs.writeback_bytes[step.op])
-            for size, count in stream_commands(self.graph, step.op, written):
+        for i in self.replay.write_back_positions:  # weights written back by their ops' runs
+            k = self.steps[i].op
+            written = int(self.costs.writeback_bytes[k])
+            for size, count in stream_commands(self.graph, k, written):
                 device = transfer_phases(board, size, write=True).device_bytes
                 for _ in range(count):
                     storage.write_back(device)

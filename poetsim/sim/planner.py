@@ -32,15 +32,14 @@ at its own step and there is nothing to plan.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
 from typing import NamedTuple
 
 import attrs
 import numpy as np
 
 from poetsim.costs import OpCosts
-from poetsim.graph.graph import TrainingGraph
-from poetsim.schedule.ops import Action, Step, ram_during_steps
+from poetsim.schedule.ops import Action
+from poetsim.schedule.replay import Replay
 
 __all__ = ["PlannedTransfer", "ProgramProfile", "plan_transfers", "program_profile"]
 
@@ -62,38 +61,28 @@ class ProgramProfile(NamedTuple):
     recomputes: int
 
 
-def program_profile(graph: TrainingGraph, steps: Sequence[Step], costs: OpCosts, *,
-                    resident_bytes: int, cpu_moves_bytes: bool) -> ProgramProfile:
-    """List-order RAM and estimated step start times (transfers take CPU time without DMA).
-    A COMPUTE right after its READ_WEIGHTS takes the op's compute time, any other its held
-    compute time (the same for an op reading no weights from storage)."""
-    ram = ram_during_steps(steps, costs.output_bytes.tolist(), costs.workspace_bytes.tolist(),
-                           resident_bytes, costs.held_bytes.tolist())
+def program_profile(replay: Replay, costs: OpCosts, *, resident_bytes: int,
+                    cpu_moves_bytes: bool) -> ProgramProfile:
+    """List-order RAM and estimated step start times of a finished ``replay`` (transfers
+    take CPU time without DMA). A COMPUTE that streams its weights takes the op's compute
+    time, any other its held compute time (the same for an op reading no weights)."""
     compute_s = costs.compute_time_s.tolist()
     held_s = costs.held_compute_time_s.tolist()
-    READ = Action.READ_WEIGHTS
-    read = False  # the step before is the COMPUTE's READ_WEIGHTS
     in_s = costs.pagein_time_s.tolist()
     out_s = costs.pageout_time_s.tolist()
     t = 0.0
     start: list[float] = []
-    counts = dict.fromkeys(Action, 0)
-    computed = [False] * len(compute_s)
-    recomputes = 0
-    for step in steps:
+    COMPUTE, PAGE_IN, PAGE_OUT = Action.COMPUTE, Action.PAGE_IN, Action.PAGE_OUT
+    for step, read in zip(replay.steps, replay.reads_weights):
         k, action = step.op, step.action
         start.append(t)
-        counts[action] += 1
-        if action is Action.COMPUTE:
-            if computed[k]:
-                recomputes += 1
-            computed[k] = True
+        if action is COMPUTE:
             t += compute_s[k] if read else held_s[k]
         elif cpu_moves_bytes:
-            t += in_s[k] if action is Action.PAGE_IN else (
-                out_s[k] if action is Action.PAGE_OUT else 0.0)
-        read = action is READ
-    return ProgramProfile(start, ram, max(ram, default=resident_bytes), t, counts, recomputes)
+            t += in_s[k] if action is PAGE_IN else (out_s[k] if action is PAGE_OUT else 0.0)
+    ram = [b + resident_bytes for b in replay.ram_bytes]
+    return ProgramProfile(start, ram, max(ram, default=resident_bytes), t,
+                          dict(replay.counts), replay.recomputes)
 
 
 @attrs.frozen
@@ -155,84 +144,41 @@ class _Lane:
         return s
 
 
-def plan_transfers(graph: TrainingGraph, steps: Sequence[Step], costs: OpCosts,
-                   profile: ProgramProfile, *, ram_limit_bytes: int, dma: bool,
+def plan_transfers(replay: Replay, costs: OpCosts, profile: ProgramProfile, *,
+                   ram_limit_bytes: int, dma: bool,
                    wakeup_latency_s: float = 0.0) -> list[PlannedTransfer]:
-    """Plan every transfer of ``steps`` (see the module docstring); in step order."""
-    names = [op.name for op in graph.ops]
+    """Plan every transfer of a finished ``replay`` (see the module docstring); in step
+    order."""
+    names = [op.name for op in replay.graph.ops]
     size = costs.output_bytes.tolist()
     start = profile.start_s
+    steps = replay.steps
     n = len(steps)
-    planned: list[PlannedTransfer] = []
-    if not dma:
-        for i, step in enumerate(steps):
-            if step.action in (Action.PAGE_IN, Action.PAGE_OUT):
-                k = step.op
-                write = step.action is Action.PAGE_OUT
-                duration = float(costs.pageout_time_s[k] if write else costs.pagein_time_s[k])
-                planned.append(PlannedTransfer(
-                    "page_out" if write else "page_in", k, names[k], i, -1, i, 0.0, start[i],
-                    start[i], duration))
-        return planned
-
-    # Per-tensor step positions: where the tensor itself is touched, and where it is read.
-    # Step positions per op: all of them, the FREEs and the COMPUTEs. The reads of tensor
-    # u are the COMPUTE positions of u's successors. Only paged-in tensors are looked up.
-    touches: dict[int, list[int]] = {}
-    frees: dict[int, list[int]] = {}
-    computes: dict[int, list[int]] = {}
-    paged: set[int] = set()
-    FREE, COMPUTE, PAGE_IN = Action.FREE, Action.COMPUTE, Action.PAGE_IN
-    READ, WRITE = Action.READ_WEIGHTS, Action.WRITE_WEIGHTS
-    HOLD, DROP = Action.HOLD_WEIGHTS, Action.DROP_WEIGHTS
-    for i, step in enumerate(steps):
-        k, action = step.op, step.action
-        if action is READ or action is WRITE or action is HOLD or action is DROP:
-            continue  # they touch weights, not tensor k
-        touches.setdefault(k, []).append(i)
-        if action is COMPUTE:
-            computes.setdefault(k, []).append(i)
-        elif action is FREE:
-            frees.setdefault(k, []).append(i)
-        elif action is PAGE_IN:
-            paged.add(k)
-    reads: dict[int, list[int]] = {}
-    for u in paged:
-        positions: list[int] = []
-        for v in graph.successors(u):
-            positions.extend(computes.get(v, ()))
-        positions.sort()
-        reads[u] = positions
-
+    by_step: dict[int, PlannedTransfer] = {}
     lane = _Lane()
     write_end: dict[int, float] = {}
     lane_free = 0.0
-    by_step: dict[int, PlannedTransfer] = {}
     page_ins: list[tuple[float, int, int, int, int]] = []
-    for i, step in enumerate(steps):
-        k = step.op
-        if step.action is Action.PAGE_OUT:
+    for i in replay.transfer_positions:
+        k = steps[i].op
+        if steps[i].action is Action.PAGE_OUT:
             duration = float(costs.pageout_time_s[k])
-            s = max(start[i], lane_free)
-            lane_free = s + duration
-            lane.add(s, lane_free)
-            write_end[k] = lane_free
             by_step[i] = PlannedTransfer("page_out", k, names[k], i, -1, i, 0.0, start[i],
                                          start[i], duration)
-        elif step.action is Action.PAGE_IN:
-            touched = touches[k]
-            here = bisect.bisect_left(touched, i)
-            earliest_step = touched[here - 1] + 1 if here > 0 else 0
-            next_free = n
-            free_list = frees.get(k, ())
-            f = bisect.bisect_right(free_list, i)
-            if f < len(free_list):
-                next_free = free_list[f]
-            read_list = reads[k]
-            r = bisect.bisect_right(read_list, i)
-            consumer = read_list[r] if r < len(read_list) and read_list[r] < next_free else -1
+            if dma:  # the lane takes page-outs first in, first out
+                s = max(start[i], lane_free)
+                lane_free = s + duration
+                lane.add(s, lane_free)
+                write_end[k] = lane_free
+        elif not dma:
+            by_step[i] = PlannedTransfer("page_in", k, names[k], i, -1, i, 0.0, start[i],
+                                         start[i], float(costs.pagein_time_s[k]))
+        else:
+            consumer = replay.page_in_consumer[i]
             deadline = start[consumer] if consumer >= 0 else start[i]
-            page_ins.append((deadline, i, k, consumer, earliest_step))
+            page_ins.append((deadline, i, k, consumer, replay.page_in_after[i] + 1))
+    if not dma:
+        return [by_step[i] for i in sorted(by_step)]
 
     extra = np.zeros(n, dtype=np.int64)
     ram = np.asarray(profile.ram_bytes, dtype=np.int64)

@@ -1,0 +1,421 @@
+"""The one replay of the op-list contract: what each step does to RAM, storage and held weights.
+
+:class:`Replay` walks a schedule's steps in list order, enforces every structural rule of
+the contract (:mod:`poetsim.schedule.ops`) and yields one :class:`Effect` per step: the
+activation bytes in RAM while it runs, whether a COMPUTE streams its weights or runs on
+held ones, whether it writes them back, whether it recomputes. While a consumer looks at an
+effect, the replay's sets (``resident``, ``stored``, ``held``, ``computed``) still show the
+state *before* that step; the step takes effect when the next one is asked for. A broken
+rule raises :class:`ContractViolation` at the step that breaks it, naming the rule.
+
+Every reader of an op list goes through it: the checker (which adds the RAM budget), the
+op-list energy model, the simulator's transfer planner and engine, the torch executor and
+the plots. What the contract says about a step is decided here and nowhere else.
+
+The RAM budget is not structural (the simulator runs a schedule over it and records the
+overflow), so the replay only counts bytes; :func:`poetsim.schedule.check.check_schedule`
+judges them. The storage capacity is checked when one is given.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
+
+import attrs
+
+from poetsim.errors import ScheduleError
+from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.streaming import held_bytes, hold_owners, weight_steps
+from poetsim.schedule.ops import Action, Schedule, Step
+
+__all__ = ["ContractViolation", "Effect", "Replay", "Violation", "replay"]
+
+_COMPUTE, _PAGE_OUT, _PAGE_IN, _FREE = Action.COMPUTE, Action.PAGE_OUT, Action.PAGE_IN, Action.FREE
+_READ, _WRITE = Action.READ_WEIGHTS, Action.WRITE_WEIGHTS
+_HOLD, _DROP = Action.HOLD_WEIGHTS, Action.DROP_WEIGHTS
+
+
+@attrs.frozen
+class Violation:
+    """The first rule a schedule breaks.
+
+    ``position`` is the index of the offending step; -1 for ``fingerprint_mismatch``
+    (checked before any step) and ``len(schedule.steps)`` for ``never_computed`` (checked
+    after the last step), where ``step`` is ``None``. ``op`` is the step's op (the first op
+    never computed for ``never_computed``, ``None`` for a fingerprint mismatch).
+    ``message`` is one line naming the op by name.
+    """
+
+    position: int
+    step: Step | None
+    rule: str
+    message: str
+    op: int | None = None
+
+
+class ContractViolation(ScheduleError):
+    """A schedule breaks a rule of the contract; ``violation`` says which, where."""
+
+    def __init__(self, violation: Violation) -> None:
+        super().__init__(f"{violation.message} [{violation.rule}]")
+        self.violation = violation
+
+
+class Effect(NamedTuple):
+    """What step ``position`` does, by the contract.
+
+    ``ram_bytes``: activation bytes in RAM while the step runs (a COMPUTE's output and
+    workspace included) or, for the other steps, right after it; no resident region.
+    ``reads_weights``: a COMPUTE right after its READ_WEIGHTS, which streams its weights
+    from storage (priced at ``compute_*``; any other COMPUTE at ``held_compute_*``).
+    ``writes_weights``: a COMPUTE right before its WRITE_WEIGHTS. A COMPUTE with either
+    holds the storage device while it runs. ``recompute``: a COMPUTE of an op computed
+    before.
+    """
+
+    position: int
+    action: Action
+    op: int
+    stage: int
+    ram_bytes: int
+    reads_weights: bool = False
+    writes_weights: bool = False
+    recompute: bool = False
+
+    @property
+    def occupies_storage(self) -> bool:
+        """The step runs an op that holds the storage device while it computes."""
+        return self.reads_weights or self.writes_weights
+
+
+@attrs.frozen
+class _Facts:
+    """What the contract needs of a graph, as lists (computed once per graph)."""
+
+    output_bytes: list[int]
+    workspace_bytes: list[int]
+    reads: list[bool]
+    writes: list[bool]
+    recomputable: list[bool]
+    preds: list[tuple[int, ...]]
+    names: list[str]
+
+
+_FACTS: dict[int, tuple[weakref.ref, _Facts]] = {}
+_HOLDS: dict[int, tuple[weakref.ref, tuple[list[int], list[int]]]] = {}
+
+
+def _remember(cache: dict, graph: TrainingGraph, value: object) -> None:
+    key = id(graph)
+    try:
+        cache[key] = (weakref.ref(graph, lambda _r, key=key: cache.pop(key, None)), value)
+    except TypeError:  # pragma: no cover - graphs are weak-referenceable
+        pass
+
+
+def _known(cache: dict, graph: TrainingGraph) -> object | None:
+    known = cache.get(id(graph))
+    return known[1] if known is not None and known[0]() is graph else None
+
+
+def _facts(graph: TrainingGraph) -> _Facts:
+    facts = _known(_FACTS, graph)
+    if facts is None:
+        ops = graph.ops
+        reads, writes = weight_steps(graph)
+        facts = _Facts([op.output_bytes for op in ops], [op.workspace_bytes for op in ops],
+                       list(reads), list(writes), [op.recomputable for op in ops],
+                       [graph.predecessors(k) for k in range(len(ops))],
+                       [op.name for op in ops])
+        _remember(_FACTS, graph, facts)
+    return facts  # type: ignore[return-value]
+
+
+def _holds(graph: TrainingGraph) -> tuple[list[int], list[int]]:
+    """Each op's hold owner (-1: none) and the bytes a hold of its weights keeps."""
+    holds = _known(_HOLDS, graph)
+    if holds is None:
+        owners = list(hold_owners(graph))
+        holds = (owners, [int(b) for b in held_bytes(graph, owners)])
+        _remember(_HOLDS, graph, holds)
+    return holds  # type: ignore[return-value]
+
+
+def _is(step: Step | None, action: Action, op: int) -> bool:
+    return step is not None and step.action is action and step.op == op
+
+
+class Replay:
+    """One replay of ``steps`` (a :class:`Schedule`, whose fingerprint is checked first,
+    or a list of steps) on ``graph``; iterate it for the :class:`Effect` of each step.
+
+    ``storage_capacity_bytes`` (None: unbounded) bounds the bytes on storage
+    [``storage_full``]. When the iteration ends the columns below hold every step's
+    figures, and :attr:`peak_bytes`, :attr:`counts` and the byte totals the whole list's;
+    :meth:`run` replays to the end and returns the replay. After a violation they cover
+    the steps before it.
+    """
+
+    def __init__(self, graph: TrainingGraph, steps: Schedule | Sequence[Step], *,
+                 storage_capacity_bytes: int | None = None) -> None:
+        self.graph = graph
+        self.schedule = steps if isinstance(steps, Schedule) else None
+        self.steps: Sequence[Step] = steps.steps if isinstance(steps, Schedule) else steps
+        self.capacity = storage_capacity_bytes
+        n = len(graph.ops)
+        self.resident = [False] * n
+        self.stored = [False] * n
+        self.held = [False] * n
+        self.computed = [False] * n
+        #: per step: activation bytes (see :class:`Effect`), and the COMPUTE flags
+        self.ram_bytes: list[int] = []
+        self.reads_weights: list[bool] = []
+        self.writes_weights: list[bool] = []
+        #: PAGE_IN position -> the COMPUTE that first reads the tensor it brings back
+        #: before the tensor is freed (-1: none), and the step before it that last touched
+        #: the tensor (COMPUTE, PAGE_OUT, PAGE_IN or FREE of it; -1: none)
+        self.page_in_consumer: dict[int, int] = {}
+        self.page_in_after: dict[int, int] = {}
+        #: the positions of the PAGE_OUT and PAGE_IN steps, and of the WRITE_WEIGHTS steps
+        self.transfer_positions: list[int] = []
+        self.write_back_positions: list[int] = []
+        self.counts = dict.fromkeys(Action, 0)
+        self.recomputes = 0
+        self.live_bytes = 0
+        self.storage_bytes = 0
+        self.peak_bytes = 0
+        self.peak_step = -1
+        self.peak_storage_bytes = 0
+        self.bytes_paged_out = 0
+        self.bytes_paged_in = 0
+        self.finished = False
+
+    # ------------------------------------------------------------------ violations
+    def _fail(self, position: int, step: Step | None, rule: str, detail: str,
+              op: int | None = None) -> ContractViolation:
+        if step is not None:
+            where = f"step {position} ({step.describe(self.graph)})"
+        elif rule == "never_computed":
+            where = f"after the last step ({position} steps)"
+        else:
+            where = "schedule"
+        return ContractViolation(Violation(position, step, rule, f"{where}: {detail}", op))
+
+    def _check_fingerprint(self) -> None:
+        from poetsim.graph.io import graph_fingerprint
+
+        schedule, graph = self.schedule, self.graph
+        if schedule is None:
+            return
+        expected = graph_fingerprint(graph)
+        if schedule.graph_fingerprint != expected:
+            raise self._fail(-1, None, "fingerprint_mismatch",
+                             f"made for graph {schedule.graph_name!r} with fingerprint "
+                             f"{schedule.graph_fingerprint[:12]!r}, not for graph "
+                             f"{graph.name!r} (fingerprint {expected[:12]!r})")
+
+    def _check_compute(self, position: int, step: Step, before: Step | None,
+                       after: Step | None, facts: _Facts) -> None:
+        k, name = step.op, facts.names[step.op]
+        if facts.reads[k] and not self.held[k] and not _is(before, _READ, k):
+            raise self._fail(position, step, "weights_not_read",
+                             f"op {name!r} reads weights that live on storage: its COMPUTE "
+                             "must follow its READ_WEIGHTS (or its weights be held)", k)
+        if facts.writes[k] and not _is(after, _WRITE, k):
+            raise self._fail(position, step, "weights_not_written",
+                             f"op {name!r} updates weights that live on storage in place: "
+                             "its COMPUTE must be followed by its WRITE_WEIGHTS", k)
+        resident = self.resident
+        missing = next((p for p in facts.preds[k] if not resident[p]), None)
+        if missing is not None:
+            raise self._fail(position, step, "input_not_resident",
+                             f"input {facts.names[missing]!r} of op {name!r} is not resident "
+                             "in RAM", k)
+        if resident[k]:
+            raise self._fail(position, step, "already_resident",
+                             f"output of op {name!r} is already resident in RAM", k)
+        if self.computed[k] and not facts.recomputable[k]:
+            raise self._fail(position, step, "recomputed_inplace_update",
+                             f"op {name!r} applies its SGD step in place, so it cannot run "
+                             "again: it would read the weights it updated", k)
+
+    def _check_other(self, position: int, step: Step, before: Step | None,
+                     after: Step | None, facts: _Facts) -> None:
+        """The rules of every step but COMPUTE."""
+        k, action, name = step.op, step.action, facts.names[step.op]
+        size = facts.output_bytes[k]
+        if action is _PAGE_OUT:
+            if not self.resident[k]:
+                raise self._fail(position, step, "not_resident",
+                                 f"tensor {name!r} is not resident in RAM, nothing to page "
+                                 "out", k)
+            if self.stored[k]:
+                raise self._fail(position, step, "redundant_page_out",
+                                 f"tensor {name!r} already has a copy on storage", k)
+            if self.capacity is not None and self.storage_bytes + size > self.capacity:
+                raise self._fail(position, step, "storage_full",
+                                 f"paging out tensor {name!r} ({size} B) needs "
+                                 f"{self.storage_bytes + size} B of storage, over the "
+                                 f"capacity of {self.capacity} B", k)
+        elif action is _PAGE_IN:
+            if not self.stored[k]:
+                raise self._fail(position, step, "not_on_storage",
+                                 f"tensor {name!r} has no copy on storage to page in", k)
+            if self.resident[k]:
+                raise self._fail(position, step, "already_resident",
+                                 f"tensor {name!r} is already resident in RAM", k)
+        elif action is _FREE:
+            if not self.resident[k]:
+                raise self._fail(position, step, "not_resident",
+                                 f"tensor {name!r} is not resident in RAM, nothing to free", k)
+        elif action is _HOLD:
+            owners = _holds(self.graph)[0]
+            f = owners[k]
+            if f < 0:
+                raise self._fail(position, step, "stray_weight_step",
+                                 f"op {name!r} has no forward op whose run can load the "
+                                 "weights it reads: its weights cannot be held", k)
+            if self.held[k]:
+                raise self._fail(position, step, "already_held",
+                                 f"the weights of op {name!r} are already held in RAM", k)
+            steps = self.steps
+            later = steps[position + 2] if position + 2 < len(steps) else None
+            if not (_is(after, _READ, f) and _is(later, _COMPUTE, f)):
+                owner = facts.names[f]
+                raise self._fail(position, step, "hold_not_loaded",
+                                 f"holding the weights of op {name!r} needs the run of "
+                                 f"{owner!r} that loads them: READ_WEIGHTS and COMPUTE of "
+                                 f"{owner!r} must follow right away", k)
+        elif action is _DROP:
+            if not self.held[k]:
+                raise self._fail(position, step, "not_held",
+                                 f"the weights of op {name!r} are not held in RAM, nothing "
+                                 "to drop", k)
+        else:  # READ_WEIGHTS, WRITE_WEIGHTS
+            reading = action is _READ
+            if not (facts.reads if reading else facts.writes)[k]:
+                raise self._fail(position, step, "stray_weight_step",
+                                 f"op {name!r} {'reads' if reading else 'writes'} no weights "
+                                 f"{'from' if reading else 'to'} storage", k)
+            if not _is(after if reading else before, _COMPUTE, k):
+                raise self._fail(position, step, "stray_weight_step",
+                                 f"{action.value} must come right "
+                                 f"{'before' if reading else 'after'} a COMPUTE of op "
+                                 f"{name!r}", k)
+
+    # ------------------------------------------------------------------ the walk
+    def __iter__(self) -> Iterator[Effect]:
+        self._check_fingerprint()
+        graph, facts = self.graph, _facts(self.graph)
+        n = len(graph.ops)
+        steps = self.steps
+        size, workspace, preds = facts.output_bytes, facts.workspace_bytes, facts.preds
+        resident, stored, held, computed = self.resident, self.stored, self.held, self.computed
+        ram_col, read_col, write_col = self.ram_bytes, self.reads_weights, self.writes_weights
+        counts = self.counts
+        hold_bytes: list[int] | None = None
+        touched: dict[int, int] = {}  # tensor -> the last step that touched it
+        unread: dict[int, int] = {}   # tensor -> its PAGE_IN still waiting for a reader
+        consumer, after_touch = self.page_in_consumer, self.page_in_after
+        last = len(steps) - 1
+        before: Step | None = None
+        for position, step in enumerate(steps):
+            k, action = step.op, step.action
+            if k >= n:
+                raise self._fail(position, step, "unknown_op",
+                                 f"op index {k} is not an op of graph {graph.name!r} "
+                                 f"({n} ops)", k)
+            after = steps[position + 1] if position < last else None
+            live = self.live_bytes
+            if action is _COMPUTE:
+                self._check_compute(position, step, before, after, facts)
+                reads = before is not None and before.action is _READ
+                writes = after is not None and after.action is _WRITE
+                again = computed[k]
+                ram = live + size[k] + workspace[k]
+                effect = Effect(position, action, k, step.stage, ram, reads, writes, again)
+            else:
+                self._check_other(position, step, before, after, facts)
+                reads = writes = False
+                if action is _PAGE_IN:
+                    ram = live + size[k]
+                elif action is _FREE:
+                    ram = live - size[k]
+                elif action is _HOLD or action is _DROP:
+                    if hold_bytes is None:
+                        hold_bytes = _holds(graph)[1]
+                    ram = live + hold_bytes[k] if action is _HOLD else live - hold_bytes[k]
+                else:
+                    ram = live
+                effect = Effect(position, action, k, step.stage, ram)
+            ram_col.append(ram)
+            read_col.append(reads)
+            write_col.append(writes)
+            yield effect
+            # the step takes effect
+            counts[action] += 1
+            if (action is _COMPUTE or action is _PAGE_IN or action is _HOLD) and (
+                    ram > self.peak_bytes or self.peak_step < 0):
+                self.peak_bytes, self.peak_step = ram, position
+            if action is _COMPUTE:
+                for u in preds[k]:
+                    reader = unread.pop(u, None)
+                    if reader is not None:
+                        consumer[reader] = position
+                if computed[k]:
+                    self.recomputes += 1
+                resident[k] = computed[k] = True
+                self.live_bytes = live + size[k]
+                touched[k] = position
+            elif action is _PAGE_OUT:
+                self.transfer_positions.append(position)
+                stored[k] = True
+                self.storage_bytes += size[k]
+                self.bytes_paged_out += size[k]
+                if self.storage_bytes > self.peak_storage_bytes:
+                    self.peak_storage_bytes = self.storage_bytes
+                touched[k] = position
+            elif action is _PAGE_IN:
+                self.transfer_positions.append(position)
+                resident[k] = True
+                self.live_bytes = ram
+                self.bytes_paged_in += size[k]
+                after_touch[position] = touched.get(k, -1)
+                consumer[position] = -1
+                unread[k] = position
+                touched[k] = position
+            elif action is _FREE:
+                resident[k] = False
+                self.live_bytes = ram
+                unread.pop(k, None)
+                touched[k] = position
+            elif action is _HOLD:
+                held[k] = True
+                self.live_bytes = ram
+            elif action is _DROP:
+                held[k] = False
+                self.live_bytes = ram
+            elif action is _WRITE:
+                self.write_back_positions.append(position)
+            before = step
+        missing = next((i for i in range(n) if not computed[i]), None)
+        if missing is not None:
+            raise self._fail(len(steps), None, "never_computed",
+                             f"op {facts.names[missing]!r} is never computed", missing)
+        self.finished = True
+
+    def run(self) -> Replay:
+        """Replay every step (raising :class:`ContractViolation` at a broken rule); self."""
+        for _ in self:
+            pass
+        return self
+
+
+def replay(graph: TrainingGraph, steps: Schedule | Iterable[Step], *,
+           storage_capacity_bytes: int | None = None) -> Replay:
+    """The finished :class:`Replay` of ``steps`` on ``graph`` (see :meth:`Replay.run`)."""
+    if not isinstance(steps, Schedule):
+        steps = list(steps)
+    return Replay(graph, steps, storage_capacity_bytes=storage_capacity_bytes).run()
