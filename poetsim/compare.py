@@ -67,7 +67,8 @@ def format_table(outcomes: Iterable[Outcome]) -> str:
         return format(value, spec).rjust(width)
 
     header = (f"{'method':<15} {'verdict':>7} {'status':<14} {'energy_J':>11} "
-              f"{'overhead':>9} {'makespan_s':>11} {'peak_total_B':>12} {'fits_RAM':>8} "
+              f"{'overhead':>9} {'makespan_s':>11} {'peak_total_B':>12} {'arena_B':>12} "
+              f"{'fits_RAM':>8} "
               f"{'remat':>5} {'out':>4} {'in':>4}  why not")
     lines = [header]
     for o in outcomes:
@@ -79,6 +80,7 @@ def format_table(outcomes: Iterable[Outcome]) -> str:
             f"{o.method:<15} {cell(o.verdict.label if o.verdict else None, '', 7)} "
             f"{o.status.value:<14} {cell(o.energy_j, '.6g', 11)} {cell(overhead, '', 9)} "
             f"{cell(o.makespan_s, '.6g', 11)} {cell(o.peak_total_bytes, 'd', 12)} "
+            f"{cell(o.verdict.arena_bytes if o.verdict else None, 'd', 12)} "
             f"{cell(o.verdict.fits_board_ram if o.verdict else None, '', 8)} "
             f"{counts[0]:>5} {counts[1]:>4} {counts[2]:>4}  {o.why_not}")
     return "\n".join(lines)

@@ -246,6 +246,7 @@ def _summary(request: Request, settings: SolverSettings, outcomes: Sequence[Outc
         "verdict": verdict.label if verdict else None,
         "fits_board_ram": verdict.fits_board_ram if verdict else None,
         "peak_total_bytes": verdict.peak_total_bytes if verdict else None,
+        "arena_bytes": verdict.arena_bytes if verdict else None,
         "board_ram_bytes": request.board_ram_bytes,
         "violations": list(verdict.violations) if verdict else [poet.why_not],
         "energy_per_iteration_j": None if poet.report is None else poet.report.energy_j,
@@ -284,7 +285,8 @@ def _markdown(s: dict[str, Any], outcomes: Sequence[Outcome]) -> str:
         lines += [
             f"- verdict on the board: **{s['verdict']}** "
             f"({request['accounting']} accounting): peak {format_bytes(s['peak_total_bytes'])} "
-            f"in all of {format_bytes(s['board_ram_bytes'])} usable RAM"
+            f"in all, laid out in an arena of {format_bytes(s['arena_bytes'])}, of "
+            f"{format_bytes(s['board_ram_bytes'])} usable RAM"
             + ("" if not s["violations"] else f"; {'; '.join(s['violations'])}"),
             f"- energy {format_quantity(sim['energy_j'], 'J', 4)} per iteration "
             f"({sim['energy_j'] / s['reference_energy_j'] - 1:+.2%} vs every op once with "

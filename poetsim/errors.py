@@ -15,6 +15,7 @@ __all__ = [
     "InputError",
     "GraphError",
     "GraphFileError",
+    "ContractViolation",
     "UnsupportedOpError",
     "BoardError",
     "BoardFieldError",
@@ -74,6 +75,15 @@ class BoardFieldError(BoardError):
 
 class ScheduleError(PoetsimError, ValueError):
     """A schedule breaks a rule of the contract; the message names step, op and rule."""
+
+
+class ContractViolation(ScheduleError):  # noqa: N818 - named after what it carries
+    """The first rule of the contract a schedule breaks, found by its replay; ``violation``
+    (:class:`poetsim.schedule.replay.Violation`) says which rule, where."""
+
+    def __init__(self, violation: Any) -> None:
+        super().__init__(f"{violation.message} [{violation.rule}]")
+        self.violation = violation
 
 
 class ScheduleFileError(InputError):

@@ -21,7 +21,7 @@ import enum
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -155,6 +155,8 @@ class Produced:
     #: ``("time",)`` when the time limit, a safety cap under deterministic effort, cut
     #: part of a MILP search short (the result may then depend on the machine's speed).
     limits_hit: tuple[str, ...] = ()
+    #: POET's whole result (model figures, search statistics), for ``poetsim solve``
+    solve_result: SolveResult | None = attrs.field(default=None, repr=False, eq=False)
 
 
 def seeded_solve(request: Request, settings: SolverSettings = SolverSettings(), *,
@@ -230,7 +232,7 @@ def _from_solve(result: SolveResult) -> Produced:
         schedule=result.schedule, predicted_energy_j=m.energy_j if m else None,
         predicted_time_s=m.time_s if m else None,
         predicted_peak_ram_bytes=m.peak_ram_bytes if m else None, gap=result.gap,
-        bound_j=result.bound_j, limits_hit=result.limits_hit)
+        bound_j=result.bound_j, limits_hit=result.limits_hit, solve_result=result)
 
 
 def _from_baseline(result: BaselineResult) -> Produced:
@@ -241,18 +243,28 @@ def _from_baseline(result: BaselineResult) -> Produced:
 
 
 def produce(request: Request, method: str, settings: SolverSettings = SolverSettings(), *,
-            deadline_s: float | None = None) -> Produced:
+            deadline_s: float | None = None, budget_bytes: int | None = None,
+            solve_options: Mapping[str, Any] | None = None) -> Produced:
     """Run ``method`` on ``request`` (planning against ``deadline_s`` when it is tighter
     than the request's deadline; default: the request's planning deadline, its deadline
-    minus any margin); its schedule carries the request in its metadata."""
+    minus any margin; and against ``budget_bytes`` of activations when it is tighter than
+    the request's, to leave room for the arena's fragmentation); its schedule carries the
+    request in its metadata. ``solve_options`` go to POET's :func:`seeded_solve`
+    (``remat``, ``paging``, ``restricted``, ``progress``: ``poetsim solve``'s flags)."""
     if method not in METHODS:
         raise InputError(f"method = {method!r}: must be one of {', '.join(METHODS)}")
     deadline_s = request.planning_deadline_s if deadline_s is None else deadline_s
     unfit = request.infeasible_reason
-    if unfit is not None:
+    if unfit is not None and method != "poet":  # POET refuses it itself, with its result
         return Produced(MethodStatus.INFEASIBLE, unfit)
+    stamp = request.metadata()
+    if budget_bytes is not None and budget_bytes < request.activation_budget_bytes:
+        # the request to plan against; the schedule still records the user's
+        request = attrs.evolve(request, activation_budget_bytes=max(0, budget_bytes))
+        stamp["planned_activation_bytes"] = request.activation_budget_bytes
     if method == "poet":
-        produced = _from_solve(seeded_solve(request, settings, deadline_s=deadline_s))
+        produced = _from_solve(seeded_solve(request, settings, deadline_s=deadline_s,
+                                            **(solve_options or {})))
     elif method in ("checkmate", "paging_only"):
         produced = _from_solve(solve(
             request, remat=method == "checkmate", paging=method == "paging_only",
@@ -268,6 +280,8 @@ def produce(request: Request, method: str, settings: SolverSettings = SolverSett
             return Produced(MethodStatus.NOT_APPLICABLE, f"{method}: {err}")
     if produced.schedule is None:
         return produced
-    stamped = produced.schedule.with_metadata(**request.metadata(), method=method,
+    # POET's ablations (``poetsim solve --no-remat``) keep the name the solver gives them
+    label = produced.schedule.metadata.get("method", method) if solve_options else method
+    stamped = produced.schedule.with_metadata(**stamp, method=label,
                                               solver_deadline_s=deadline_s)
     return attrs.evolve(produced, schedule=stamped)

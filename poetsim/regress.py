@@ -4,8 +4,8 @@ A *golden* is an ordinary schedule file (``schedules/<case>.json``) whose metada
 to remake it (``case``, ``model`` and ``model_options``, the request's ``board``, ``ram``,
 ``deadline``, ``accounting`` and ``optimizer``, the ``method`` and, for the MILP methods,
 the ``solver`` settings with a deterministic ``effort``) and what it gave (``expected``:
-``energy_j``, ``peak_total_bytes``, ``makespan_s``, ``verdict``, and for MILP cases
-``objective_j`` and ``bound_j``). The cases are listed in ``schedules/cases.toml``.
+``energy_j``, ``peak_total_bytes``, ``arena_bytes``, ``makespan_s``, ``verdict``, and for
+MILP cases ``objective_j`` and ``bound_j``). The cases are listed in ``schedules/cases.toml``.
 
 :func:`check_goldens` re-simulates every golden and compares it with its expected figures
 (the simulator is deterministic, so anything beyond the tolerance moved); with
@@ -34,7 +34,7 @@ from poetsim.errors import InputError, PoetsimError
 from poetsim.fileio import read_toml
 from poetsim.graph.graph import OPTIMIZER_STATE_COPIES
 from poetsim.methods import METHODS, SOLVER_METHODS, SolverSettings
-from poetsim.request import Accounting, Request, resolve_request
+from poetsim.request import Accounting, Request, request_for_schedule, resolve_request
 from poetsim.runs import Outcome, judge_outcome, run_method
 from poetsim.schedule import Schedule, read_schedule, write_schedule
 from poetsim.schedule.metadata import parse_metadata
@@ -48,8 +48,8 @@ CASES_FILE = "cases.toml"
 #: Relative tolerance of a figure before it counts as moved (0.1%).
 DEFAULT_TOLERANCE = 1e-3
 #: For every expected figure: +1 when more is worse (energy, time, RAM).
-_WORSE_WHEN_HIGHER = {"energy_j": 1, "peak_total_bytes": 1, "makespan_s": 1, "objective_j": 1,
-                      "bound_j": -1}
+_WORSE_WHEN_HIGHER = {"energy_j": 1, "peak_total_bytes": 1, "arena_bytes": 1, "makespan_s": 1,
+                      "objective_j": 1, "bound_j": -1}
 _CASE_KEYS = ("model", "options", "board", "ram", "deadline", "accounting", "optimizer",
               "method", "effort",
               "time_limit_s", "gap_limit", "seed")
@@ -123,7 +123,8 @@ class CaseCheck:
         head = {"ok": "ok", "improved": "IMPROVED", "regressed": "REGRESSED"}[self.status]
         found = self.found
         text = (f"{head:<9} {self.name}: {found['verdict']}, energy {found['energy_j']:.6g} J, "
-                f"makespan {found['makespan_s']:.6g} s, peak {found['peak_total_bytes']} B")
+                f"makespan {found['makespan_s']:.6g} s, peak {found['peak_total_bytes']} B, "
+                f"arena {found['arena_bytes']} B")
         if found.get("objective_j") is not None:
             text += (f", objective {found['objective_j']:.6g} J, bound "
                      f"{found.get('bound_j') or 0:.6g} J, gap {found.get('gap') or 0:.2%}")
@@ -189,28 +190,24 @@ def load_cases(folder: str | Path) -> list[Case]:
     return cases
 
 
-def _request(model: str, options: dict[str, int], board: str, ram: str, deadline: str | None,
-             accounting: str, optimizer: str | None) -> Request:
+def _case_request(case: Case) -> Request:
     from poetsim.zoo import build_model
 
-    graph = build_model(model, **options)
-    return resolve_request(graph, get_board(board), ram=ram, deadline=deadline,
-                           accounting=accounting, optimizer=optimizer or "sgd")
+    return resolve_request(build_model(case.model, **dict(case.model_options)),
+                           get_board(case.board), ram=case.ram, deadline=case.deadline,
+                           accounting=case.accounting, optimizer=case.optimizer)
 
 
-def _meta_request(meta: Any) -> Request:
-    """The request a golden's metadata records, rebuilt from its words."""
-    return _request(meta.model, dict(meta.model_options or {}), meta.board, meta.ram,
-                    meta.deadline, meta.accounting, meta.optimizer)
-
-
-def _case_request(case: Case) -> Request:
-    return _request(case.model, dict(case.model_options), case.board, case.ram, case.deadline,
-                    case.accounting.value, case.optimizer)
+def _golden(path: Path) -> tuple[Request, Schedule]:
+    """A golden's schedule and the request its file records
+    (:func:`~poetsim.request.request_for_schedule`)."""
+    request = request_for_schedule(read_schedule(path), source=str(path))
+    return request, read_schedule(path, request.graph)
 
 
 def _figures(verdict: Verdict, energy_j: float, outcome: Outcome | None) -> dict[str, Any]:
     figures = {"energy_j": energy_j, "peak_total_bytes": verdict.peak_total_bytes,
+               "arena_bytes": verdict.arena_bytes,
                "makespan_s": verdict.makespan_s, "verdict": verdict.label}
     if outcome is not None and outcome.gap is not None:
         figures.update(objective_j=outcome.predicted_energy_j, bound_j=outcome.bound_j,
@@ -279,10 +276,10 @@ def _check_one(path: Path, tolerance: float, resolve: bool) -> CaseCheck:
     try:
         meta = _golden_metadata_of(path)
         name = meta.case or name
-        request, report, verdict = _simulate(meta, path)
+        request, report, verdict = _simulate(path)
         found = _figures(verdict, report.energy_j, None)
         expected = dict(meta.expected)
-        fields = ["energy_j", "peak_total_bytes", "makespan_s", "verdict"]
+        fields = ["energy_j", "peak_total_bytes", "arena_bytes", "makespan_s", "verdict"]
         resolved = None
         if resolve and meta.method in SOLVER_METHODS:
             # the re-solved schedule, simulated, stands against the golden's figures
@@ -300,7 +297,7 @@ def _check_one(path: Path, tolerance: float, resolve: bool) -> CaseCheck:
 
 
 #: Figures that trade against the energy: worse alone, an improvement with less energy.
-_TRADED = frozenset({"peak_total_bytes", "makespan_s"})
+_TRADED = frozenset({"peak_total_bytes", "arena_bytes", "makespan_s"})
 
 
 def _status(changes: tuple[Change, ...]) -> str:
@@ -323,7 +320,7 @@ def trained_on(board: str, folder: str | Path) -> list[dict[str, Any]]:
         meta = _golden_metadata_of(path)
         if meta.board != board or meta.accounting != Accounting.PHYSICAL.value:
             continue
-        _, report, verdict = _simulate(meta, path)
+        _, report, verdict = _simulate(path)
         if not verdict.passed:
             continue
         found.append({"case": meta.case or path.stem, "model": meta.model,
@@ -332,6 +329,7 @@ def trained_on(board: str, folder: str | Path) -> list[dict[str, Any]]:
                       "deadline": meta.deadline,
                       "energy_j": report.energy_j, "makespan_s": verdict.makespan_s,
                       "peak_total_bytes": verdict.peak_total_bytes,
+                      "arena_bytes": verdict.arena_bytes,
                       "storage_lifetime_iterations": report.storage_lifetime_iterations})
     return found
 
@@ -348,11 +346,11 @@ def _golden_metadata_of(path: Path) -> Any:
     return meta
 
 
-def _simulate(meta: Any, path: Path) -> tuple[Request, Any, Verdict]:
-    """The golden's request, rebuilt from its words, and its schedule simulated and judged
+def _simulate(path: Path) -> tuple[Request, Any, Verdict]:
+    """The golden's request, as its file records it, and its schedule simulated and judged
     on the board."""
-    request = _meta_request(meta)
-    report, verdict = check_on_board(request, read_schedule(path, request.graph))
+    request, schedule = _golden(path)
+    report, verdict = check_on_board(request, schedule)
     return request, report, verdict
 
 
@@ -383,13 +381,12 @@ def update_goldens(checks: Iterable[CaseCheck]) -> list[str]:
             continue
         meta = parse_metadata(json.loads(check.path.read_text(encoding="utf-8"))["metadata"],
                               source=str(check.path))
-        request = _meta_request(meta)
+        request, schedule = _golden(check.path)
         expected = {**meta.expected, **{k: v for k, v in check.found.items() if k != "gap"}}
         golden = {"case": meta.case, "model": meta.model,
                   "model_options": dict(meta.model_options or {}), "solver": meta.solver,
                   "expected": expected}
-        schedule = (check.resolved if check.resolved is not None
-                    else read_schedule(check.path, request.graph))
+        schedule = check.resolved if check.resolved is not None else schedule
         write_schedule(schedule.with_metadata(**golden), request.graph, check.path)
         lines.append(f"updated {check.path}: " + "; ".join(c.describe() for c in check.changes))
     return lines

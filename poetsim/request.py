@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -51,9 +52,12 @@ from poetsim.graph.streaming import WeightsOnStorage
 from poetsim.units import format_bytes, parse_bytes, split_quantity
 from poetsim.zoo import build_model, row_bands_to_fit, zoo_options
 
+if TYPE_CHECKING:
+    from poetsim.schedule.ops import Schedule
+
 __all__ = ["BOARD_RAM", "MAX_BUDGET_BYTES", "MAX_DEADLINE_S", "Accounting", "Request",
            "check_request_words", "flash_weight_placement", "parse_deadline",
-           "parse_deadline_margin", "resolve_request", "tiled_to_fit"]
+           "parse_deadline_margin", "request_for_schedule", "resolve_request"]
 
 #: The budget word for "all of the board's usable RAM".
 BOARD_RAM = "board"
@@ -222,6 +226,8 @@ class Request:
                        planning_deadline_s=self.planning_deadline_s)
         if self.model_options is not None:  # how to build the graph again (simulate, regress)
             out.update(model=self.graph.metadata["model"], model_options=self.model_options)
+        elif self.graph.metadata.get("graph_file"):  # the graph file it was read from
+            out.update(graph_file=self.graph.metadata["graph_file"])
         return out
 
     def describe_budget(self) -> str:
@@ -352,7 +358,12 @@ def resolve_request(graph: TrainingGraph, board: Board, *, ram: str | int = "100
                     accounting: str | Accounting = Accounting.PHYSICAL,
                     optimizer: str = "sgd", costs: OpCosts | None = None,
                     deadline_margin: str | float | None = None) -> Request:
-    """Resolve the user's budget and deadline on ``graph`` and ``board``, and price the graph.
+    """The request of the user's words: one of the two ways to make a :class:`Request`
+    (the other is :func:`request_for_schedule`, a schedule file's).
+
+    Resolves the budget and deadline on ``graph`` and ``board`` and prices the graph; a
+    zoo model none of whose schedules could fit because one op alone does not is reshaped
+    first (:func:`_tiled_to_fit`: gradient sums, then row bands), here and nowhere else.
 
     ``ram``: ``"50%"`` (of the plain schedule's activation peak), ``"256KiB"`` or bytes
     (the whole RAM under ``physical``, activations under ``paper``), or ``"board"`` (the
@@ -362,6 +373,18 @@ def resolve_request(graph: TrainingGraph, board: Board, *, ram: str | int = "100
     ``deadline_margin``: ``"10%"`` of the deadline or seconds (``"0.5s"``) that the methods
     keep free below the deadline (:attr:`Request.planning_deadline_s`); None: none.
     """
+    words = dict(ram=ram, deadline=deadline, accounting=accounting, optimizer=optimizer,
+                 deadline_margin=deadline_margin)
+    request = _resolve(graph, board, costs=costs, **words)
+    return _tiled_to_fit(request, lambda g: _resolve(g, board, **words))
+
+
+def _resolve(graph: TrainingGraph, board: Board, *, ram: str | int,
+             deadline: str | float | None, accounting: str | Accounting, optimizer: str,
+             deadline_margin: str | float | None, costs: OpCosts | None = None,
+             placement: WeightsOnStorage | None = None) -> Request:
+    """The request of exactly ``graph``; ``placement`` forces which weights live on
+    storage (a schedule file's graph says), else it is decided here."""
     accounting = Accounting.parse(accounting)
     if costs is not None and len(costs) != len(graph.ops):
         raise InputError(f"costs cover {len(costs)} ops, but graph {graph.name!r} has "
@@ -370,10 +393,14 @@ def resolve_request(graph: TrainingGraph, board: Board, *, ram: str | int = "100
     usable = board.ram.usable_bytes
     text = str(ram).strip()
     physical = accounting is Accounting.PHYSICAL
-    flash_weights = flash_weight_placement(graph, board) if physical else 0
+    flash_weights = (flash_weight_placement(graph, board)
+                     if physical and not (placement and placement.frozen) else 0)
     resident -= flash_weights
-    on_storage = (_weights_on_storage(graph, resident, usable, optimizer)
-                  if physical and not flash_weights else WeightsOnStorage())
+    if placement is not None:
+        on_storage = placement
+    else:
+        on_storage = (_weights_on_storage(graph, resident, usable, optimizer)
+                      if physical and not flash_weights else WeightsOnStorage())
     streamed = on_storage.total_bytes(graph)
     if on_storage:
         graph, costs, resident = on_storage.graph(graph), None, resident - streamed
@@ -421,7 +448,84 @@ def _weights_on_storage(graph: TrainingGraph, resident: int, usable: int,
     return choice
 
 
-def tiled_to_fit(request: Request, resolve: Callable[[TrainingGraph], Request]) -> Request:
+def request_for_schedule(schedule: Schedule, board: Board | str | Path | None = None, *,
+                         source: str = "schedule", graph: TrainingGraph | None = None,
+                         model: str | None = None,
+                         model_options: Mapping[str, int] | None = None,
+                         ram: str | None = None, deadline: str | float | None = None,
+                         accounting: str | Accounting | None = None,
+                         optimizer: str | None = None) -> Request:
+    """The request a schedule file records: the other of the two ways to make a
+    :class:`Request` (the first is :func:`resolve_request`, the user's words).
+
+    Every part is the file's unless given here (a command line's overrides): the graph
+    (``graph``; else the graph file it records, ``metadata.graph_file``; else the zoo
+    ``model`` built with ``model_options``, by default the model and options it records,
+    which already carry any gradient sums and row bands: nothing is reshaped here), the
+    ``board`` (a :class:`Board`, a name or a file; else the one it records), the budget
+    and deadline words (else the recorded ones, resolved again on this graph and board; no
+    budget: the board's RAM), the ``accounting`` and the ``optimizer``. Which weights live
+    on storage is the one placement whose graph the schedule's fingerprint names (the
+    board's own choice first), so that judging a file under another accounting judges the
+    schedule it holds. ``source`` names the file in errors. The file's byte and second
+    figures are never taken (:func:`poetsim.schedule.metadata.disagreements` lists them).
+    """
+    from poetsim.boards import board_for_schedule
+    from poetsim.graph.io import graph_fingerprint
+    from poetsim.schedule.metadata import parse_metadata
+
+    meta = parse_metadata(schedule.metadata, source=source)
+    if not isinstance(board, Board):
+        board = board_for_schedule(None if board is None else str(board), meta.board, source)
+    if graph is None:
+        graph = _recorded_graph(meta, schedule, source, model, model_options)
+    optimizer = optimizer or meta.optimizer or "sgd"
+    words = dict(ram=ram or meta.ram or BOARD_RAM,
+                 deadline=deadline if deadline is not None else meta.deadline,
+                 accounting=accounting or meta.accounting or Accounting.PHYSICAL,
+                 optimizer=optimizer, deadline_margin=None)
+    request = _resolve(graph, board, **words)
+    if graph_fingerprint(request.graph) == schedule.graph_fingerprint:
+        return request
+    for placement in _placements(optimizer):
+        placed = placement.graph(graph) if placement else graph
+        if graph_fingerprint(placed) == schedule.graph_fingerprint:
+            return _resolve(graph, board, placement=placement, **words)
+    return request  # made for another graph: the checker names the mismatch
+
+
+def _recorded_graph(meta: Any, schedule: Schedule, source: str, model: str | None,
+                    model_options: Mapping[str, int] | None) -> TrainingGraph:
+    """The graph a schedule file says it was made for (see :func:`request_for_schedule`)."""
+    from poetsim.graph.io import read_graph
+    from poetsim.zoo import model_names
+
+    recorded = meta.graph_file
+    if model is None and recorded is not None:
+        if not Path(recorded).is_file():
+            raise InputError(f"{source}: made from the graph file {recorded!r}, which is not "
+                             "there: pass it with --graph FILE")
+        return read_graph(recorded)
+    name = model or meta.model or schedule.graph_name
+    if name not in model_names():
+        raise InputError(f"{source}: made for graph {schedule.graph_name!r}, which is no zoo "
+                         "model and records no graph file: pass its graph with --graph FILE")
+    if model_options is None:
+        model_options = meta.model_options if name == meta.model else None
+    return build_model(name, **dict(model_options or {}))
+
+
+def _placements(optimizer: str) -> list[WeightsOnStorage]:
+    """Every placement of weights on storage (none first), with ``optimizer``'s state
+    beside trained weights there or not."""
+    copies = sorted({0, OPTIMIZER_STATE_COPIES[optimizer]})
+    return [WeightsOnStorage()] + [
+        WeightsOnStorage(frozen, trained, n if trained else 0)
+        for frozen, trained in ((True, False), (False, True), (True, True))
+        for n in copies if trained or not n]
+
+
+def _tiled_to_fit(request: Request, resolve: Callable[[TrainingGraph], Request]) -> Request:
     """``request``, or the same request on its zoo model reshaped so that every op fits
     the activation budget when one op alone would not: first with the gradient of each op
     read by several summed by an op of its own (``gradient_sums=1``), kept when it lowers

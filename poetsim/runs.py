@@ -9,7 +9,9 @@ experiments are loops over :func:`run_and_judge`.
 
 POET's orchestration lives here too: a MILP schedule that misses the planning deadline in
 simulation (a page-in stalls its consumer, the storage wakes up) is solved again with the
-solver's deadline shrunk by the overrun, at most :data:`MAX_DEADLINE_TIGHTENINGS` times.
+solver's deadline shrunk by the overrun, at most :data:`MAX_DEADLINE_TIGHTENINGS` times;
+and any method's schedule whose buffers do not lay out in the RAM it may use plans again
+with less (:func:`_meet_the_board`).
 The planning deadline is the user's deadline minus the request's margin (none by default:
 the user's deadline), so a margin asked for is kept in simulation too. The request, and so
 every schedule's metadata and verdict, keeps the user's deadline.
@@ -40,7 +42,7 @@ from poetsim.boards.spec import Board
 from poetsim.fileio import atomic_write_text
 from poetsim.graph.io import graph_fingerprint
 from poetsim.methods import METHODS, MethodStatus, SolverSettings, produce
-from poetsim.request import Request
+from poetsim.request import Accounting, Request
 from poetsim.schedule import Schedule, plain_schedule
 from poetsim.schedule.io import schedule_from_dict, schedule_to_dict
 from poetsim.sim import SimReport, simulate
@@ -52,11 +54,14 @@ __all__ = ["CACHE_VERSION", "MAX_DEADLINE_TIGHTENINGS", "METHODS", "SOLVER_VERSI
            "with_overheads"]
 
 #: Bumped whenever a change makes cached runs stale.
-CACHE_VERSION = 6
+CACHE_VERSION = 7
 
 #: How often a MILP method is re-solved with a tighter deadline when its schedule misses
 #: the deadline in the simulation.
 MAX_DEADLINE_TIGHTENINGS = 3
+#: How often a method plans again with a lower activation budget when its schedule's
+#: buffers do not lay out in the RAM it may use.
+MAX_ARENA_REPLANS = 3
 
 #: Part of the key of the MILP methods' runs: bumped when the optimizer's search changes,
 #: so that their cached runs go stale while the baselines' stay valid.
@@ -66,7 +71,8 @@ SOLVER_VERSION = 17
 _RUN_FIELDS = ("method", "status", "reason", "accounting", "budget_bytes",
                "budget_activation_bytes", "resident_bytes", "deadline_s",
                "predicted_energy_j", "predicted_time_s", "predicted_peak_ram_bytes", "gap",
-               "bound_j", "run_time_s", "solver_deadline_s", "tightenings", "limits_hit")
+               "bound_j", "run_time_s", "solver_deadline_s", "tightenings", "limits_hit",
+               "planned_activation_bytes")
 
 
 @attrs.frozen
@@ -102,6 +108,11 @@ class Outcome:
     solver_deadline_s: float | None = None
     tightenings: int = 0
     limits_hit: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    #: the activation budget the method last planned against, when lowered below the
+    #: request's to leave room for the arena's fragmentation (None: the request's)
+    planned_activation_bytes: int | None = None
+    #: POET's whole result when this run solved it (not cached)
+    solve_result: Any = attrs.field(default=None, repr=False, eq=False)
     cached: bool = False
     report: SimReport | None = attrs.field(default=None, repr=False, eq=False)
     verdict: Verdict | None = None
@@ -149,7 +160,7 @@ class Outcome:
             out.update(self.verdict.as_dict())
         else:
             out.update(verdict=None, fits_board_ram=None, peak_total_bytes=None,
-                       board_ram_bytes=None, violations=[])
+                       arena_bytes=None, board_ram_bytes=None, violations=[])
         return out
 
 
@@ -228,11 +239,15 @@ class RunCache:
 
 
 def run_method(request: Request, method: str, settings: SolverSettings = SolverSettings(), *,
-               cache: RunCache | None = None) -> Outcome:
-    """Run ``method`` on ``request``, or fetch it from ``cache``; the outcome is unjudged.
+               cache: RunCache | None = None,
+               solve_options: dict[str, Any] | None = None) -> Outcome:
+    """Run ``method`` on ``request``, or fetch it from ``cache``; the outcome is judged
+    when a schedule was simulated to check it, else unjudged.
 
     A MILP method whose schedule misses the user's deadline in simulation is solved again
-    with a tighter solver deadline (see the module docstring).
+    with a tighter solver deadline, and any method whose buffers do not lay out plans
+    again with less RAM (see the module docstring). ``solve_options`` go to POET's solver
+    (:func:`~poetsim.methods.produce`; not part of the cache key: no cache with them).
     """
     solver_settings = settings.for_method(method)
     key = run_key(request, method, solver_settings)
@@ -242,8 +257,10 @@ def run_method(request: Request, method: str, settings: SolverSettings = SolverS
             return found
     started = time.perf_counter()
 
-    def attempt(solver_deadline_s: float | None, tightenings: int) -> Outcome:
-        made = produce(request, method, settings, deadline_s=solver_deadline_s)
+    def attempt(solver_deadline_s: float | None, tightenings: int,
+                budget_bytes: int | None = None) -> Outcome:
+        made = produce(request, method, settings, deadline_s=solver_deadline_s,
+                       budget_bytes=budget_bytes, solve_options=solve_options)
         return Outcome(
             method=method, status=made.status, reason=made.reason,
             accounting=request.accounting.value, budget_bytes=request.budget_bytes,
@@ -254,37 +271,58 @@ def run_method(request: Request, method: str, settings: SolverSettings = SolverS
             predicted_peak_ram_bytes=made.predicted_peak_ram_bytes, gap=made.gap,
             bound_j=made.bound_j, run_time_s=time.perf_counter() - started,
             solver_deadline_s=solver_deadline_s, tightenings=tightenings,
-            limits_hit=made.limits_hit)
+            limits_hit=made.limits_hit, planned_activation_bytes=budget_bytes,
+            solve_result=made.solve_result)
 
-    outcome = attempt(request.planning_deadline_s, 0)
-    if solver_settings and request.deadline_s is not None:
-        outcome = _meet_simulated_deadline(request, outcome, attempt)
+    outcome = _meet_the_board(request, attempt(request.planning_deadline_s, 0), attempt,
+                              retime=bool(solver_settings) and request.deadline_s is not None)
     if cache is not None:
         cache.put(key, outcome, request)
     return outcome
 
 
-def _meet_simulated_deadline(request: Request, outcome: Outcome, attempt: Any) -> Outcome:
-    """Re-solve with a tighter deadline while the simulation finds the schedule late.
+def _meet_the_board(request: Request, outcome: Outcome, attempt: Any, *,
+                    retime: bool) -> Outcome:
+    """Plan again while the simulation finds the schedule late (``retime``: the MILP
+    methods) or, under physical accounting, its buffers laid out over the RAM it may use.
 
     The MILP's timeline is the stage model's; on a real board the bus is shared and the
-    transfers are planned step by step, so a schedule can still run late. The first
-    schedule that meets the planning deadline (the user's, minus any margin) in simulation
-    is kept; if none does, the last one (whose verdict says whether it met the user's).
+    transfers are planned step by step, so a schedule can still run late: it is solved
+    again with the solver's deadline shrunk by the overrun, at most
+    :data:`MAX_DEADLINE_TIGHTENINGS` times. Every method plans bytes; a runtime places
+    buffers in a static arena, where fragmentation can take more
+    (:mod:`poetsim.schedule.arena`): the method plans again with its activation budget
+    lowered by the excess, at most :data:`MAX_ARENA_REPLANS` times. The first schedule that
+    meets both is kept; if none does, the last one (whose verdict says what it missed).
     """
     target = request.planning_deadline_s
-    assert target is not None
-    for tightenings in range(1, MAX_DEADLINE_TIGHTENINGS + 1):
-        if outcome.schedule is None:
-            return outcome
+    arena_room = (request.ram_limit_bytes if request.accounting is Accounting.PHYSICAL
+                  else None)
+    if not retime and arena_room is None:
+        return outcome  # nothing the board could ask for again: judged by the caller
+    tightenings = replans = 0
+    while outcome.schedule is not None:
         report, verdict = check_on_board(request, outcome.schedule)
-        if report.makespan_s <= target:
+        late = retime and target is not None and report.makespan_s > target
+        over = arena_room is not None and report.arena_bytes > arena_room
+        if not (late and tightenings < MAX_DEADLINE_TIGHTENINGS
+                or over and replans < MAX_ARENA_REPLANS):
             # judged already: judge_outcome need not simulate it again
             return attrs.evolve(outcome, report=report, verdict=verdict)
-        solver_deadline = outcome.solver_deadline_s * target / report.makespan_s
-        retry = attempt(solver_deadline, tightenings)
-        if retry.schedule is None:
-            return outcome  # tighter than any schedule can run: keep the late one
+        deadline = outcome.solver_deadline_s
+        budget = outcome.planned_activation_bytes
+        if late and tightenings < MAX_DEADLINE_TIGHTENINGS:
+            tightenings += 1
+            deadline = deadline * target / report.makespan_s
+        if over and replans < MAX_ARENA_REPLANS:
+            # the layout took this much more than the bytes: plan that much fewer bytes
+            replans += 1
+            planned = request.activation_budget_bytes if budget is None else budget
+            budget = (min(planned, report.peak_activation_bytes)
+                      - (report.arena_bytes - arena_room))
+        retry = attempt(deadline, tightenings, budget)
+        if retry.schedule is None:  # tighter than any schedule can be: keep the last one
+            return attrs.evolve(outcome, report=report, verdict=verdict)
         outcome = retry
     return outcome
 

@@ -6,9 +6,11 @@
 
 * under ``physical`` accounting (the default), everything resident at every moment
   (activations, workspace and page-in buffers, parameters, gradients, optimizer state)
-  within the board's usable RAM, and within the user's budget;
+  laid out in one static arena (:mod:`poetsim.schedule.arena`, every buffer at an offset,
+  as a microcontroller runtime allocates them) within the board's usable RAM and within
+  the user's budget: bytes that fit but cannot be placed do not pass;
 * under ``paper`` accounting, activations and buffers within the user's budget (POET's
-  mu_RAM); whether everything fits the board is still reported (``fits_board_ram``)
+  mu_RAM); whether the arena fits the board is still reported (``fits_board_ram``)
   and noted, but does not decide;
 * in both, the user's deadline (the request's, never a tightened one), the storage
   capacity, and the flash endurance where the board file gives one;
@@ -61,6 +63,9 @@ _REJUDGED = frozenset({"ram_overflow", "deadline_missed", "storage_full", "flash
 class Verdict:
     """PASS or FAIL with every figure that decided it, in bytes and seconds.
 
+    ``arena_bytes`` is the static arena that holds every buffer at its offset (resident
+    state included), at least ``peak_total_bytes``; ``fits_board_ram`` and, under
+    ``physical``, ``within_budget`` judge it.
     ``flash_weight_bytes`` are the frozen weights read in place from flash (not in
     ``resident_bytes``), ``board_flash_bytes`` the flash's usable bytes (None: no flash).
     ``violations`` are one-line reasons for FAIL (empty on PASS); ``energy_j`` is simulated,
@@ -73,6 +78,7 @@ class Verdict:
     passed: bool
     accounting: Accounting
     peak_total_bytes: int
+    arena_bytes: int
     peak_activation_bytes: int
     resident_bytes: int
     board_ram_bytes: int
@@ -111,7 +117,8 @@ class Verdict:
         """One line for people: the verdict, the physical need and the reasons."""
         need = (f"peak {format_bytes(self.peak_total_bytes)} in all "
                 f"({format_bytes(self.resident_bytes)} resident state + "
-                f"{format_bytes(self.peak_activation_bytes)} activations) of "
+                f"{format_bytes(self.peak_activation_bytes)} activations), arena "
+                f"{format_bytes(self.arena_bytes)}, of "
                 f"{format_bytes(self.board_ram_bytes)} usable RAM: "
                 + ("fits the board" if self.fits_board_ram else "does not fit the board"))
         if self.flash_weight_bytes:
@@ -149,13 +156,17 @@ def judge(request: Request, report: SimReport, *, notes: Iterable[str] = (),
     peak_total = report.peak_ram_bytes
     peak_activation = peak_total - request.resident_bytes
     board_ram = request.board_ram_bytes
-    fits_board = peak_total <= board_ram
+    arena = report.arena_bytes
+    fits_board = arena <= board_ram
     violations: list[str] = []
     notes = list(notes)
     where = _peak_where(report)
     whole = (f"peak RAM {format_bytes(peak_total)} ({peak_total} B: "
              f"{request.resident_bytes} B parameters, gradients and optimizer state + "
              f"{peak_activation} B activations and buffers, {where})")
+    if arena > peak_total:  # the bytes fit a board the buffers' layout may not
+        whole += (f", laid out in an arena of {format_bytes(arena)} ({arena} B, "
+                  f"{arena - peak_total} B of fragmentation)")
     if not fits_board:
         text = (f"{whole} is over the board's usable RAM of {format_bytes(board_ram)} "
                 f"({board_ram} B)")
@@ -163,7 +174,7 @@ def judge(request: Request, report: SimReport, *, notes: Iterable[str] = (),
             text if physical else f"physically: {text}; the paper's accounting leaves the "
                                   "resident state out")
     if physical:
-        within_budget = peak_total <= request.budget_bytes
+        within_budget = arena <= request.budget_bytes
         if not within_budget and request.budget_bytes < board_ram:
             violations.append(f"{whole} is over the budget of {request.ram} = "
                               f"{format_bytes(request.budget_bytes)} ({request.budget_bytes} B)")
@@ -210,6 +221,7 @@ def judge(request: Request, report: SimReport, *, notes: Iterable[str] = (),
                      "differs from the simulated one")
     return Verdict(
         passed=not violations, accounting=request.accounting, peak_total_bytes=peak_total,
+        arena_bytes=arena,
         peak_activation_bytes=peak_activation, resident_bytes=request.resident_bytes,
         board_ram_bytes=board_ram, fits_board_ram=fits_board,
         budget_bytes=request.budget_bytes, within_budget=within_budget,

@@ -132,7 +132,9 @@ def _paper_schedule(capsys, tmp_path):
 
 def test_a_paper_schedule_fails_on_the_mcu_it_cannot_fit(capsys, tmp_path):
     path = _paper_schedule(capsys, tmp_path)
-    status, out, _ = run(capsys, "simulate", str(path), "--board", "nrf52840", "--json")
+    # judged physically (the file records the paper's accounting, the default)
+    status, out, _ = run(capsys, "simulate", str(path), "--board", "nrf52840",
+                         "--accounting", "physical", "--json")
     sim = json.loads(out)
     assert status == 1 and sim["verdict"] == "FAIL" and sim["fits_board_ram"] is False
     assert sim["peak_total_bytes"] > sim["board_ram_bytes"]
@@ -155,7 +157,8 @@ def test_tampered_metadata_is_reported_never_trusted(capsys, tmp_path, field, va
     doc = json.loads(path.read_text())
     doc["metadata"][field] = value
     path.write_text(json.dumps(doc))
-    status, out, _ = run(capsys, "simulate", str(path), "--board", "nrf52840", "--json")
+    status, out, _ = run(capsys, "simulate", str(path), "--board", "nrf52840",
+                         "--accounting", "physical", "--json")
     sim = json.loads(out)
     assert status == 1 and sim["verdict"] == "FAIL" and sim["fits_board_ram"] is False
     assert any(f"says {field} = {value!r}" in note for note in sim["notes"])
@@ -344,8 +347,8 @@ def test_simulate_prints_the_storage_lifetime(capsys):
     status, out, _ = run(capsys, "simulate", "schedules/paging_only-mlp-rpi4-70.json",
                          "--board", "rpi4")
     assert status == 0
-    assert ("storage lifetime                   6.49e8 iterations (31.9 TB written rating, "
-            "48.0 KiB worn per iteration)") in out
+    assert ("storage lifetime                   4.87e8 iterations (31.9 TB written rating, "
+            "64.0 KiB worn per iteration)") in out
     status, out, _ = run(capsys, "simulate",
                          "schedules/paging_only-mlp-nrf52840_qspi_nor-70-paper.json",
                          "--board", "nrf52840_qspi_nor", "--accounting", "paper")

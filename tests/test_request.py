@@ -15,8 +15,8 @@ from poetsim.request import (
     Accounting,
     parse_deadline,
     parse_deadline_margin,
+    request_for_schedule,
     resolve_request,
-    tiled_to_fit,
 )
 
 
@@ -221,15 +221,81 @@ def test_gradient_sums_are_turned_on_only_when_one_op_would_not_fit(board_name, 
     from poetsim.graph.memory import minimum_ram_bytes
     from poetsim.zoo import build_model
 
-    board = get_board(board_name)
-
-    def resolve(graph):
-        return resolve_request(graph, board, ram=BOARD_RAM, deadline="2x")
-
-    request = tiled_to_fit(resolve(build_model("resnet18_cifar", int8=1, gradient_bytes=1,
-                                               inplace_update=1)), resolve)
+    request = resolve_request(build_model("resnet18_cifar", int8=1, gradient_bytes=1,
+                                          inplace_update=1), get_board(board_name),
+                              ram=BOARD_RAM, deadline="2x")
     assert sum(op.gradient_sum_of is not None for op in request.graph.ops) == sums
     assert ("8 gradients summed by ops of their own (gradient_sums=1)"
             in request.describe_budget()) == bool(sums)
     assert minimum_ram_bytes(request.graph)[0] <= request.activation_budget_bytes
     assert (request.model_options or {}).get("gradient_sums", 0) == (1 if sums else 0)
+
+
+# ----------------------------------------------------------------------------- from a file
+
+def _solved(model, board, **words):
+    from poetsim.boards import get_board
+    from poetsim.methods import produce
+    from poetsim.zoo import build_model
+
+    request = resolve_request(build_model(model), get_board(board), **words)
+    produced = produce(request, "checkpoint_all")
+    return request, produced.schedule.with_metadata(**request.metadata())
+
+
+def test_a_file_request_is_the_request_it_was_made_for():
+    request, schedule = _solved("mlp", "rpi4", ram="100%", deadline="2x", accounting="paper")
+    again = request_for_schedule(schedule)
+    assert again.metadata() == request.metadata()
+    assert again.graph == request.graph and again.board.name == "rpi4"
+    # each part may be overridden
+    other = request_for_schedule(schedule, "nrf52840", ram="70%", deadline="3x")
+    assert (other.board.name, other.ram, other.deadline) == ("nrf52840", "70%", "3x")
+    assert other.accounting is Accounting.PAPER
+
+
+def test_a_paper_file_judged_physically_keeps_its_graph_and_fails_for_the_board():
+    """The whole state of ResNet-18 does not fit the nRF52840: the physical request of
+    the user's words would stream the weights (another graph); the file's request keeps
+    the graph the schedule was made for, and the verdict is FAIL, not a mismatch."""
+    from poetsim.graph.io import graph_fingerprint
+    from poetsim.verdict import check_on_board
+
+    request, schedule = _solved("resnet18_cifar", "nrf52840", ram="100%", accounting="paper")
+    physical = request_for_schedule(schedule, accounting="physical")
+    assert graph_fingerprint(physical.graph) == schedule.graph_fingerprint
+    assert physical.accounting is Accounting.PHYSICAL and physical.infeasible_reason
+    _, verdict = check_on_board(physical, schedule)
+    assert not verdict.passed and not verdict.fits_board_ram
+
+
+def test_a_file_from_a_graph_file_finds_it_and_says_when_it_cannot(tmp_path):
+    import json
+
+    import attrs
+
+    from poetsim.boards import get_board
+    from poetsim.errors import InputError
+    from poetsim.graph import read_graph, write_graph
+    from poetsim.methods import produce
+    from poetsim.zoo import build_model
+
+    graph = build_model("mlp")
+    op = graph.ops[1]
+    odd = attrs.evolve(graph, name="make",
+                       ops=[*graph.ops[:1], attrs.evolve(op, flops=op.flops + 1000),
+                            *graph.ops[2:]], metadata={})
+    path = tmp_path / "g.json"
+    write_graph(odd, path)
+    assert "graph_file" not in json.loads(path.read_text())["metadata"]
+    request = resolve_request(read_graph(path), get_board("rpi4"), ram="100%")
+    assert request.metadata()["graph_file"] == str(path.resolve())
+    schedule = produce(request, "checkpoint_all").schedule.with_metadata(**request.metadata())
+    assert request_for_schedule(schedule).graph == request.graph
+    path.unlink()
+    with pytest.raises(InputError, match="graph file .* which is not there: pass it with "
+                                         "--graph FILE"):
+        request_for_schedule(schedule)
+    anonymous = schedule.with_metadata(graph_file=None)
+    with pytest.raises(InputError, match="made for graph 'make', which is no zoo model"):
+        request_for_schedule(anonymous)

@@ -191,3 +191,25 @@ def test_the_margin_is_part_of_the_run_key_only_when_given(mlp, board):
                    {"time_limit_s": 5}) == key
     assert run_key(paper_request(mlp, board, 1000, 1.0, deadline_margin="10%"), "poet",
                    {"time_limit_s": 5}) != key
+
+
+def test_a_schedule_that_does_not_lay_out_is_planned_again_with_fewer_bytes():
+    """DTR on ResNet-18 at 50% of the rpi4: its first schedule's bytes fit the budget but
+    its buffers need 118.6 KiB more in a static arena; planned again with the budget
+    lowered by that excess, it lays out and passes (and the file records the user's
+    budget, not the lowered one)."""
+    from poetsim.methods import produce
+    from poetsim.verdict import check_on_board
+
+    request = resolve_request(build_model("resnet18_cifar"), get_board("rpi4"), ram="50%")
+    first = produce(request, "dtr").schedule
+    report, verdict = check_on_board(request, first)
+    assert report.peak_ram_bytes <= request.ram_limit_bytes < report.arena_bytes
+    assert not verdict.passed and "arena" in verdict.violations[0]
+    outcome = run_method(request, "dtr")
+    assert outcome.verdict.passed and outcome.verdict.arena_bytes <= request.ram_limit_bytes
+    lowered = outcome.planned_activation_bytes
+    assert lowered is not None and lowered < request.activation_budget_bytes
+    meta = outcome.schedule.metadata
+    assert meta["budget_activation_bytes"] == request.activation_budget_bytes
+    assert meta["planned_activation_bytes"] == lowered

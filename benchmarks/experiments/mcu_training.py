@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 from poetsim.boards import get_board
 from poetsim.graph.streaming import WeightsOnStorage
 from poetsim.methods import SolverSettings
-from poetsim.request import Request, resolve_request, tiled_to_fit
+from poetsim.request import Request, resolve_request
 from poetsim.runs import Outcome, run_and_judge
 from poetsim.units import format_bytes, format_quantity
 from poetsim.zoo import build_model
@@ -64,13 +63,8 @@ SETTINGS = SolverSettings(effort=100, time_limit_s=120)
 
 def request_for(model: str, options: dict[str, int], board: str,
                 accounting: str = "physical", optimizer: str = "sgd") -> Request:
-    graph = build_model(model, **options)
-    target = get_board(board)
-
-    def resolve(g: Any) -> Request:
-        return resolve_request(g, target, ram="board", deadline="2x", accounting=accounting,
-                               optimizer=optimizer)
-    return tiled_to_fit(resolve(graph), resolve)
+    return resolve_request(build_model(model, **options), get_board(board), ram="board",
+                           deadline="2x", accounting=accounting, optimizer=optimizer)
 
 
 def _cell(request: Request, outcome: Outcome) -> str:
@@ -83,7 +77,8 @@ def _cell(request: Request, outcome: Outcome) -> str:
     streamed = request.streamed_weight_bytes
     return (f"**PASS** {format_quantity(outcome.energy_j, 'J')}, "
             f"{format_quantity(report.makespan_s, 's')}, peak "
-            f"{format_bytes(report.peak_ram_bytes)}"
+            f"{format_bytes(report.peak_ram_bytes)} in an arena of "
+            f"{format_bytes(report.arena_bytes)}"
             + (f", {bands} row bands" if bands else "")
             + (f", {format_bytes(streamed)} of weights"
                + (" and optimizer state" if WeightsOnStorage.of(request.graph).state_copies
@@ -101,9 +96,10 @@ def table() -> str:
              "when they fit it; weights streamed from the storage device when neither "
              "flash nor RAM holds them; gradient sums in ops of their own, then the frozen "
              "front in row bands, when one op alone would not fit), SGD unless the job "
-             "says otherwise, POET at effort 100, each schedule simulated and judged. A "
-             "cell: energy "
-             "and time per iteration, peak RAM in all, storage lifetime, or why no "
+             "says otherwise, POET at effort 100, each schedule simulated and judged, "
+             "every buffer laid out in one static arena (planned again with fewer bytes "
+             "when the layout does not fit). A cell: energy and time per iteration, peak "
+             "RAM in all and the arena that holds it, storage lifetime, or why no "
              "schedule fits.", "",
              "| job | " + " | ".join(BOARDS) + " |",
              "|---|" + "---|" * len(BOARDS)]

@@ -8,7 +8,7 @@ sum fits; otherwise every method's schedule FAILs the physical verdict, whatever
 paper's accounting (activations only) says. The MCU models are also listed under the
 training modes that shrink the state (last layer only, bias-only, Lin et al.'s sparse
 update, int8, in-place update). Each cell is the request poetsim makes of the board
-(:func:`poetsim.request.resolve_request`, then :func:`poetsim.request.tiled_to_fit`):
+(:func:`poetsim.request.resolve_request`, which reshapes a model one op of which does not fit):
 frozen weights read in place from the board's flash when they fit it, weights streamed
 from storage when neither flash nor RAM holds them, the frozen front in row bands when
 one op alone would not fit. Writes
@@ -25,7 +25,7 @@ from poetsim.boards import get_board
 from poetsim.boards.registry import builtin_board_names
 from poetsim.graph.graph import resident_memory
 from poetsim.graph.memory import minimum_ram_bytes, plain_peak
-from poetsim.request import Request, resolve_request, tiled_to_fit
+from poetsim.request import resolve_request
 from poetsim.units import format_bytes
 from poetsim.zoo import build_model, model_names
 
@@ -82,9 +82,7 @@ def table() -> str:
         plain = plain_peak(graph).bytes
         cells = []
         for board in boards:
-            def resolve(g, board=board) -> Request:
-                return resolve_request(g, board, ram="board")
-            request = tiled_to_fit(resolve(graph), resolve)
+            request = resolve_request(graph, board, ram="board")
             usable = board.ram.usable_bytes
             need = request.resident_bytes + minimum_ram_bytes(request.graph)[0]
             bands = (", bands" if request.graph.metadata.get("row_bands") else "") + (

@@ -24,7 +24,6 @@ import attrs
 from poetsim import __version__
 from poetsim.boards import (
     DEFAULT_BOARD,
-    board_for_schedule,
     board_to_dict,
     builtin_board_names,
     get_board,
@@ -49,10 +48,17 @@ from poetsim.errors import (
 )
 from poetsim.graph import TrainingGraph, read_graph, write_graph
 from poetsim.graph.graph import OPTIMIZER_STATE_COPIES
-from poetsim.methods import DEFAULT_EFFORT, DEFAULT_TIME_LIMIT_S, SolverSettings, seeded_solve
-from poetsim.optimizer import SolveResult, SolveStatus
+from poetsim.methods import DEFAULT_EFFORT, DEFAULT_TIME_LIMIT_S, SolverSettings
+from poetsim.optimizer import SolveStatus
 from poetsim.report import plot_simulation
-from poetsim.request import BOARD_RAM, Accounting, Request, resolve_request, tiled_to_fit
+from poetsim.request import (
+    BOARD_RAM,
+    Accounting,
+    Request,
+    request_for_schedule,
+    resolve_request,
+)
+from poetsim.runs import Outcome, run_method
 from poetsim.schedule import read_schedule, write_schedule, write_schedule_binary
 from poetsim.schedule.metadata import disagreements, parse_metadata
 from poetsim.sim.montecarlo import MAX_RUNS, MonteCarlo, monte_carlo
@@ -147,11 +153,14 @@ def _add_request_options(parser: argparse.ArgumentParser, *, ram: str | None,
     parser.add_argument("--deadline", default=deadline, metavar="1.5x|SECONDS",
                         help="time budget: a factor of the plain compute time, or seconds"
                              + (f"; default {deadline}" if deadline else ""))
-    parser.add_argument("--accounting", default=Accounting.PHYSICAL.value,
+    from_file = ram is None  # simulate: the schedule file's words are the defaults
+    parser.add_argument("--accounting", default=None if from_file else Accounting.PHYSICAL.value,
                         choices=[a.value for a in Accounting],
-                        help="physical (default): everything resident must fit the budget "
-                             "and the board's RAM; paper: the budget covers activations "
-                             "only, as POET's mu_RAM (the physical need is still reported)")
+                        help="physical: everything resident must fit the budget and the "
+                             "board's RAM; paper: the budget covers activations only, as "
+                             "POET's mu_RAM (the physical need is still reported). Default: "
+                             + ("the one the schedule file records, else physical" if from_file
+                                else "physical"))
     _add_optimizer(parser, "" if ram else ", or the one the schedule file records")
 
 
@@ -163,13 +172,10 @@ def _add_optimizer(parser: argparse.ArgumentParser, default_note: str = "") -> N
 
 
 def _request_from_args(args: argparse.Namespace, graph: TrainingGraph, board: Board) -> Request:
-    """The user's request; a zoo model whose largest op does not fit is reshaped to fit
-    (:func:`~poetsim.request.tiled_to_fit`)."""
-    def resolve(g: TrainingGraph) -> Request:
-        return resolve_request(g, board, ram=args.ram, deadline=args.deadline,
-                               accounting=args.accounting, optimizer=args.optimizer or "sgd",
-                               deadline_margin=getattr(args, "deadline_margin", None))
-    return tiled_to_fit(resolve(graph), resolve)
+    """The user's request (:func:`~poetsim.request.resolve_request`)."""
+    return resolve_request(graph, board, ram=args.ram, deadline=args.deadline,
+                           accounting=args.accounting, optimizer=args.optimizer or "sgd",
+                           deadline_margin=getattr(args, "deadline_margin", None))
 
 
 def _write_all_or_nothing(written: list[str],
@@ -348,9 +354,7 @@ def _cmd_costs(args: argparse.Namespace) -> None:
 
 def _show_costs(graph: TrainingGraph, board: Board, args: argparse.Namespace) -> None:
     # the graph and costs the board's request plans (row bands, streamed weights), as solve
-    def resolve(g: TrainingGraph) -> Request:
-        return resolve_request(g, board, ram=BOARD_RAM, optimizer=args.optimizer or "sgd")
-    request = tiled_to_fit(resolve(graph), resolve)
+    request = resolve_request(graph, board, ram=BOARD_RAM, optimizer=args.optimizer or "sgd")
     graph, costs = request.graph, request.costs
     summary = cost_summary(graph, board, costs, request=request)
     if args.json:
@@ -439,26 +443,41 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     spent_s = time.perf_counter() - args.started
     settings = attrs.evolve(settings, time_limit_s=max(0.1 * settings.time_limit_s,
                                                        settings.time_limit_s - spent_s))
-    result = seeded_solve(request, settings, remat=not args.no_remat,
-                          paging=not args.no_paging, restricted=args.restricted,
-                          progress=_progress_printer(args.json))
+    # the method path compare and the demo take: re-solved when the simulation finds the
+    # schedule late or its buffers do not lay out on the board
+    outcome = run_method(request, "poet", settings, solve_options=dict(
+        remat=not args.no_remat, paging=not args.no_paging, restricted=args.restricted,
+        progress=_progress_printer(args.json)))
+    result, schedule = outcome.solve_result, outcome.schedule
     written: list[str] = []
-    if result.schedule is not None:
+    if schedule is not None:
         _write_all_or_nothing(written, (
-            (args.out, lambda path: write_schedule(result.schedule, graph, path)),
-            (args.binary, lambda path: write_schedule_binary(result.schedule, path, graph))))
+            (args.out, lambda path: write_schedule(schedule, graph, path)),
+            (args.binary, lambda path: write_schedule_binary(schedule, path, graph))))
     if args.json:
-        _emit_json({**result.summary(), "files": written})
+        _emit_json({**result.summary(), **_replanned(outcome), "files": written})
     else:
-        _print_solve(graph, board, result, written)
+        _print_solve(graph, board, outcome, written)
     return 0 if result.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE) else 1
 
 
-def _print_solve(graph: TrainingGraph, board: Board, result: SolveResult,
+def _replanned(outcome: Outcome) -> dict[str, Any]:
+    """What the method path added to POET's result: the simulated arena, and the budget
+    and deadline planned against when the board asked for less."""
+    return {"arena_bytes": outcome.verdict.arena_bytes if outcome.verdict else None,
+            "planned_activation_bytes": outcome.planned_activation_bytes,
+            "tightenings": outcome.tightenings}
+
+
+def _print_solve(graph: TrainingGraph, board: Board, outcome: Outcome,
                  written: list[str]) -> None:
+    result = outcome.solve_result
     s = result.summary()
     print(f"{graph.name} on {board.name}: {s['method']}: {result.message}")
     print(_row("budget", result.request.describe_budget()))
+    if outcome.planned_activation_bytes is not None:
+        print(_row("planned against", f"{format_bytes(outcome.planned_activation_bytes)} of "
+                   "activations, so that every buffer lays out in the arena"))
     if s["deadline_s"] is not None:
         margin = result.request.deadline_margin
         print(_row("deadline", format_quantity(s["deadline_s"], "s") + (
@@ -478,6 +497,10 @@ def _print_solve(graph: TrainingGraph, board: Board, result: SolveResult,
                    f"{format_bytes(s['peak_total_bytes'])} in all = "
                    f"{format_bytes(s['resident_bytes'])} resident + "
                    f"{format_bytes(s['peak_ram_bytes'])} activations"))
+        if outcome.verdict is not None:
+            print(_row("arena (simulated layout)",
+                       f"{format_bytes(outcome.verdict.arena_bytes)} of "
+                       f"{format_bytes(outcome.verdict.board_ram_bytes)} usable"))
         print(_row("recomputations / page-ins / page-outs",
                    f"{s['recomputations']} / {s['page_ins']} / {s['page_outs']}"))
         if s["weight_holds_possible"]:
@@ -539,6 +562,8 @@ def _print_sim(r: SimReport, verdict: Verdict) -> None:
     print(_row("peak RAM", f"{format_bytes(verdict.peak_total_bytes)} of "
                            f"{format_bytes(verdict.board_ram_bytes)} usable at step "
                            f"{r.peak_step} ({r.peak_action} {r.peak_op})"))
+    print(_row("arena", f"{format_bytes(verdict.arena_bytes)} ({r.fragmentation_bytes} B of "
+                        "fragmentation: every buffer at an offset of one static region)"))
     budget_kind = ("in all" if verdict.accounting is Accounting.PHYSICAL
                    else "of activations")
     print(_row("budget", f"{format_bytes(verdict.budget_bytes)} {budget_kind}: "
@@ -617,29 +642,17 @@ def _print_monte_carlo(mc: MonteCarlo) -> None:
 def _cmd_simulate(args: argparse.Namespace) -> int:
     variance = _monte_carlo_args(args)
     recorded = read_schedule(args.schedule)
-    meta = parse_metadata(recorded.metadata, source=args.schedule)
-    if args.graph:
-        graph = read_graph(args.graph)
-    else:
-        model = args.model or recorded.graph_name
-        options = _model_options(args)
-        if not options and meta.model == model and meta.model_options:
-            options = dict(meta.model_options)  # the file says how its graph was built
-        graph = build_model(model, **options)
-    board = board_for_schedule(args.board, meta.board, args.schedule)
-    # The request is the user's, or the one the file records in words ("50%", "1.5x"),
-    # resolved again here; the file's own byte and second figures are only compared.
-    ram = args.ram or meta.ram or "board"
-    deadline = args.deadline if args.deadline is not None else meta.deadline
-    optimizer = args.optimizer or meta.optimizer or "sgd"
-
-    def resolve(g: TrainingGraph) -> Request:
-        return resolve_request(g, board, ram=ram, deadline=deadline, accounting=args.accounting,
-                               optimizer=optimizer)
-    request = tiled_to_fit(resolve(graph), resolve)
-    graph = request.graph
+    # The request the file records, each part overridden by the command line; the file's
+    # own byte and second figures are only compared.
+    options = _model_options(args)
+    request = request_for_schedule(
+        recorded, args.board, source=args.schedule,
+        graph=read_graph(args.graph) if args.graph else None, model=args.model,
+        model_options=options or None, ram=args.ram, deadline=args.deadline,
+        accounting=args.accounting, optimizer=args.optimizer)
+    graph, board = request.graph, request.board
     schedule = read_schedule(args.schedule, graph)
-    notes = disagreements(meta, request.metadata())
+    notes = disagreements(parse_metadata(recorded.metadata), request.metadata())
     try:
         report, verdict = check_on_board(request, schedule, trace=bool(args.trace or args.plot),
                                          notes=notes)

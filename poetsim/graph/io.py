@@ -83,8 +83,8 @@ from poetsim.graph.graph import TrainingGraph, check_gradients
 from poetsim.graph.ops import MeasuredCosts, Op
 from poetsim.graph.precision import check_metadata
 
-__all__ = ["FORMAT", "VERSION", "graph_fingerprint", "graph_from_dict", "graph_to_dict",
-           "read_graph", "write_graph"]
+__all__ = ["FORMAT", "GRAPH_FILE", "VERSION", "graph_fingerprint", "graph_from_dict",
+           "graph_to_dict", "read_graph", "write_graph"]
 
 FORMAT = "poetsim-graph"
 VERSION = 1
@@ -119,7 +119,8 @@ def graph_to_dict(graph: TrainingGraph) -> dict[str, Any]:
             entry["measured"] = op.measured.as_dict()
         ops.append(entry)
     return {"format": FORMAT, "version": VERSION, "name": graph.name,
-            "metadata": dict(graph.metadata), "ops": ops}
+            "metadata": {k: v for k, v in graph.metadata.items() if k != GRAPH_FILE},
+            "ops": ops}
 
 
 def _op_from_dict(raw: Any, position: int) -> tuple[Op, list[str]]:
@@ -197,6 +198,10 @@ def graph_from_dict(data: Any) -> TrainingGraph:
     return graph
 
 
+#: The metadata key that records the graph file a graph was read from.
+GRAPH_FILE = "graph_file"
+
+
 def read_graph(path: str | Path) -> TrainingGraph:
     """Read a graph file; any problem raises a one-line :class:`GraphFileError`."""
     text = read_text(path, GraphFileError, "graph file")
@@ -209,6 +214,11 @@ def read_graph(path: str | Path) -> TrainingGraph:
             from None
     except ValueError as err:  # a number of thousands of digits
         raise GraphFileError(f"{path}: not valid JSON: {err}") from None
+    if isinstance(data, dict) and isinstance(data.get("metadata", {}), dict):
+        # where it came from, so that a schedule made for it can find it again (not
+        # content: the fingerprint and a written graph file leave it out)
+        data = {**data, "metadata": {**data.get("metadata", {}),
+                                     GRAPH_FILE: str(Path(path).resolve())}}
     try:
         return graph_from_dict(data)
     except GraphError as err:

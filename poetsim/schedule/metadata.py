@@ -26,9 +26,9 @@ from poetsim.graph.graph import OPTIMIZER_STATE_COPIES
 __all__ = ["EXPECTED_FIELDS", "ScheduleMetadata", "disagreements", "parse_metadata"]
 
 _TEXT = ("method", "status", "board", "accounting", "ram", "deadline", "optimizer", "case",
-         "model")
+         "model", "graph_file")
 _BYTES = ("budget_bytes", "budget_activation_bytes", "resident_bytes", "flash_weight_bytes",
-          "streamed_weight_bytes",
+          "streamed_weight_bytes", "planned_activation_bytes",
           "predicted_peak_ram_bytes")
 _SECONDS_OR_JOULES = ("deadline_s", "solver_deadline_s", "predicted_energy_j",
                       "predicted_time_s", "bound_j")
@@ -36,7 +36,8 @@ _FRACTIONS = ("gap",)
 #: The largest figure a metadata field may hold (bytes, seconds, joules).
 _MAX = 2.0**62
 #: A golden schedule's expected figures (:mod:`poetsim.regress`), and their kinds.
-EXPECTED_FIELDS = {"energy_j": "number", "peak_total_bytes": "bytes", "makespan_s": "number",
+EXPECTED_FIELDS = {"energy_j": "number", "peak_total_bytes": "bytes", "arena_bytes": "bytes",
+                   "makespan_s": "number",
                    "verdict": "verdict", "objective_j": "number", "bound_j": "number"}
 
 
@@ -57,6 +58,9 @@ class ScheduleMetadata:
     flash_weight_bytes: int | None = None
     streamed_weight_bytes: int | None = None
     predicted_peak_ram_bytes: int | None = None
+    #: the activation budget the method planned against when lowered below the request's
+    #: so that its buffers lay out in the arena (:mod:`poetsim.runs`)
+    planned_activation_bytes: int | None = None
     deadline_s: float | None = None
     solver_deadline_s: float | None = None
     predicted_energy_j: float | None = None
@@ -65,6 +69,8 @@ class ScheduleMetadata:
     gap: float | None = None
     case: str | None = None
     model: str | None = None
+    #: the graph file the schedule's graph was read from (absolute), for a graph no zoo model
+    graph_file: str | None = None
     model_options: Mapping[str, int] | None = None
     solver: Mapping[str, Any] | None = None
     expected: Mapping[str, Any] | None = None
@@ -90,6 +96,9 @@ def parse_metadata(raw: Mapping[str, Any], *, source: str | None = None) -> Sche
             if name in _TEXT:
                 if not isinstance(value, str):
                     raise InputError(f"metadata.{name} = {value!r}: must be a string")
+                if name == "accounting" and value not in ("physical", "paper"):
+                    raise InputError(f"metadata.accounting = {value!r}: must be 'physical' or "
+                                     "'paper'")
                 if name == "optimizer" and value not in OPTIMIZER_STATE_COPIES:
                     raise InputError(f"metadata.optimizer = {value!r}: must be one of "
                                      f"{', '.join(OPTIMIZER_STATE_COPIES)}")

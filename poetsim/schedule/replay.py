@@ -25,12 +25,12 @@ from typing import NamedTuple
 
 import attrs
 
-from poetsim.errors import ScheduleError
+from poetsim.errors import ContractViolation
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.streaming import held_bytes, hold_owners, weight_steps
 from poetsim.schedule.ops import Action, Schedule, Step
 
-__all__ = ["ContractViolation", "Effect", "Replay", "Violation", "replay"]
+__all__ = ["ContractViolation", "Effect", "Replay", "Violation", "held_weight_bytes", "replay"]
 
 _COMPUTE, _PAGE_OUT, _PAGE_IN, _FREE = Action.COMPUTE, Action.PAGE_OUT, Action.PAGE_IN, Action.FREE
 _READ, _WRITE = Action.READ_WEIGHTS, Action.WRITE_WEIGHTS
@@ -53,14 +53,6 @@ class Violation:
     rule: str
     message: str
     op: int | None = None
-
-
-class ContractViolation(ScheduleError):
-    """A schedule breaks a rule of the contract; ``violation`` says which, where."""
-
-    def __init__(self, violation: Violation) -> None:
-        super().__init__(f"{violation.message} [{violation.rule}]")
-        self.violation = violation
 
 
 class Effect(NamedTuple):
@@ -141,6 +133,11 @@ def _holds(graph: TrainingGraph) -> tuple[list[int], list[int]]:
         holds = (owners, [int(b) for b in held_bytes(graph, owners)])
         _remember(_HOLDS, graph, holds)
     return holds  # type: ignore[return-value]
+
+
+def held_weight_bytes(graph: TrainingGraph) -> list[int]:
+    """The bytes a hold of each op's weights keeps in RAM (0: none can be held)."""
+    return _holds(graph)[1]
 
 
 def _is(step: Step | None, action: Action, op: int) -> bool:

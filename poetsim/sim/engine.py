@@ -64,6 +64,7 @@ import simpy
 from poetsim.boards.spec import Board, WriteBusy
 from poetsim.costs import OpCosts, transfer_phases
 from poetsim.graph.streaming import stream_commands
+from poetsim.schedule.arena import plan_arena
 from poetsim.schedule.ops import Action
 from poetsim.schedule.replay import Replay
 from poetsim.sim.bus import make_bus
@@ -139,6 +140,10 @@ class Simulation:
         self.plan = plan_transfers(replay, costs, self.profile,
                                    ram_limit_bytes=self.ram_limit, dma=dma,
                                    wakeup_latency_s=board.storage.wakeup_latency_s)
+        # where the runtime keeps every buffer: a prefetch holds its buffer from its trigger
+        self.arena = plan_arena(replay, resident_bytes=resident_bytes, prefetch_from={
+            p.step: p.trigger_step for p in self.plan
+            if p.kind == "page_in" and p.trigger_step < p.step})
         timings: dict[tuple[int, bool, float, float], TransferTiming] = {}
         in_s, in_j = costs.pagein_time_s.tolist(), costs.pagein_energy_j.tolist()
         out_s, out_j = costs.pageout_time_s.tolist(), costs.pageout_energy_j.tolist()
@@ -528,6 +533,8 @@ class Simulation:
             peak_action=ram.peak_action, peak_time_s=ram.peak_time_s,
             budget_bytes=ram.budget_bytes, resident_bytes=ram.resident_bytes,
             ram_limit_bytes=self.ram_limit, program_peak_ram_bytes=self.profile.peak_bytes,
+            arena_bytes=self.arena.arena_bytes,
+            fragmentation_bytes=self.arena.fragmentation_bytes,
             energy_j=ledger.total_j,
             energy_by_component_j=dict(sorted(ledger.by(0).items())),
             energy_by_state_j=dict(sorted(ledger.by_state().items())),

@@ -154,6 +154,10 @@ class SimReport:
     resident_bytes: int
     ram_limit_bytes: int
     program_peak_ram_bytes: int
+    #: the static arena that holds every buffer at its offset (resident state included;
+    #: :mod:`poetsim.schedule.arena`): its size, and how far it is above its byte peak
+    arena_bytes: int
+    fragmentation_bytes: int
     # energy
     energy_j: float
     energy_by_component_j: Mapping[str, float] = attrs.field(converter=_mapping)

@@ -34,7 +34,7 @@ from poetsim.sweep.spec import SweepError
 __all__ = ["COLUMNS", "FINAL_STATUSES", "STORE_VERSION", "ResultsStore", "cache_dir_for",
            "pending_points"]
 
-STORE_VERSION = 3
+STORE_VERSION = 4
 
 #: Statuses after which a rerun skips the point (``error`` only without --retry-failed).
 FINAL_STATUSES = ("done", "error")
@@ -52,7 +52,7 @@ COLUMNS: dict[str, str] = {
     # figures (simulated unless named predicted_)
     "energy_j": "REAL", "predicted_energy_j": "REAL", "reference_energy_j": "REAL",
     "energy_overhead": "REAL", "makespan_s": "REAL", "peak_total_bytes": "INTEGER",
-    "board_ram_bytes": "INTEGER", "budget_bytes": "INTEGER",
+    "arena_bytes": "INTEGER", "board_ram_bytes": "INTEGER", "budget_bytes": "INTEGER",
     "budget_activation_bytes": "INTEGER", "resident_bytes": "INTEGER",
     "flash_weight_bytes": "INTEGER", "streamed_weight_bytes": "INTEGER",
     "row_bands": "INTEGER", "deadline_s": "REAL",

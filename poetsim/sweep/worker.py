@@ -71,7 +71,8 @@ def _evaluate(point: Point, cache_dir: str | None) -> dict[str, Any]:
         "energy_j": row["energy_j"], "predicted_energy_j": row["predicted_energy_j"],
         "reference_energy_j": reference, "energy_overhead": row["energy_overhead"],
         "makespan_s": row["makespan_s"], "peak_total_bytes": row["peak_total_bytes"],
-        "board_ram_bytes": request.board_ram_bytes, "budget_bytes": row["budget_bytes"],
+        "arena_bytes": row["arena_bytes"], "board_ram_bytes": request.board_ram_bytes,
+        "budget_bytes": row["budget_bytes"],
         "budget_activation_bytes": row["budget_activation_bytes"],
         "resident_bytes": row["resident_bytes"],
         # where the request put the weights and how it split the front (request.py decides)

@@ -711,8 +711,10 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
     autograd and ``torch.optim``.
 
     ``inputs`` default to the example inputs the model was imported with (the shapes must
-    be those). ``budget_bytes`` is the activation budget (default: the schedule's
-    ``budget_activation_bytes`` metadata); ``resident_bytes`` the fixed region (default:
+    be those). ``budget_bytes`` is the activation budget (default: with a ``board``, that
+    of the request the schedule file records,
+    :func:`~poetsim.request.request_for_schedule`; without one, none); ``resident_bytes``
+    the fixed region (default:
     with a ``board``, the physical request's :attr:`~poetsim.request.Request.resident_bytes`,
     so that frozen weights read in place from the board's flash are left out as everywhere
     else; without one, graph-only: the graph's parameters and gradients, all in RAM). With a
@@ -736,11 +738,12 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
                          f"{', '.join(STATE_SLOTS)}")
     request = None
     if board is not None:
-        # the request's placement on the board (frozen weights in flash, weights on
-        # storage), never the file's
-        from poetsim.request import resolve_request
+        # the request the file records, on the imported graph and this board: its budget,
+        # and its placement (frozen weights in flash, weights on storage), never the
+        # file's figures
+        from poetsim.request import request_for_schedule
 
-        request = resolve_request(imported.graph, board, optimizer=optimizer)
+        request = request_for_schedule(schedule, board, graph=imported.graph)
     try:
         graph = schedule_graph(imported, schedule, request=request, optimizer=optimizer)
     except ExecutionError as err:
@@ -755,8 +758,8 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
         if tuple(x.shape) != tuple(example.shape):
             raise InputError(f"input shape {tuple(x.shape)} differs from the traced shape "
                              f"{tuple(example.shape)}")
-    if budget_bytes is None and "budget_activation_bytes" in meta:
-        budget_bytes = int(meta["budget_activation_bytes"])
+    if budget_bytes is None and request is not None:
+        budget_bytes = request.activation_budget_bytes
     if resident_bytes is None and request is not None:
         # a schedule for the un-streamed graph keeps the weights the request streams in RAM
         resident_bytes = request.resident_bytes + (

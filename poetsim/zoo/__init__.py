@@ -23,7 +23,7 @@ the training-mode options every model shares (:data:`TRAINING_OPTIONS`):
   reads one incoming gradient instead of one per reader: a smaller largest working set
   (ResNet-18's block outputs), at the cost of one more tensor per such op. A request
   turns it on when the largest op would not fit otherwise
-  (:func:`poetsim.request.tiled_to_fit`).
+  (:func:`poetsim.request.resolve_request`).
 
 Frozen parameters have no gradient, no optimizer state and no weight-gradient work
 (:mod:`poetsim.graph.training`).

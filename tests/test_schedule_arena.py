@@ -1,0 +1,90 @@
+"""The arena layout of a schedule's buffers (poetsim.schedule.arena)."""
+
+from __future__ import annotations
+
+import itertools
+
+import attrs
+import pytest
+from test_sim_support import PAGE_BOTH, PAGE_R, PAGE_X, hand
+
+from poetsim.schedule import check_schedule, plain_schedule
+from poetsim.schedule.arena import Buffer, check_layout, plan_arena
+from poetsim.schedule.replay import replay
+
+
+@pytest.mark.parametrize("lines", [PAGE_R, PAGE_X, PAGE_BOTH])
+def test_a_layout_holds_every_buffer_apart_and_is_at_least_the_byte_peak(residual, lines):
+    schedule = hand(residual, *lines)
+    plan = plan_arena(replay(residual, schedule), resident_bytes=100)
+    assert check_layout(plan.buffers, plan.arena_bytes) is None
+    # the byte peak of the buffers is the checker's: the lifetimes are the contract's
+    assert plan.peak_bytes == check_schedule(residual, schedule, resident_bytes=100).peak_ram_bytes
+    assert plan.arena_bytes >= plan.peak_bytes
+    resident = [b for b in plan.buffers if b.kind == "resident"]
+    assert resident == [Buffer("resident", -1, 0, len(schedule.steps), 100, 0)]
+
+
+def test_the_plain_schedule_of_a_chain_lays_out_at_its_byte_peak(residual):
+    plan = plan_arena(replay(residual, plain_schedule(residual)))
+    assert plan.optimal and plan.fragmentation_bytes == 0
+
+
+def test_a_prefetch_holds_its_buffer_from_its_trigger(residual):
+    schedule = hand(residual, *PAGE_R)
+    r = replay(residual, schedule)
+    page_in = next(i for i, s in enumerate(schedule.steps) if s.action.value == "page_in")
+    early = plan_arena(r, prefetch_from={page_in: page_in - 3})
+    k = schedule.steps[page_in].op
+    starts = sorted(b.start for b in early.buffers if b.kind == "tensor" and b.op == k)
+    assert page_in - 3 in starts and page_in not in starts
+    assert early.peak_bytes >= plan_arena(r).peak_bytes
+
+
+def _brute_force_arena(buffers: list[Buffer], unit: int) -> int:
+    """The least arena of ``buffers`` (sizes multiples of ``unit``) over every placement
+    on the ``unit`` grid: exhaustive, for a handful of buffers."""
+    top = sum(b.size_bytes for b in buffers)
+    best = top
+    slots = range(0, top, unit)
+    for offsets in itertools.product(slots, repeat=len(buffers)):
+        placed = [attrs.evolve(b, offset_bytes=o) for b, o in zip(buffers, offsets)]
+        high = max(b.top_bytes for b in placed)
+        if high < best and check_layout(placed, high) is None:
+            best = high
+    return best
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_tiny_layouts_match_the_brute_force_optimum(seed):
+    """Four buffers of 1 to 3 units over five steps: the planner's arena is the least any
+    placement on the unit grid can have, and never below the byte peak."""
+    import random
+
+    from poetsim.schedule.arena import _ORDERS, _peak, _place
+
+    rng = random.Random(seed)
+    unit = 16
+    buffers = []
+    for op in range(4):
+        start = rng.randrange(0, 4)
+        buffers.append(Buffer("tensor", op, start, rng.randrange(start + 1, 6),
+                              unit * rng.choice((1, 2, 3))))
+    best = min(_place(buffers, order)[1] for order in _ORDERS)
+    assert best == _brute_force_arena(buffers, unit) >= _peak(buffers, 6)
+
+
+def test_a_layout_that_overlaps_or_overflows_is_named():
+    unit = 16
+    buffers = [Buffer("tensor", 0, 0, 2, 2 * unit), Buffer("tensor", 1, 1, 3, unit),
+               Buffer("workspace", 2, 2, 4, 2 * unit)]
+    from poetsim.schedule.arena import _place
+
+    placed, top = _place(buffers, "size")
+    assert check_layout(placed, top) is None and top == 3 * unit
+    on_b = next(b for b in placed if b.op == 1)
+    clash = [attrs.evolve(b, offset_bytes=on_b.offset_bytes) if b.op == 0 else b
+             for b in placed]
+    message = check_layout(clash, 10 * unit)
+    assert message.startswith("tensor buffer of op #0") and "share bytes" in message
+    assert "outside the arena of 47 B" in check_layout(placed, top - 1)
