@@ -42,8 +42,11 @@ counting the first and last slices as full steps, a little over the exact pipeli
     time_s   = r + c + w + (N - 1) * max(c, r + w)
     energy_j = compute energy + transfers' energy + cpu.idle_power_w * (time_s - N c)
 
-(the CPU stalls, awake, for what the stream does not hide). The storage between those
-commands is priced inside the op too: when it idles longer than
+(the CPU stalls, awake, for what the stream does not hide). Of that energy, the storage
+device's share (its reads, writes, wake-ups and awake time) is ``storage_energy_j`` and,
+with DMA, the engine's share of moving the slices ``dma_energy_j`` (``held_*`` for a run
+on held weights), so that the simulator books each part on the component that spends it.
+The storage between those commands is priced inside the op too: when it idles longer than
 ``auto_sleep_timeout_s`` between two commands (the op's computing between them without
 DMA, what the computing does not cover of a slice with it) it falls asleep and each
 command wakes it (``wakeup_j``, ``wakeup_s`` of latency with the CPU idle, and the awake
@@ -105,7 +108,7 @@ analytic value of that cost alone.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 import numpy as np
@@ -284,6 +287,13 @@ class OpCosts:
     held_bytes: np.ndarray = _frozen_array(np.int64)
     held_compute_time_s: np.ndarray = _frozen_array()
     held_compute_energy_j: np.ndarray = _frozen_array()
+    #: Of an op's run that streams weights (reads or writes back; 0 for every other op),
+    #: the storage device's energy and the DMA engine's, both inside ``compute_energy_j``
+    #: (``held_*``: a run on held weights, inside ``held_compute_energy_j``).
+    storage_energy_j: np.ndarray = _frozen_array()
+    dma_energy_j: np.ndarray = _frozen_array()
+    held_storage_energy_j: np.ndarray = _frozen_array()
+    held_dma_energy_j: np.ndarray = _frozen_array()
     wait: WaitPower = WaitPower()
     #: the CPU moves every byte itself (no DMA): transfers add to compute time
     cpu_moves: bool = False
@@ -355,29 +365,41 @@ def _moved_bytes(graph: TrainingGraph, k: int) -> int:
     return moved + op.param_bytes
 
 
+class _Run(NamedTuple):
+    """One run of an op: its time and energy, and of that energy the storage device's and
+    the DMA engine's while it streams weights."""
+
+    time_s: float
+    energy_j: float
+    storage_j: float = 0.0
+    dma_j: float = 0.0
+
+
 def _compute(graph: TrainingGraph, board: Board, k: int, width: int,
-             on_storage: WeightsOnStorage, *, held: bool = False) -> Transfer:
+             on_storage: WeightsOnStorage, *, held: bool = False) -> _Run:
     op = graph.ops[k]
     cpu = board.cpu
     if board.profile is Profile.PAPER:
-        return Transfer(op.flops / cpu.flops_per_s, op.flops / cpu.flops_per_j)  # type: ignore[operator]
+        return _Run(op.flops / cpu.flops_per_s, op.flops / cpu.flops_per_j)  # type: ignore[operator]
     if op.kind == "input":
         read = transfer_cost(board, op.output_bytes, write=False)
         if board.dma.present:  # the CPU waits, awake, for the batch the DMA brings in
-            return Transfer(read.time_s, read.energy_j + read.time_s * cpu.idle_power_w)
-        return read
+            return _Run(read.time_s, read.energy_j + read.time_s * cpu.idle_power_w)
+        return _Run(read.time_s, read.energy_j)
     time_s = max(op.flops / compute_rate(board, width).ops_per_s,
                  _moved_bytes(graph, k) / board.ram.bandwidth_bytes_per_s)
-    compute = Transfer(time_s, time_s * cpu.active_power_w)
+    compute = _Run(time_s, time_s * cpu.active_power_w)
     if not on_storage:  # weights in RAM or flash: nothing streamed
         return compute
     read = 0 if held else on_storage.bytes_read(graph, k)
     moved_s, moved_j, counts = [0.0, 0.0], 0.0, [0, 0]
+    storage_j = 0.0
     for nbytes, write in ((read, False), (on_storage.bytes_written(graph, k), True)):
         for size, count in stream_commands(graph, k, nbytes):
-            moved = transfer_cost(board, size, write=write)
-            moved_s[write] += count * moved.time_s
-            moved_j += count * moved.energy_j
+            phases = transfer_phases(board, size, write=write)
+            moved_s[write] += count * phases.time_s
+            moved_j += count * phases.energy_j
+            storage_j += count * phases.storage_energy_j
             counts[write] += count
     commands = sum(counts)
     if not commands:
@@ -391,22 +413,27 @@ def _compute(graph: TrainingGraph, board: Board, k: int, width: int,
         idle_s = slices * max(per_compute - per_io, 0.0)
     else:
         streamed_s, stall_j, idle_s = time_s + io_s, 0.0, time_s
-    waits = _stream_waits(board, commands, idle_s / commands)
-    return Transfer(streamed_s + waits.time_s,
-                    compute.energy_j + moved_j + stall_j + waits.energy_j)
+    latency_s, wake_j = _stream_waits(board, commands, idle_s / commands)
+    storage_j += wake_j
+    # with DMA the engine moves the slices; without, the CPU does (its share stays the CPU's)
+    dma_j = moved_j - (storage_j - wake_j) if board.dma.present else 0.0
+    return _Run(streamed_s + latency_s,
+                compute.energy_j + moved_j + stall_j + wake_j
+                + latency_s * wait_power(board).cpu_wait_w,
+                storage_j, dma_j)
 
 
-def _stream_waits(board: Board, commands: int, gap_s: float) -> Transfer:
+def _stream_waits(board: Board, commands: int, gap_s: float) -> tuple[float, float]:
     """What the storage adds to an op that streams ``commands`` commands ``gap_s`` of
-    idling apart (see the module docstring): wake-ups, awake time between commands, the
-    awake tail; the CPU idles through each wake-up's latency."""
+    idling apart (see the module docstring): the wake-ups' latency (the CPU idles through
+    it), and the storage's energy of wake-ups, awake time between commands and the awake
+    tail."""
     wait = wait_power(board)
     if gap_s > wait.awake_s:  # the storage falls asleep between two commands
         wakes, awake_j = commands, 0.0
     else:  # it stays awake between them
         wakes, awake_j = 1, (commands - 1) * wait.awake_w * gap_s
-    latency_s = wakes * wait.wakeup_s
-    return Transfer(latency_s, wakes * wait.wake_j + awake_j + latency_s * wait.cpu_wait_w)
+    return wakes * wait.wakeup_s, wakes * wait.wake_j + awake_j
 
 
 def op_costs(graph: TrainingGraph, board: Board) -> OpCosts:
@@ -418,12 +445,16 @@ def op_costs(graph: TrainingGraph, board: Board) -> OpCosts:
     on_storage = WeightsOnStorage.of(graph)
     owners = hold_owners(graph)
     held_time, held_energy = [], []
+    shares: dict[str, list[float]] = {name: [] for name in _SHARES}
     for k, op in enumerate(graph.ops):
         compute = _compute(graph, board, k, widths[k], on_storage)
         held = (_compute(graph, board, k, widths[k], on_storage, held=True)
                 if owners[k] >= 0 else compute)
         held_time.append(held.time_s)
         held_energy.append(held.energy_j)
+        measured = not op.measured.empty  # a measured run's split is unknown: all the CPU's
+        for name, value in zip(_SHARES, (*compute[2:], *held[2:])):
+            shares[name].append(0.0 if measured else value)
         pagein = transfer_cost(board, op.output_bytes, write=False)
         pageout = transfer_cost(board, op.output_bytes, write=True)
         analytic = {
@@ -446,5 +477,9 @@ def op_costs(graph: TrainingGraph, board: Board) -> OpCosts:
         held_bytes=held_bytes(graph, owners),
         held_compute_time_s=held_time, held_compute_energy_j=held_energy,
         wait=wait_power(board), cpu_moves=not board.dma.present,
-        **columns,
+        **columns, **shares,
     )
+
+
+#: The columns of a streamed run's split, in :class:`_Run`'s order, the run then the held run.
+_SHARES = ("storage_energy_j", "dma_energy_j", "held_storage_energy_j", "held_dma_energy_j")

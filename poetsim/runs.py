@@ -41,6 +41,7 @@ from poetsim.boards.load import board_to_dict
 from poetsim.boards.spec import Board
 from poetsim.fileio import atomic_write_text
 from poetsim.graph.io import graph_fingerprint
+from poetsim.graph.memory import minimum_ram_bytes
 from poetsim.methods import METHODS, MethodStatus, SolverSettings, produce
 from poetsim.request import Accounting, Request
 from poetsim.schedule import Schedule, plain_schedule
@@ -315,11 +316,16 @@ def _meet_the_board(request: Request, outcome: Outcome, attempt: Any, *,
             tightenings += 1
             deadline = deadline * target / report.makespan_s
         if over and replans < MAX_ARENA_REPLANS:
-            # the layout took this much more than the bytes: plan that much fewer bytes
+            # the layout took this much more than the bytes: plan that much fewer bytes,
+            # but never fewer than the largest op needs (no schedule has fewer)
             replans += 1
             planned = request.activation_budget_bytes if budget is None else budget
-            budget = (min(planned, report.peak_activation_bytes)
-                      - (report.arena_bytes - arena_room))
+            lowered = max(minimum_ram_bytes(request.graph)[0],
+                          min(planned, report.peak_activation_bytes)
+                          - (report.arena_bytes - arena_room))
+            if lowered == budget and not late:  # as low as it goes: the same plan again
+                return attrs.evolve(outcome, report=report, verdict=verdict)
+            budget = lowered
         retry = attempt(deadline, tightenings, budget)
         if retry.schedule is None:  # tighter than any schedule can be: keep the last one
             return attrs.evolve(outcome, report=report, verdict=verdict)

@@ -306,3 +306,32 @@ def test_a_held_run_holds_the_storage_only_to_write_back(label, monkeypatch):
     assert report.energy_j == pytest.approx(predicted.energy_j, rel=1e-3)
     assert report.makespan_s == pytest.approx(predicted.time_s, rel=1e-3)
     assert report.makespan_s <= predicted.time_s * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("label", sorted(STREAMED))
+def test_a_streamed_run_books_the_storage_its_share_and_counts_the_bytes_it_reads(label):
+    """What an op streams through the card is the card's energy and the card's bytes: the
+    storage's share of each streamed run (the cost model's) is booked on the storage, the
+    DMA engine's on the DMA, the rest on the CPU, so the total is unchanged; bytes_read
+    counts the weight reads as bytes_written counts the write-backs."""
+    from poetsim.costs import transfer_phases
+    from poetsim.graph.streaming import WeightsOnStorage, stream_commands
+
+    request = _streamed_request(label)
+    graph, costs = request.graph, request.costs
+    schedule = plain_schedule(graph)
+    report = simulate(graph, request.board, schedule, costs=costs,
+                      resident_bytes=request.resident_bytes)
+    streamed = [k for k in range(len(graph.ops)) if costs.storage_energy_j[k] > 0]
+    assert streamed
+    shares = float(sum(costs.storage_energy_j[k] for k in streamed))
+    assert report.energy_by_state_j["storage.stream"] == pytest.approx(shares, rel=1e-9)
+    assert report.energy_by_state_j["dma.stream"] == pytest.approx(
+        float(sum(costs.dma_energy_j[k] for k in streamed)), rel=1e-9)
+    assert report.energy_by_component_j["storage"] > shares
+    assert sum(report.energy_by_component_j.values()) == pytest.approx(report.energy_j)
+    on_storage = WeightsOnStorage.of(graph)
+    read = sum(count * transfer_phases(request.board, size, write=False).device_bytes
+               for k in range(len(graph.ops))
+               for size, count in stream_commands(graph, k, on_storage.bytes_read(graph, k)))
+    assert read > 0 and report.bytes_read == read  # nothing is paged in the plain schedule

@@ -37,8 +37,11 @@ batch from storage (:mod:`poetsim.costs`), so it runs on the CPU for that time a
 without occupying the storage device or waking it (a simplification). An op that streams
 weights from storage (:mod:`poetsim.graph.streaming`; its COMPUTE follows its
 READ_WEIGHTS step, and a WRITE_WEIGHTS step follows it when it writes them back) has its
-reads, write-backs and the storage's wake-ups between them in its cost too, and each
-WRITE_WEIGHTS books its wear on the device; but it does occupy the device: once its
+reads, write-backs and the storage's wake-ups between them in its cost too: of its energy
+the storage's share (``OpCosts.storage_energy_j``) is booked on the storage in state
+``stream``, the DMA engine's on the DMA, the rest on the CPU, its reads count in
+``bytes_read`` and each WRITE_WEIGHTS books its bytes and wear on the device, and the trace
+shows the stream on the storage's track. It occupies the device: once its
 inputs are in RAM, the CPU holds the DMA engine (no queued page transfer starts) and
 waits, stalled, for the transfers running to end, and it releases the engine when the op
 ends. The storage serves one command stream at a time.
@@ -63,7 +66,7 @@ import simpy
 
 from poetsim.boards.spec import Board, WriteBusy
 from poetsim.costs import OpCosts, transfer_phases
-from poetsim.graph.streaming import stream_commands
+from poetsim.graph.streaming import WeightsOnStorage, stream_commands
 from poetsim.schedule.arena import plan_arena
 from poetsim.schedule.ops import Action
 from poetsim.schedule.replay import Replay
@@ -131,6 +134,10 @@ class Simulation:
         self.held_time = costs.held_compute_time_s.tolist()
         self.held_energy = costs.held_compute_energy_j.tolist()
         self.held_bytes = costs.held_bytes.tolist()
+        # the storage's and the DMA engine's shares of a run that streams weights
+        self.shares = (costs.storage_energy_j.tolist(), costs.dma_energy_j.tolist())
+        self.held_shares = (costs.held_storage_energy_j.tolist(),
+                            costs.held_dma_energy_j.tolist())
         self.preds = [graph.predecessors(k) for k in range(len(graph.ops))]
 
         dma = board.dma.present
@@ -378,15 +385,26 @@ class Simulation:
                     self._fire(fired)
                 if reads_weights[i]:  # streams its weights from storage
                     duration, energy = compute_time[k], compute_energy[k]
+                    storage_j, dma_j = self.shares[0][k], self.shares[1][k]
                 else:  # reads no weights from storage, or they are held
                     duration, energy = held_time[k], held_energy[k]
+                    storage_j, dma_j = self.held_shares[0][k], self.held_shares[1][k]
                 # the run holds the storage device while it streams or writes back
-                occupies = dma is not None and (reads_weights[i] or writes_weights[i])
+                streams = reads_weights[i] or writes_weights[i]
+                occupies = dma is not None and streams
                 if occupies:
                     yield from self._hold_storage()
                 kind = "recompute" if computed[k] else "compute"
                 computed[k] = True
                 t0 = env.now
+                if not streams:
+                    storage_j = dma_j = 0.0
+                if storage_j or dma_j:
+                    # a streamed run's shares, booked on the components that spend them
+                    self.storage.machine.quantum("stream", kind, storage_j)
+                    if dma_j:
+                        dma.machine.quantum("stream", kind, dma_j)  # type: ignore[union-attr]
+                    energy -= storage_j + dma_j
                 if duration > 0.0:
                     cpu.run(kind, energy / duration)
                     yield from bus.compute(duration)
@@ -399,6 +417,9 @@ class Simulation:
                 if slices is not None:
                     slices.append(("cpu", f"{kind} {names[k]}", t0, env.now,
                                    {"step": i, "op": k, "stage": step.stage}))
+                    if streams:  # the storage reads and writes the op's weights meanwhile
+                        slices.append(("storage", f"weights {names[k]}", t0, env.now,
+                                       {"step": i, "op": k, "energy_j": storage_j}))
                 ram.free(env.now, workspace[k])
                 continue
             if action is _PAGE_OUT:
@@ -466,6 +487,14 @@ class Simulation:
 
     def _report(self, makespan: float, machines: list, events: int, wall: float) -> SimReport:
         board, ram, storage, ledger = self.board, self.ram, self.storage, self.ledger
+        on_storage = WeightsOnStorage.of(self.graph)
+        for i, read in enumerate(self.replay.reads_weights):  # weights streamed by the ops
+            if read:
+                k = self.steps[i].op
+                for size, count in stream_commands(self.graph, k,
+                                                   on_storage.bytes_read(self.graph, k)):
+                    device = transfer_phases(board, size, write=False).device_bytes
+                    storage.read_weights(count * device)
         for i in self.replay.write_back_positions:  # weights written back by their ops' runs
             k = self.steps[i].op
             written = int(self.costs.writeback_bytes[k])

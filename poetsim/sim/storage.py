@@ -326,6 +326,11 @@ class StorageModel:
         elif self.jobs:
             self._refresh()
 
+    # ------------------------------------------------------------------ streamed weights
+    def read_weights(self, device_bytes: int) -> None:
+        """Book the bytes an op read from the device (its time and energy are the op's)."""
+        self.bytes_read += device_bytes
+
     # ------------------------------------------------------------------ wear
     def write_back(self, device_bytes: int) -> None:
         """Book a write of ``device_bytes`` made inside an op (weights on storage written
