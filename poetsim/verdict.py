@@ -24,9 +24,9 @@ file; the simulation must have been run with it (:func:`judge` checks).
 Energy does not decide: the op-list model prices waiting (idle, stall, storage at rest,
 wake-ups) on its own timeline, which the simulator's just-in-time prefetch and bus
 contention can beat or miss by a few percent, so a PASS does not promise the predicted
-energy. :func:`check_on_board` recomputes the
-op-list prediction from the schedule (never taking the file's figure) and the verdict
-carries it beside the simulated energy, with a note when they differ by more than
+energy. The simulator recomputes the op-list prediction from the schedule (never taking
+the file's figure, :class:`~poetsim.sim.report.Prediction`) and the verdict carries it
+beside the simulated energy, with a note when they differ by more than
 :data:`ENERGY_NOTE_SHARE`.
 """
 
@@ -41,7 +41,6 @@ from poetsim.errors import InternalError
 from poetsim.graph.streaming import WeightsOnStorage
 from poetsim.request import Accounting, Request
 from poetsim.schedule import Schedule
-from poetsim.schedule.model import predict
 from poetsim.sim import simulate
 from poetsim.sim.report import SimReport
 from poetsim.units import format_bytes
@@ -242,5 +241,5 @@ def check_on_board(request: Request, schedule: Schedule, *, trace: bool = False,
                       budget_bytes=request.ram_limit_bytes,
                       resident_bytes=request.resident_bytes, deadline_s=request.deadline_s,
                       costs=request.costs, trace=trace)
-    predicted = predict(request.graph, request.costs, schedule).energy_j
-    return report, judge(request, report, notes=notes, predicted_energy_j=predicted)
+    return report, judge(request, report, notes=notes,
+                         predicted_energy_j=report.prediction.predicted_energy_j)

@@ -64,9 +64,8 @@ def test_ideal_board_reproduces_the_optimizer(model, board, ram):
     assert report.peak_ram_bytes == result.metrics.peak_ram_bytes
     assert not report.violations, [v.message for v in report.violations]
     prediction = report.prediction
-    # the file records the optimizer's figure for the real board, waiting included
-    assert prediction is not None and prediction.predicted_energy_j == result.metrics.energy_j
-    assert prediction.peak_diff_pct == 0.0
+    # the op-list model, recomputed for the board simulated, is what the ideal board spends
+    assert abs(prediction.energy_diff_pct) < 0.1 and prediction.peak_diff_pct == 0.0
 
 
 @pytest.mark.parametrize("board", BOARDS)

@@ -68,6 +68,7 @@ from poetsim.boards.spec import Board, WriteBusy
 from poetsim.costs import OpCosts, transfer_phases
 from poetsim.graph.streaming import WeightsOnStorage, stream_commands
 from poetsim.schedule.arena import plan_arena
+from poetsim.schedule.model import predict
 from poetsim.schedule.ops import Action
 from poetsim.schedule.replay import Replay
 from poetsim.sim.bus import make_bus
@@ -521,18 +522,13 @@ class Simulation:
                 f"a flash sector was erased {wear.max_erase_count} times, over the endurance "
                 f"of {wear.endurance_cycles} cycles"))
         counts = self.profile.counts
-        metadata = self.schedule.metadata
-        prediction = None
-        keys = ("predicted_energy_j", "predicted_time_s", "predicted_peak_ram_bytes")
-        if any(metadata.get(key) is not None for key in keys):
-            peak = metadata.get("predicted_peak_ram_bytes")
-            prediction = Prediction(
-                predicted_energy_j=metadata.get("predicted_energy_j"),
-                simulated_energy_j=ledger.total_j,
-                predicted_time_s=metadata.get("predicted_time_s"),
-                simulated_time_s=makespan,
-                predicted_peak_ram_bytes=int(peak) if peak is not None else None,
-                simulated_peak_ram_bytes=ram.peak - ram.resident_bytes)
+        # what the op-list model says of this schedule, recomputed (never a file's figure)
+        model = predict(self.graph, self.costs, self.replay)
+        prediction = Prediction(
+            predicted_energy_j=model.energy_j, simulated_energy_j=ledger.total_j,
+            predicted_time_s=model.time_s, simulated_time_s=makespan,
+            predicted_peak_ram_bytes=model.peak_ram_bytes,
+            simulated_peak_ram_bytes=ram.peak - ram.resident_bytes)
         residency = {m.component: dict(sorted(m.residency.items())) for m in machines}
         transitions = {m.component: {f"{a}->{b}": n for (a, b), n in sorted(m.transitions.items())}
                        for m in machines}

@@ -86,9 +86,10 @@ def _pct(simulated: float, predicted: float) -> float | None:
 
 @attrs.frozen
 class Prediction:
-    """The optimizer's predictions (from ``schedule.metadata``) next to the simulation.
+    """The op-list model's figures of the schedule (:func:`poetsim.schedule.model.predict`,
+    recomputed, never read from a file) next to the simulation.
 
-    The peak compared is the activation peak (the optimizer's figure excludes the resident
+    The peak compared is the activation peak (the model's figure excludes the resident
     region). Differences are ``(simulated - predicted) / predicted`` in percent.
     """
 
@@ -194,7 +195,7 @@ class SimReport:
     frees: int
     # plan and predictions
     transfers: tuple[TransferRecord, ...]
-    prediction: Prediction | None
+    prediction: Prediction
     events: int
     timeline: Timeline | None = attrs.field(default=None, eq=False, repr=False)
     wall_s: float = attrs.field(default=0.0, eq=False, repr=False)
