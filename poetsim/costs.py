@@ -41,11 +41,15 @@ counting the first and last slices as full steps, a little over the exact pipeli
 
     time_s   = r + c + w + (N - 1) * max(c, r + w)
     energy_j = compute energy + transfers' energy + cpu.idle_power_w * (time_s - N c)
+               - storage.sleep_power_w * (transfers + wake-ups) - dma.idle_power_w * transfers
 
-(the CPU stalls, awake, for what the stream does not hide). Of that energy, the storage
-device's share (its reads, writes, wake-ups and awake time) is ``storage_energy_j`` and,
-with DMA, the engine's share of moving the slices ``dma_energy_j`` (``held_*`` for a run
-on held weights), so that the simulator books each part on the component that spends it.
+(the CPU stalls, awake, for what the stream does not hide; the waiting power's rest,
+below, runs through the whole run, so the time the card reads, writes or wakes and the
+DMA moves, which draw their own power instead, takes it out again, as a page transfer's
+busy time does). Of that energy, the storage device's share (its reads, writes, wake-ups
+and awake time, less its rest) is ``storage_energy_j`` and, with DMA, the engine's share
+of moving the slices ``dma_energy_j`` (less its rest; ``held_*`` for a run on held
+weights), so that the simulator books each part on the component that spends it.
 The storage between those commands is priced inside the op too: when it idles longer than
 ``auto_sleep_timeout_s`` between two commands (the op's computing between them without
 DMA, what the computing does not cover of a slice with it) it falls asleep and each
@@ -414,11 +418,17 @@ def _compute(graph: TrainingGraph, board: Board, k: int, width: int,
     else:
         streamed_s, stall_j, idle_s = time_s + io_s, 0.0, time_s
     latency_s, wake_j = _stream_waits(board, commands, idle_s / commands)
-    storage_j += wake_j
     # with DMA the engine moves the slices; without, the CPU does (its share stays the CPU's)
-    dma_j = moved_j - (storage_j - wake_j) if board.dma.present else 0.0
+    dma_j = moved_j - storage_j if board.dma.present else 0.0
+    storage_j += wake_j
+    # the waiting power's rest (storage asleep, DMA idle) runs through every op: take it
+    # out of the shares for the time the card reads, writes or wakes and the DMA moves
+    rest_j = (board.storage.sleep_power_w * (io_s + latency_s)
+              + (board.dma.idle_power_w * io_s if board.dma.present else 0.0))
+    storage_j -= board.storage.sleep_power_w * (io_s + latency_s)
+    dma_j -= rest_j - board.storage.sleep_power_w * (io_s + latency_s)
     return _Run(streamed_s + latency_s,
-                compute.energy_j + moved_j + stall_j + wake_j
+                compute.energy_j + moved_j + stall_j + wake_j - rest_j
                 + latency_s * wait_power(board).cpu_wait_w,
                 storage_j, dma_j)
 

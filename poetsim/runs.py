@@ -55,7 +55,7 @@ __all__ = ["CACHE_VERSION", "MAX_DEADLINE_TIGHTENINGS", "METHODS", "SOLVER_VERSI
            "with_overheads"]
 
 #: Bumped whenever a change makes cached runs stale.
-CACHE_VERSION = 7
+CACHE_VERSION = 8
 
 #: How often a MILP method is re-solved with a tighter deadline when its schedule misses
 #: the deadline in the simulation.
@@ -66,7 +66,7 @@ MAX_ARENA_REPLANS = 3
 
 #: Part of the key of the MILP methods' runs: bumped when the optimizer's search changes,
 #: so that their cached runs go stale while the baselines' stay valid.
-SOLVER_VERSION = 17
+SOLVER_VERSION = 18
 
 #: The fields a cache entry keeps: everything an unjudged outcome holds but its schedule.
 _RUN_FIELDS = ("method", "status", "reason", "accounting", "budget_bytes",
