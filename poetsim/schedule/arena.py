@@ -27,6 +27,7 @@ lower bound: an arena equal to it is optimal.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Mapping
 
 import attrs
@@ -137,31 +138,53 @@ _ORDERS = {
 }
 
 
-def _place(buffers: list[Buffer], order: str) -> tuple[list[Buffer], int]:
+def _conflicts(buffers: list[Buffer]) -> list[list[int]]:
+    """For each buffer, the buffers live at some step with it (a sweep over the starts)."""
+    near: list[list[int]] = [[] for _ in buffers]
+    live: list[int] = []
+    for i in sorted(range(len(buffers)), key=lambda i: buffers[i].start):
+        start = buffers[i].start
+        live = [j for j in live if buffers[j].end > start]
+        for j in live:
+            near[i].append(j)
+            near[j].append(i)
+        live.append(i)
+    return near
+
+
+def _place(buffers: list[Buffer], order: str,
+           near: list[list[int]] | None = None) -> tuple[list[Buffer], int]:
     """Place ``buffers`` greedily in ``order``: each at the lowest offset free of the
-    placed buffers live at the same time. The placed buffers and the arena's top."""
-    ranked = sorted(buffers, key=_ORDERS[order])
-    m = len(ranked)
-    starts = np.empty(m, dtype=np.int64)
-    ends = np.empty(m, dtype=np.int64)
-    lows = np.empty(m, dtype=np.int64)
-    highs = np.empty(m, dtype=np.int64)
-    placed: list[Buffer] = []
+    placed buffers live at the same time (``near``, :func:`_conflicts`). The placed
+    buffers and the arena's top."""
+    offsets, top = _offsets(buffers, order, _conflicts(buffers) if near is None else near)
+    return [attrs.evolve(b, offset_bytes=o) for b, o in zip(buffers, offsets)], top
+
+
+def _offsets(buffers: list[Buffer], order: str, near: list[list[int]]
+             ) -> tuple[list[int], int]:
+    """:func:`_place`'s offsets, in the buffers' order, and the top."""
+    key = _ORDERS[order]
+    size = [b.size_bytes for b in buffers]
+    offset = [-1] * len(buffers)
     top = 0
-    for i, b in enumerate(ranked):
-        live = np.flatnonzero((starts[:i] < b.end) & (b.start < ends[:i]))
-        offset = 0
-        if len(live):
-            lo, hi = lows[live], highs[live]
-            by = np.argsort(lo, kind="stable")
-            for a, z in zip(lo[by].tolist(), hi[by].tolist()):
-                if a >= offset + b.size_bytes:
-                    break  # the gap below this one holds it
-                offset = max(offset, z)
-        starts[i], ends[i], lows[i], highs[i] = b.start, b.end, offset, offset + b.size_bytes
-        placed.append(attrs.evolve(b, offset_bytes=offset))
-        top = max(top, offset + b.size_bytes)
-    return placed, top
+    for i in sorted(range(len(buffers)), key=lambda i: key(buffers[i])):
+        taken = sorted((offset[j], offset[j] + size[j]) for j in near[i] if offset[j] >= 0)
+        low, need = 0, size[i]
+        for a, z in taken:
+            if a >= low + need:
+                break  # the gap below this one holds it
+            if z > low:
+                low = z
+        offset[i] = low
+        top = max(top, low + need)
+    return offset, top
+
+
+#: Layouts of schedules still alive: a Monte Carlo, compare and regress simulate the same
+#: schedule again and again, and the layout is most of a short simulation's set-up.
+_PLANS: dict[tuple, tuple[weakref.ref, ArenaPlan]] = {}
+_PLANS_KEPT = 64
 
 
 def plan_arena(replay: Replay, *, resident_bytes: int = 0,
@@ -169,22 +192,39 @@ def plan_arena(replay: Replay, *, resident_bytes: int = 0,
     """A layout of a finished ``replay``'s buffers (see the module docstring), the resident
     state at offset 0 below them. ``prefetch_from`` maps a PAGE_IN's position to the
     earlier step its buffer is taken at (the transfer planner's trigger)."""
-    buffers = _lifetimes(replay, prefetch_from or {})
+    schedule = replay.schedule
+    key = (id(schedule), id(replay.graph), resident_bytes,
+           tuple(sorted((prefetch_from or {}).items())))
+    known = _PLANS.get(key) if schedule is not None else None
+    if known is not None and known[0]() is schedule:
+        return known[1]
+    plan = _plan(replay, resident_bytes, prefetch_from or {})
+    if schedule is not None:
+        if len(_PLANS) >= _PLANS_KEPT:
+            _PLANS.pop(next(iter(_PLANS)))
+        _PLANS[key] = (weakref.ref(schedule), plan)
+    return plan
+
+
+def _plan(replay: Replay, resident_bytes: int, prefetch_from: Mapping[int, int]) -> ArenaPlan:
+    buffers = _lifetimes(replay, prefetch_from)
     n = len(replay.steps)
     peak = _peak(buffers, n)
-    best: tuple[int, str, list[Buffer]] | None = None
+    near = _conflicts(buffers)
+    best: tuple[int, str, list[int]] | None = None
     for order in _ORDERS:
-        placed, top = _place(buffers, order)
+        offsets, top = _offsets(buffers, order, near)
         if best is None or top < best[0]:
-            best = (top, order, placed)
+            best = (top, order, offsets)
         if top == peak:  # as low as any layout can be
             break
     assert best is not None
-    top, order, placed = best
+    top, order, offsets = best
     base = [Buffer("resident", -1, 0, n, resident_bytes)] if resident_bytes > 0 else []
-    shifted = [attrs.evolve(b, offset_bytes=b.offset_bytes + resident_bytes) for b in placed]
-    placed_all = tuple(sorted(base + shifted, key=lambda b: (b.start, b.offset_bytes)))
-    return ArenaPlan(placed_all, resident_bytes + top, resident_bytes + peak, order)
+    placed = [attrs.evolve(b, offset_bytes=o + resident_bytes)
+              for b, o in zip(buffers, offsets)]
+    return ArenaPlan(tuple(sorted(base + placed, key=lambda b: (b.start, b.offset_bytes))),
+                     resident_bytes + top, resident_bytes + peak, order)
 
 
 def check_layout(buffers: Iterable[Buffer], arena_bytes: int) -> str | None:
