@@ -57,7 +57,8 @@ if TYPE_CHECKING:
 
 __all__ = ["BOARD_RAM", "MAX_BUDGET_BYTES", "MAX_DEADLINE_S", "Accounting", "Request",
            "check_request_words", "flash_weight_placement", "parse_deadline",
-           "parse_deadline_margin", "request_for_schedule", "resolve_request"]
+           "parse_deadline_margin", "request_for_schedule", "resolve_request",
+           "weight_placements"]
 
 #: The budget word for "all of the board's usable RAM".
 BOARD_RAM = "board"
@@ -487,7 +488,7 @@ def request_for_schedule(schedule: Schedule, board: Board | str | Path | None = 
     request = _resolve(graph, board, **words)
     if graph_fingerprint(request.graph) == schedule.graph_fingerprint:
         return request
-    for placement in _placements(optimizer):
+    for placement in weight_placements(optimizer):
         placed = placement.graph(graph) if placement else graph
         if graph_fingerprint(placed) == schedule.graph_fingerprint:
             return _resolve(graph, board, placement=placement, **words)
@@ -515,7 +516,7 @@ def _recorded_graph(meta: Any, schedule: Schedule, source: str, model: str | Non
     return build_model(name, **dict(model_options or {}))
 
 
-def _placements(optimizer: str) -> list[WeightsOnStorage]:
+def weight_placements(optimizer: str) -> list[WeightsOnStorage]:
     """Every placement of weights on storage (none first), with ``optimizer``'s state
     beside trained weights there or not."""
     copies = sorted({0, OPTIMIZER_STATE_COPIES[optimizer]})

@@ -41,7 +41,7 @@ from poetsim.errors import ScheduleError
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.streaming import weight_steps
 from poetsim.schedule.ops import Action, Schedule, Step, with_weight_steps
-from poetsim.schedule.replay import ContractViolation, Effect, Replay, Violation
+from poetsim.schedule.replay import GROWS, ContractViolation, Effect, Replay, Violation
 
 __all__ = ["RULES", "CheckResult", "ScheduleError", "Violation", "check_schedule",
            "check_schedule_or_raise", "plain_schedule"]
@@ -53,9 +53,6 @@ RULES = (
     "budget_exceeded", "never_computed", "recomputed_inplace_update", "weights_not_read",
     "weights_not_written", "stray_weight_step", "already_held", "hold_not_loaded", "not_held",
 )
-
-#: The steps after which RAM can be higher than before them (the budget is checked there).
-_GROWS = frozenset({Action.COMPUTE, Action.PAGE_IN, Action.HOLD_WEIGHTS})
 
 
 @attrs.frozen
@@ -143,7 +140,7 @@ def check_schedule(graph: TrainingGraph, schedule: Schedule, *, budget_bytes: in
     room = None if budget_bytes is None else budget_bytes - resident_bytes
     try:
         for effect in replay:
-            if room is not None and effect.ram_bytes > room and effect.action in _GROWS:
+            if room is not None and effect.ram_bytes > room and effect.action in GROWS:
                 violation = _budget_violation(replay, effect, resident_bytes, budget_bytes)
                 break
     except ContractViolation as err:

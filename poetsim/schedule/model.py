@@ -48,7 +48,7 @@ def predict(graph: TrainingGraph, costs: OpCosts,
     for the page-ins of its inputs, and for the writes of tensors freed while they were
     written when their RAM is needed to stay within the schedule's own peak (as the
     simulator's CPU does); a run that holds the storage device (it streams its weights or
-    writes them back, :attr:`~poetsim.schedule.replay.Effect.occupies_storage`) waits for
+    writes them back, :meth:`~poetsim.schedule.replay.Replay.streams`) waits for
     every transfer before it. A COMPUTE that streams its weights costs the op's compute
     time and energy, any other its held ones (``held_compute_*``: the same for an op
     reading no weights from storage). A transfer that finds the storage asleep (the
@@ -59,7 +59,7 @@ def predict(graph: TrainingGraph, costs: OpCosts,
     steps = replayed.steps
     ram = replayed.ram_bytes
     peak = max(ram, default=0)
-    reads, writes = replayed.reads_weights, replayed.writes_weights
+    reads = replayed.reads_weights
     wait = costs.wait
     written: dict[int, float] = {}  # tensor -> when its page-out ends
     held: list[tuple[float, int]] = []  # heap of (write end, bytes) of tensors freed while written
@@ -90,7 +90,7 @@ def predict(graph: TrainingGraph, costs: OpCosts,
             e_compute += float((costs.compute_energy_j if read
                                 else costs.held_compute_energy_j)[k])
             start = max([cpu] + [ready.get(u, 0.0) for u in graph.predecessors(k)])
-            if overlap and (read or writes[number]):  # it holds the storage: transfers end first
+            if overlap and replayed.streams(number):  # it holds the storage: transfers end first
                 start = max(start, lane)
             # a freed tensor's RAM returns when its write ends: wait for as many writes as
             # the schedule's own peak needs

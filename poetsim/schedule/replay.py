@@ -30,11 +30,14 @@ from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.streaming import held_bytes, hold_owners, weight_steps
 from poetsim.schedule.ops import Action, Schedule, Step
 
-__all__ = ["ContractViolation", "Effect", "Replay", "Violation", "held_weight_bytes", "replay"]
+__all__ = ["GROWS", "ContractViolation", "Effect", "Replay", "Violation", "held_weight_bytes",
+           "replay"]
 
 _COMPUTE, _PAGE_OUT, _PAGE_IN, _FREE = Action.COMPUTE, Action.PAGE_OUT, Action.PAGE_IN, Action.FREE
 _READ, _WRITE = Action.READ_WEIGHTS, Action.WRITE_WEIGHTS
 _HOLD, _DROP = Action.HOLD_WEIGHTS, Action.DROP_WEIGHTS
+#: The steps after which RAM can be higher than before them (where peaks and budgets are met).
+GROWS = frozenset({_COMPUTE, _PAGE_IN, _HOLD})
 
 
 @attrs.frozen
@@ -63,8 +66,8 @@ class Effect(NamedTuple):
     ``reads_weights``: a COMPUTE right after its READ_WEIGHTS, which streams its weights
     from storage (priced at ``compute_*``; any other COMPUTE at ``held_compute_*``).
     ``writes_weights``: a COMPUTE right before its WRITE_WEIGHTS. A COMPUTE with either
-    holds the storage device while it runs. ``recompute``: a COMPUTE of an op computed
-    before.
+    holds the storage device while it runs (:meth:`Replay.streams`). ``recompute``: a
+    COMPUTE of an op computed before.
     """
 
     position: int
@@ -75,11 +78,6 @@ class Effect(NamedTuple):
     reads_weights: bool = False
     writes_weights: bool = False
     recompute: bool = False
-
-    @property
-    def occupies_storage(self) -> bool:
-        """The step runs an op that holds the storage device while it computes."""
-        return self.reads_weights or self.writes_weights
 
 
 @attrs.frozen
@@ -353,8 +351,7 @@ class Replay:
             yield effect
             # the step takes effect
             counts[action] += 1
-            if (action is _COMPUTE or action is _PAGE_IN or action is _HOLD) and (
-                    ram > self.peak_bytes or self.peak_step < 0):
+            if action in GROWS and (ram > self.peak_bytes or self.peak_step < 0):
                 self.peak_bytes, self.peak_step = ram, position
             if action is _COMPUTE:
                 for u in preds[k]:
@@ -402,6 +399,11 @@ class Replay:
             raise self._fail(len(steps), None, "never_computed",
                              f"op {facts.names[missing]!r} is never computed", missing)
         self.finished = True
+
+    def streams(self, position: int) -> bool:
+        """Step ``position`` runs an op that streams its weights through the storage device
+        (reads or writes them back), holding the device while it computes."""
+        return self.reads_weights[position] or self.writes_weights[position]
 
     def run(self) -> Replay:
         """Replay every step (raising :class:`ContractViolation` at a broken rule); self."""

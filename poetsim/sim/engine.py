@@ -365,7 +365,8 @@ class Simulation:
         held_time, held_energy = self.held_time, self.held_energy
         arriving, triggers, job_at = self.arriving, self.triggers, self.job_at
         computed, slices, dma = self.computed, self.slices, self.dma
-        reads_weights, writes_weights = self.replay.reads_weights, self.replay.writes_weights
+        replay = self.replay
+        reads_weights = replay.reads_weights
         limit = self.ram_limit
         for i, step in enumerate(self.steps):
             self.pos = i
@@ -391,7 +392,7 @@ class Simulation:
                     duration, energy = held_time[k], held_energy[k]
                     storage_j, dma_j = self.held_shares[0][k], self.held_shares[1][k]
                 # the run holds the storage device while it streams or writes back
-                streams = reads_weights[i] or writes_weights[i]
+                streams = replay.streams(i)
                 occupies = dma is not None and streams
                 if occupies:
                     yield from self._hold_storage()

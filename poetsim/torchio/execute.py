@@ -96,7 +96,7 @@ import attrs
 
 from poetsim.errors import ExecutionError, InputError
 from poetsim.graph.autograd import KINDS
-from poetsim.graph.graph import OPTIMIZER_STATE_COPIES, TrainingGraph
+from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
 from poetsim.graph.ops import Phase
 from poetsim.graph.precision import precision_of
@@ -890,15 +890,13 @@ def schedule_graph(imported: ImportedModel, schedule: Schedule, *, request: Any 
     ``optimizer``'s state beside trained weights on storage, or not). Neither: an
     :class:`ExecutionError`.
     """
+    from poetsim.request import weight_placements
+
     base = imported.graph
     if request is not None:
         candidates = [base, request.graph]
     else:
-        copies = sorted({0, OPTIMIZER_STATE_COPIES[optimizer]})
-        candidates = [base] + [WeightsOnStorage(frozen, trained, n if trained else 0).graph(base)
-                               for frozen, trained in ((True, False), (False, True),
-                                                       (True, True)) for n in copies
-                               if trained or not n]
+        candidates = [p.graph(base) if p else base for p in weight_placements(optimizer)]
     for graph in candidates:
         if schedule.graph_fingerprint == graph_fingerprint(graph):
             return graph
