@@ -73,7 +73,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +81,7 @@ from poetsim.fileio import atomic_write_text, read_text
 from poetsim.graph.graph import TrainingGraph, check_gradients
 from poetsim.graph.ops import MeasuredCosts, Op
 from poetsim.graph.precision import check_metadata
+from poetsim.memo import PerObject
 
 __all__ = ["FORMAT", "GRAPH_FILE", "VERSION", "graph_fingerprint", "graph_from_dict",
            "graph_to_dict", "read_graph", "write_graph"]
@@ -230,31 +230,22 @@ def write_graph(graph: TrainingGraph, path: str | Path) -> None:
     atomic_write_text(path, json.dumps(graph_to_dict(graph), indent=1) + "\n")
 
 
-#: id(graph) -> (a weak reference to the graph, its fingerprint): a graph is immutable, and
-#: hashing a 50,000-op graph takes a good part of a second, once per schedule written,
-#: checked or read for it.
-_FINGERPRINTS: dict[int, tuple[weakref.ref, str]] = {}
+#: a graph is immutable, and hashing a 50,000-op graph takes a good part of a second, once
+#: per schedule written, checked or read for it
+_FINGERPRINTS: PerObject[str] = PerObject()
+
+
+def _fingerprint(graph: TrainingGraph) -> str:
+    canonical = json.dumps(graph_to_dict(graph)["ops"], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def graph_fingerprint(graph: TrainingGraph) -> str:
     """SHA-256 of the graph's content (ops, costs and edges; not its name or metadata),
     remembered while the graph lives."""
-    key = id(graph)
-    known = _FINGERPRINTS.get(key)
-    if known is not None and known[0]() is graph:
-        return known[1]
-    doc = graph_to_dict(graph)
-    canonical = json.dumps(doc["ops"], sort_keys=True, separators=(",", ":"))
-    fingerprint = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-    try:
-        ref = weakref.ref(graph, lambda _r, key=key: _FINGERPRINTS.pop(key, None))
-    except TypeError:  # not weak-referenceable: do not remember it
-        return fingerprint
-    _FINGERPRINTS[key] = (ref, fingerprint)
-    return fingerprint
+    return _FINGERPRINTS(graph, _fingerprint)
 
 
 def fingerprint_known(graph: TrainingGraph) -> bool:
     """Whether :func:`graph_fingerprint` of ``graph`` is already computed (costs nothing)."""
-    known = _FINGERPRINTS.get(id(graph))
-    return known is not None and known[0]() is graph
+    return _FINGERPRINTS.known(graph)

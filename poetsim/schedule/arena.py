@@ -27,12 +27,12 @@ lower bound: an arena equal to it is optimal.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable, Mapping
 
 import attrs
 import numpy as np
 
+from poetsim.memo import PerObject
 from poetsim.schedule.ops import Action
 from poetsim.schedule.replay import Replay, held_weight_bytes
 
@@ -181,10 +181,10 @@ def _offsets(buffers: list[Buffer], order: str, near: list[list[int]]
     return offset, top
 
 
-#: Layouts of schedules still alive: a Monte Carlo, compare and regress simulate the same
-#: schedule again and again, and the layout is most of a short simulation's set-up.
-_PLANS: dict[tuple, tuple[weakref.ref, ArenaPlan]] = {}
-_PLANS_KEPT = 64
+#: Layouts of schedules still alive, per resident state and prefetches: a Monte
+#: Carlo, compare and regress simulate the same schedule again and again, and the layout is
+#: most of a short simulation's set-up.
+_PLANS: PerObject[dict[tuple, ArenaPlan]] = PerObject()
 
 
 def plan_arena(replay: Replay, *, resident_bytes: int = 0,
@@ -192,18 +192,15 @@ def plan_arena(replay: Replay, *, resident_bytes: int = 0,
     """A layout of a finished ``replay``'s buffers (see the module docstring), the resident
     state at offset 0 below them. ``prefetch_from`` maps a PAGE_IN's position to the
     earlier step its buffer is taken at (the transfer planner's trigger)."""
-    schedule = replay.schedule
-    key = (id(schedule), id(replay.graph), resident_bytes,
-           tuple(sorted((prefetch_from or {}).items())))
-    known = _PLANS.get(key) if schedule is not None else None
-    if known is not None and known[0]() is schedule:
-        return known[1]
-    plan = _plan(replay, resident_bytes, prefetch_from or {})
-    if schedule is not None:
-        if len(_PLANS) >= _PLANS_KEPT:
-            _PLANS.pop(next(iter(_PLANS)))
-        _PLANS[key] = (weakref.ref(schedule), plan)
-    return plan
+    prefetch_from = prefetch_from or {}
+    if replay.schedule is None:
+        return _plan(replay, resident_bytes, prefetch_from)
+    plans = _PLANS(replay.schedule, lambda _schedule: {})
+    # the replay checked that the schedule's fingerprint is its graph's
+    key = (resident_bytes, tuple(sorted(prefetch_from.items())))
+    if key not in plans:
+        plans[key] = _plan(replay, resident_bytes, prefetch_from)
+    return plans[key]
 
 
 def _plan(replay: Replay, resident_bytes: int, prefetch_from: Mapping[int, int]) -> ArenaPlan:

@@ -19,7 +19,6 @@ judges them. The storage capacity is checked when one is given.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
@@ -28,6 +27,7 @@ import attrs
 from poetsim.errors import ContractViolation
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.streaming import held_bytes, hold_owners, weight_steps
+from poetsim.memo import PerObject
 from poetsim.schedule.ops import Action, Schedule, Step
 
 __all__ = ["GROWS", "ContractViolation", "Effect", "Replay", "Violation", "held_weight_bytes",
@@ -93,44 +93,30 @@ class _Facts:
     names: list[str]
 
 
-_FACTS: dict[int, tuple[weakref.ref, _Facts]] = {}
-_HOLDS: dict[int, tuple[weakref.ref, tuple[list[int], list[int]]]] = {}
+_FACTS: PerObject[_Facts] = PerObject()
+_HOLDS: PerObject[tuple[list[int], list[int]]] = PerObject()
 
 
-def _remember(cache: dict, graph: TrainingGraph, value: object) -> None:
-    key = id(graph)
-    try:
-        cache[key] = (weakref.ref(graph, lambda _r, key=key: cache.pop(key, None)), value)
-    except TypeError:  # pragma: no cover - graphs are weak-referenceable
-        pass
-
-
-def _known(cache: dict, graph: TrainingGraph) -> object | None:
-    known = cache.get(id(graph))
-    return known[1] if known is not None and known[0]() is graph else None
+def _make_facts(graph: TrainingGraph) -> _Facts:
+    ops = graph.ops
+    reads, writes = weight_steps(graph)
+    return _Facts([op.output_bytes for op in ops], [op.workspace_bytes for op in ops],
+                  list(reads), list(writes), [op.recomputable for op in ops],
+                  [graph.predecessors(k) for k in range(len(ops))], [op.name for op in ops])
 
 
 def _facts(graph: TrainingGraph) -> _Facts:
-    facts = _known(_FACTS, graph)
-    if facts is None:
-        ops = graph.ops
-        reads, writes = weight_steps(graph)
-        facts = _Facts([op.output_bytes for op in ops], [op.workspace_bytes for op in ops],
-                       list(reads), list(writes), [op.recomputable for op in ops],
-                       [graph.predecessors(k) for k in range(len(ops))],
-                       [op.name for op in ops])
-        _remember(_FACTS, graph, facts)
-    return facts  # type: ignore[return-value]
+    return _FACTS(graph, _make_facts)
+
+
+def _make_holds(graph: TrainingGraph) -> tuple[list[int], list[int]]:
+    owners = list(hold_owners(graph))
+    return owners, [int(b) for b in held_bytes(graph, owners)]
 
 
 def _holds(graph: TrainingGraph) -> tuple[list[int], list[int]]:
     """Each op's hold owner (-1: none) and the bytes a hold of its weights keeps."""
-    holds = _known(_HOLDS, graph)
-    if holds is None:
-        owners = list(hold_owners(graph))
-        holds = (owners, [int(b) for b in held_bytes(graph, owners)])
-        _remember(_HOLDS, graph, holds)
-    return holds  # type: ignore[return-value]
+    return _HOLDS(graph, _make_holds)
 
 
 def held_weight_bytes(graph: TrainingGraph) -> list[int]:
