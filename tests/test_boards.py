@@ -36,8 +36,8 @@ from poetsim.errors import BoardError, UnknownNameError
 
 EXPECTED_BOARDS = {
     "mkr1000", "nrf52840", "nrf52840_qspi_nor", "rpi4", "jetson_tx2", "esp32s3", "stm32h743",
-    "rp2040", "rpi5", "poet_mkr1000", "poet_nrf52840", "poet_rpi4", "poet_rpi4_nocache",
-    "poet_jetson_tx2",
+    "stm32f746", "rp2040", "rpi5", "poet_mkr1000", "poet_nrf52840", "poet_rpi4",
+    "poet_rpi4_nocache", "poet_jetson_tx2",
 }
 PAPER_BOARDS = sorted(n for n in EXPECTED_BOARDS if n.startswith("poet_"))
 
@@ -164,6 +164,7 @@ def test_mcu_ram_sizes_use_kib():
     assert get_board("rp2040").ram.bytes == 264 * 1024
     assert get_board("esp32s3").ram.bytes == 512 * 1024
     assert get_board("stm32h743").ram.bytes == 1024 * 1024
+    assert get_board("stm32f746").ram.bytes == 320 * 1024
 
 
 def test_default_board_is_a_physical_nrf52840_on_spi():
@@ -188,7 +189,8 @@ def test_nor_board_has_erase_fields_and_sd_boards_do_not():
     assert get_board("nrf52840").storage.erase_sector_bytes is None
 
 
-SD_BOARDS = ("nrf52840", "mkr1000", "rp2040", "esp32s3", "stm32h743", "rpi4", "rpi5")
+SD_BOARDS = ("nrf52840", "mkr1000", "rp2040", "esp32s3", "stm32h743", "stm32f746", "rpi4",
+             "rpi5")
 
 
 @pytest.mark.parametrize("name", SD_BOARDS)
@@ -662,7 +664,8 @@ def test_numeric_fields_declare_units_and_rules():
 # ----------------------------------------------------------------------------- write busy
 
 
-SD_BOARDS_WITH_BUSY = ("mkr1000", "nrf52840", "rp2040", "esp32s3", "stm32h743", "rpi4", "rpi5")
+SD_BOARDS_WITH_BUSY = ("mkr1000", "nrf52840", "rp2040", "esp32s3", "stm32h743", "stm32f746",
+                       "rpi4", "rpi5")
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_BOARDS))
@@ -695,7 +698,7 @@ def test_write_busy_shape_and_mean():
 # ----------------------------------------------------------------------------- flash
 
 FLASH_BOARDS = {"nrf52840": 1 << 20, "nrf52840_qspi_nor": 1 << 20, "stm32h743": 2 << 20,
-                "rp2040": 2 << 20, "esp32s3": 8 << 20, "mkr1000": 256 << 10}
+                "stm32f746": 1 << 20, "rp2040": 2 << 20, "esp32s3": 8 << 20, "mkr1000": 256 << 10}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_BOARDS))

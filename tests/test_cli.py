@@ -369,7 +369,9 @@ def test_the_time_limit_holds_for_the_whole_command_on_a_3000_op_chain(capsys, t
                        "width=16", "--board", "rpi4", "--ram", "50%", "--deadline", "1.5x",
                        "--time-limit", "4", "--out", str(path))
     seconds = time.perf_counter() - started
-    assert status == 0 and path.exists()
+    # how far the search gets in 4 s depends on the machine's load: a schedule, or exit 1
+    # and no file; the limit holds either way
+    assert (status, path.exists()) in ((0, True), (1, False))
     assert seconds < 4 * 1.1 + 2 + 3  # generous: CI machines are shared
 
 

@@ -76,20 +76,23 @@ def _subsets(items) -> list[frozenset[int]]:
 
 
 def stage_peak(preds, size, workspace, start: frozenset, computes: frozenset,
-               keep_next: frozenset, held: int = 0, loads: tuple[int, int] = (-1, 0)) -> int:
+               keep_next: frozenset, held: int = 0, loads: tuple[int, int] = (-1, 0),
+               overwrites=None) -> int:
     """Peak bytes of one stage by the accounting rule (start = kept + paged-in tensors,
     and ``held`` bytes of held weights; ``loads``: op and bytes of the holds its run
-    loads)."""
+    loads; ``overwrites``: each op's in-place input or -1, whose freeing right after the
+    op saves the op's output while it runs)."""
     order = sorted(computes)
     mem = sum(size[i] for i in start) + held
     peak = mem
     for pos, k in enumerate(order):
-        mem += size[k] + (loads[1] if k == loads[0] else 0)
-        peak = max(peak, mem + workspace[k])
         later = order[pos + 1:]
-        for i in set(preds[k]) | {k}:
-            if i not in keep_next and not any(i in preds[j] for j in later):
-                mem -= size[i]
+        freed = {i for i in set(preds[k]) | {k}
+                 if i not in keep_next and not any(i in preds[j] for j in later)}
+        mem += size[k] + (loads[1] if k == loads[0] else 0)
+        in_place = overwrites is not None and overwrites[k] in freed
+        peak = max(peak, mem + workspace[k] - (size[k] if in_place else 0))
+        mem -= sum(size[i] for i in freed)
     return peak
 
 
@@ -102,6 +105,7 @@ class BruteForce:
         self.preds = [frozenset(graph.predecessors(k)) for k in range(self.n)]
         self.size = [int(b) for b in costs.output_bytes]
         self.workspace = [int(b) for b in costs.workspace_bytes]
+        self.overwrites = [graph.overwrites(k) for k in range(self.n)]
         self.ce = [float(v) for v in costs.compute_energy_j]
         self.ct = [float(v) for v in costs.compute_time_s]
         self.ie = [float(v) for v in costs.pagein_energy_j]
@@ -217,7 +221,8 @@ class BruteForce:
                         alive = {i for i in in_ram if horizon[i] > t}
                         for keep_next in (_subsets(alive) if t + 1 < n else [frozenset()]):
                             if stage_peak(preds, size, self.workspace, start, computes,
-                                          keep_next, held, loads) > budget:
+                                          keep_next, held, loads,
+                                          self.overwrites) > budget:
                                 continue
                             # an empty tensor moves no bytes: the board sends no command,
                             # so its "transfer" could not keep the storage awake either
@@ -310,7 +315,7 @@ def plan_peak(graph: TrainingGraph, costs, plan: StagePlan) -> int:
         held = sum(size for f, b, size in holds if f < t <= b)
         loads = (t, sum(size for f, _, size in holds if f == t))
         peak = max(peak, stage_peak(preds, size, workspace, start, computes, keep_next,
-                                    held, loads))
+                                    held, loads, [graph.overwrites(k) for k in range(n)]))
     return peak
 
 
@@ -534,11 +539,16 @@ def test_deadline_cases_are_binding() -> None:
 
 
 @st.composite
-def tiny_dags(draw, megabytes: bool = False) -> TrainingGraph:
+def tiny_dags(draw, megabytes: bool = False, inplace: bool = False) -> TrainingGraph:
     """Random valid 5-op training graphs: x, 1-2 forward ops, the loss, 1-2 backward ops.
 
     ``megabytes``: odd tensor sizes of 5-20 MB (budgets beyond ten million bytes).
+    ``inplace``: ops may overwrite their first input (``Op.overwrites``) where it fits.
     """
+    def may_overwrite(first: str, output_bytes: int) -> str | None:
+        fits = inplace and output_bytes <= sizes_of[first] and draw(st.booleans())
+        return first if fits else None
+    sizes_of: dict[str, int] = {}
     if megabytes:
         sizes = st.integers(5_000_000, 20_000_000)
         workspaces = st.one_of(st.just(0), st.integers(0, 5_000_000))
@@ -548,18 +558,23 @@ def tiny_dags(draw, megabytes: bool = False) -> TrainingGraph:
     flops = st.sampled_from([100, 1000, 5000, 20000, 60000])
     forward = draw(st.integers(1, 2))
     ops = [Op("x", "input", Phase.FORWARD, output_bytes=draw(sizes) or 8)]
+    sizes_of["x"] = ops[0].output_bytes
     inputs: dict[str, list[str]] = {}
     names = ["x"]
     for j in range(forward):
         name = f"f{j}"
+        size = draw(sizes)
         ops.append(Op(name, draw(st.sampled_from(["linear", "relu"])), Phase.FORWARD,
-                      flops=draw(flops), output_bytes=draw(sizes),
-                      workspace_bytes=draw(workspaces), param_bytes=64))
+                      flops=draw(flops), output_bytes=size,
+                      workspace_bytes=draw(workspaces), param_bytes=64,
+                      overwrites=may_overwrite(names[-1], size)))
+        sizes_of[name] = size
         earlier = names[:-1]
         extra = draw(st.lists(st.sampled_from(earlier), unique=True)) if earlier else []
         inputs[name] = [names[-1]] + extra
         names.append(name)
     ops.append(Op("loss", "cross_entropy", Phase.LOSS, flops=draw(flops), output_bytes=4))
+    sizes_of["loss"] = 4
     extra = draw(st.lists(st.sampled_from(names[:-1]), unique=True)) if len(names) > 1 else []
     inputs["loss"] = [names[-1]] + extra
     targets = ["loss"] + names[1:][::-1]
@@ -569,9 +584,11 @@ def tiny_dags(draw, megabytes: bool = False) -> TrainingGraph:
         previous = backward[-1] if backward else "loss"
         pool = [p for p in names + ["loss"] + backward if p != previous]
         extra = draw(st.lists(st.sampled_from(pool), unique=True, max_size=3))
+        size = draw(sizes)
         ops.append(Op(name, "linear", Phase.BACKWARD, flops=draw(flops),
-                      output_bytes=draw(sizes), workspace_bytes=draw(workspaces),
-                      forward_of=targets[j]))
+                      output_bytes=size, workspace_bytes=draw(workspaces),
+                      forward_of=targets[j], overwrites=may_overwrite(previous, size)))
+        sizes_of[name] = size
         inputs[name] = [previous] + extra
         backward.append(name)
     return TrainingGraph.from_ops("tiny", ops, inputs)
@@ -617,6 +634,18 @@ def test_random_tiny_dags_against_brute_force(graph, fraction, mode, dma, throug
     assert len(graph) == 5
     board = make_board(dma_channels=dma, read_latency_s=1e-4, write_latency_s=1e-4,
                        block_bytes=16, read_throughput_bytes_per_s=throughput)
+    assert_solve_matches_brute_force(graph, board, fraction, *mode, deadline_pick)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graph=tiny_dags(inplace=True), fraction=st.floats(0, 1), mode=st.sampled_from(MODES),
+       dma=st.sampled_from([0, 1]), deadline_pick=st.one_of(st.none(), st.floats(0, 1)))
+def test_in_place_kernels_against_brute_force(graph, fraction, mode, dma,
+                                              deadline_pick) -> None:
+    """Ops that may overwrite their input: the solver proves the brute force's optimum,
+    and its op list's replay counts the same peak as the plan (assert_result_is_sound)."""
+    board = make_board(dma_channels=dma, read_latency_s=1e-4, write_latency_s=1e-4,
+                       block_bytes=16, read_throughput_bytes_per_s=2e5)
     assert_solve_matches_brute_force(graph, board, fraction, *mode, deadline_pick)
 
 

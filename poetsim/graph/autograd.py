@@ -37,6 +37,10 @@ op with trained parameters applies their update itself (``Op.inplace_update``) a
 workspace grows by their gradient at the gradient width, the buffer that replaces the
 resident one (:func:`poetsim.graph.graph.resident_memory`).
 
+In an int8 graph (:attr:`~poetsim.graph.precision.Precision.int8_kernels`) a gradient-sum
+op and the backward op of an addition, which passes its gradient on, may write their
+output into the buffer of an incoming gradient at least as large (``Op.overwrites``).
+
 This replaces POET's published derivation, which chains gradient ops in reverse list order
 and so gets residual graphs wrong.
 """
@@ -186,6 +190,9 @@ class ForwardOp:
     #: Row geometry of an op on ``(C, H, W)`` feature maps, for row tiling
     #: (:mod:`poetsim.graph.tiling`); None: the op cannot be tiled by rows.
     rows: Rows | None = None
+    #: The input whose buffer an in-place kernel may write the output into
+    #: (``Op.overwrites``); None: the op writes a buffer of its own.
+    overwrites: str | None = None
 
 
 class ForwardGraph:
@@ -254,10 +261,12 @@ class ForwardGraph:
 
     def op(self, name: str, kind: str, inputs: Sequence[str], *, output_elements: int,
            flops: float, param_count: int = 0, workspace_elements: int = 0,
-           bias_count: int = 0, rows: Rows | None = None) -> str:
+           bias_count: int = 0, rows: Rows | None = None,
+           overwrites: str | None = None) -> str:
         """Add a forward op. Sizes are per batch (the caller multiplies by batch size);
         ``bias_count`` is the part of ``param_count`` that is biases; ``rows`` its row
-        geometry, if it can be tiled by rows."""
+        geometry, if it can be tiled by rows; ``overwrites`` the input an in-place kernel
+        may write its output into."""
         if kind not in KINDS or kind in LOSS_KINDS:
             known = ", ".join(sorted(set(KINDS) - LOSS_KINDS))
             raise GraphError(f"op {name!r}: kind = {kind!r}: must be one of {known}")
@@ -267,7 +276,8 @@ class ForwardGraph:
             raise GraphError(f"op {name!r}: bias_count = {bias_count!r}: must be between 0 "
                              f"and param_count = {param_count}")
         return self._add(ForwardOp(name, kind, tuple(inputs), output_elements, flops,
-                                   param_count, workspace_elements, bias_count, rows))
+                                   param_count, workspace_elements, bias_count, rows,
+                                   overwrites))
 
     def loss(self, name: str, logits: str, *, kind: str = "cross_entropy",
              flops: float | None = None) -> str:
@@ -356,6 +366,13 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
 
     inplace = training is not None and training.inplace_update
     sums = training is not None and training.gradient_sums
+    made: dict[str, Op] = {}
+
+    def into(incoming: Sequence[str], nbytes_out: int) -> str | None:
+        # an int8 runtime sums or passes a gradient on in the buffer of one that comes in
+        if not precision.int8_kernels:
+            return None
+        return next((c for c in incoming if made[c].output_bytes >= nbytes_out), None)
     params = trained_params(forward, training, trained)
     needs_grad = gradient_needed(forward, params)
     if not needs_grad[loss]:
@@ -381,7 +398,8 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
                       workspace_bytes=nbytes(op.workspace_elements, activation_b),
                       param_bytes=nbytes(op.param_count, weight_b),
                       frozen_param_bytes=nbytes(op.param_count - t.weights - t.biases,
-                                                weight_b)))
+                                                weight_b),
+                      overwrites=op.overwrites))
         inputs[op.name] = list(dict.fromkeys(op.inputs))
 
     for op in reversed(forward):
@@ -406,9 +424,11 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
         sum_flops = max(fan_out - 1, 0) * op.output_elements
         if sums and fan_out > 1:
             s = gradient_sum_name(op.name)
+            size = nbytes(op.output_elements, gradient_b)
             ops.append(Op(s, GRADIENT_SUM_KIND, Phase.BACKWARD, flops=sum_flops,
-                          output_bytes=nbytes(op.output_elements, gradient_b),
-                          gradient_sum_of=op.name))
+                          output_bytes=size, gradient_sum_of=op.name,
+                          overwrites=into(incoming, size)))
+            made[s] = ops[-1]
             inputs[s] = incoming
             incoming, sum_flops = [s], 0
         flops = rule.backward_flops(ctx) + sum_flops
@@ -427,11 +447,13 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
         g = grad_name(op.name)
         fused = inplace and t.weights + t.biases > 0
         update_b = nbytes(t.weights + t.biases, gradient_b) if fused else 0
-        ops.append(Op(g, op.kind, Phase.BACKWARD, flops=flops,
-                      output_bytes=nbytes(out_elements, gradient_b),
+        size = nbytes(out_elements, gradient_b)
+        ops.append(Op(g, op.kind, Phase.BACKWARD, flops=flops, output_bytes=size,
                       workspace_bytes=nbytes(op.workspace_elements, backward_workspace_b)
                       + update_b,
-                      forward_of=op.name, inplace_update=fused))
+                      forward_of=op.name, inplace_update=fused,
+                      overwrites=into(incoming, size) if rule.passthrough else None))
+        made[g] = ops[-1]
         inputs[g] = list(dict.fromkeys(deps))
 
     graph = TrainingGraph.from_ops(name, ops, inputs, metadata=metadata)

@@ -86,6 +86,7 @@ class TrainingGraph:
     _index: dict[str, int] = attrs.field(init=False, repr=False, eq=False)
     _preds: tuple[tuple[int, ...], ...] = attrs.field(init=False, repr=False, eq=False)
     _succs: tuple[tuple[int, ...], ...] = attrs.field(init=False, repr=False, eq=False)
+    _overwrites: tuple[int, ...] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         index: dict[str, int] = {}
@@ -122,6 +123,7 @@ class TrainingGraph:
         object.__setattr__(self, "_preds", tuple(map(tuple, preds)))
         object.__setattr__(self, "_succs", tuple(map(tuple, succs)))
         self._check_phases()
+        object.__setattr__(self, "_overwrites", self._check_overwrites())
 
     # ------------------------------------------------------------------ construction
 
@@ -191,6 +193,24 @@ class TrainingGraph:
                     raise GraphError(f"op {op.name!r}: {of!r} already has {role} op "
                                      f"{seen[of]!r}")
                 seen[of] = op.name  # type: ignore[index]
+
+    def _check_overwrites(self) -> tuple[int, ...]:
+        """Each op's in-place input (``Op.overwrites``) as an index, -1 for none."""
+        out = [-1] * len(self.ops)
+        for k, op in enumerate(self.ops):
+            if op.overwrites is None:
+                continue
+            u = self._index.get(op.overwrites, -1)
+            if u not in self._preds[k]:
+                raise GraphError(f"op {op.name!r}: overwrites = {op.overwrites!r}: must be one "
+                                 "of the op's inputs")
+            if op.output_bytes > self.ops[u].output_bytes:
+                raise GraphError(f"op {op.name!r}: overwrites = {op.overwrites!r}, but its "
+                                 f"output ({op.output_bytes} B) is larger than that input "
+                                 f"({self.ops[u].output_bytes} B): an in-place output must "
+                                 "fit in the buffer it takes over")
+            out[k] = u
+        return tuple(out)
 
     # ------------------------------------------------------------------ queries
 
@@ -265,6 +285,12 @@ class TrainingGraph:
     def flops(self) -> float:
         """FLOPs of one training iteration with every op computed once."""
         return sum(op.flops for op in self.ops)
+
+    def overwrites(self, i: int) -> int:
+        """The input whose buffer op ``i``'s output may take over (``Op.overwrites``), or
+        -1: an in-place kernel saves the op's ``output_bytes`` while it runs, when that
+        input leaves RAM right after it."""
+        return self._overwrites[i]
 
     def inputs_of(self, i: int) -> list[str]:
         return [self.ops[p].name for p in self._preds[i]]

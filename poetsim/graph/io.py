@@ -36,8 +36,11 @@ op they differentiate), ``gradient_sum_of`` (instead of ``forward_of``, on an op
 (backward ops of an op with trained parameters: ``true`` when the op applies their SGD
 step itself, so their gradient is never resident; its ``workspace_bytes`` must hold that
 gradient, the trained parameter bytes at ``gradient_bytes`` per element; default
-``false``) and ``measured`` with any of ``compute_time_s``, ``compute_energy_j``,
-``pagein_time_s``, ``pagein_energy_j``, ``pageout_time_s``, ``pageout_energy_j``.
+``false``), ``overwrites`` (the name of one of the op's inputs whose buffer its output may
+take over, an in-place kernel; the output must be no larger than that input, and
+``workspace_bytes`` must hold what the kernel needs besides) and ``measured`` with any of
+``compute_time_s``, ``compute_energy_j``, ``pagein_time_s``, ``pagein_energy_j``,
+``pageout_time_s``, ``pageout_energy_j``.
 ``flops`` may be left out (0) when the op has measured compute time and energy. Ops may
 appear in any order; poetsim sorts them topologically and deterministically.
 
@@ -91,7 +94,7 @@ VERSION = 1
 
 _OP_KEYS = {"name", "kind", "phase", "inputs", "flops", "output_bytes", "workspace_bytes",
             "param_bytes", "frozen_param_bytes", "forward_of", "gradient_sum_of", "inplace_update",
-            "measured"}
+            "overwrites", "measured"}
 _MEASURED_KEYS = {"compute_time_s", "compute_energy_j", "pagein_time_s", "pagein_energy_j",
                   "pageout_time_s", "pageout_energy_j"}
 
@@ -115,6 +118,8 @@ def graph_to_dict(graph: TrainingGraph) -> dict[str, Any]:
             entry["gradient_sum_of"] = op.gradient_sum_of
         if op.inplace_update:  # absent when the gradient is resident, as before
             entry["inplace_update"] = True
+        if op.overwrites is not None:  # absent without an in-place kernel, as before
+            entry["overwrites"] = op.overwrites
         if not op.measured.empty:
             entry["measured"] = op.measured.as_dict()
         ops.append(entry)
@@ -158,7 +163,7 @@ def _op_from_dict(raw: Any, position: int) -> tuple[Op, list[str]]:
                 measured=MeasuredCosts(**measured_raw),
                 frozen_param_bytes=raw.get("frozen_param_bytes", 0),
                 inplace_update=raw.get("inplace_update", False),
-                gradient_sum_of=raw.get("gradient_sum_of"))
+                gradient_sum_of=raw.get("gradient_sum_of"), overwrites=raw.get("overwrites"))
     except GraphError as err:
         raise GraphError(f"{err} ({where})") from None
     return op, inputs

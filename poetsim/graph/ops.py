@@ -144,6 +144,14 @@ class Op:
         them); it lives in the op's ``workspace_bytes`` while the op runs, which must
         hold it (:func:`poetsim.graph.graph.check_gradients`). Optimizer state stays
         resident. False (the default): the gradient is resident until the step.
+    overwrites:
+        The input (an op name) whose buffer this op's output may take over: an in-place
+        kernel, such as a depthwise convolution run channel by channel through a
+        one-channel buffer (TinyEngine), an element-wise op, a residual addition or a
+        gradient sum. The output is at most that input's size (the graph checks it). A
+        schedule uses it only where the input leaves RAM right after this op
+        (:class:`~poetsim.schedule.replay.Replay`); otherwise the op writes a buffer of
+        its own. ``workspace_bytes`` must already hold what the in-place kernel needs.
     measured:
         Optional profiled costs that replace the analytic ones.
     """
@@ -160,6 +168,7 @@ class Op:
     frozen_param_bytes: int = 0
     inplace_update: bool = False
     gradient_sum_of: str | None = None
+    overwrites: str | None = None
 
     @property
     def recomputable(self) -> bool:
@@ -184,11 +193,11 @@ class Op:
             _cost(self.name, field, value, False, MAX_BYTES, "B")
             if not float(value).is_integer():
                 raise GraphError(f"op {self.name!r}: {field} = {value!r}: must be a whole number")
-        for field in ("forward_of", "gradient_sum_of"):
+        for field in ("forward_of", "gradient_sum_of", "overwrites"):
             value = getattr(self, field)
             if value is not None and not isinstance(value, str):
                 raise GraphError(f"op {self.name!r}: {field} = {value!r}: must be an op name")
-            if self.phase is not Phase.BACKWARD and value is not None:
+            if self.phase is not Phase.BACKWARD and value is not None and field != "overwrites":
                 raise GraphError(f"op {self.name!r}: {field} is only for backward ops")
         if self.phase is Phase.BACKWARD and (self.forward_of is None) == (
                 self.gradient_sum_of is None):

@@ -63,6 +63,14 @@ class Precision:
     def is_fp32(self) -> bool:
         return self.weight_bytes == self.activation_bytes == self.gradient_bytes == 4
 
+    @property
+    def int8_kernels(self) -> bool:
+        """Int8 weights and activations: the graph runs as int8 MCU runtimes run it
+        (TFLite Micro, TinyEngine), with a convolution, its norm and activation fused into
+        one op (:func:`poetsim.zoo.layers.conv_bn_act`) and in-place kernels where they
+        exist (:attr:`poetsim.graph.ops.Op.overwrites`)."""
+        return self.weight_bytes == self.activation_bytes == 1
+
 
 def check_width(value: Any, field: str, where: str = "") -> int:
     """``value`` if it is a width a graph may declare, else a one-line GraphError."""

@@ -151,6 +151,8 @@ def _bands(op: ForwardOp, ranges: list[tuple[int, int]], stage: set[str]) -> lis
     return [attrs.evolve(
         op, name=band_name(op.name, j),
         inputs=tuple(band_name(u, j) if u in stage else u for u in op.inputs),
+        overwrites=(band_name(op.overwrites, j) if op.overwrites in stage
+                    else op.overwrites),
         output_elements=per_row * (b - a),
         flops=op.flops * (b - a) / rows.out_rows,
         param_count=op.param_count if j == 0 else 0,

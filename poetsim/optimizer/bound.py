@@ -63,6 +63,7 @@ from pyscipopt import Model, quicksum
 
 from poetsim.costs import OpCosts
 from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.memory import inplace_saving
 from poetsim.optimizer.effort import WorkLimit
 
 __all__ = ["Relaxation", "relax"]
@@ -207,8 +208,9 @@ def relax(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
     room = []
     for t in range(n):
         inputs = graph.predecessors(t)
+        # an in-place op may not hold its output beside its input (valid, if weaker)
         room.append(budget_bytes - mem[t] - int(costs.workspace_bytes[t])
-                    - sum(mem[u] for u in inputs))
+                    - sum(mem[u] for u in inputs) + inplace_saving(graph, t, inputs))
     away_at: list[dict[int, Any]] = [dict() for _ in range(n)]  # tracked tensor -> away
     held_at: list[list[tuple[int, Any]]] = [[] for _ in range(n)]  # (bytes, held)
     for i in range(n):

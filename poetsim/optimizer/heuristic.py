@@ -19,6 +19,7 @@ import numpy as np
 
 from poetsim.costs import OpCosts
 from poetsim.graph.graph import TrainingGraph
+from poetsim.graph.memory import inplace_saving
 from poetsim.optimizer.plan import (
     PlanMetrics,
     StagePlan,
@@ -113,9 +114,10 @@ class _Greedy:
         mem = int(sum(size[i] for i in start) + sum(size[i] for i in page_ins))
         peak = mem
         for k in computes:
+            freed = [i for i, j in last.items() if j == k and i not in keep_after]
             mem += int(size[k])
-            peak = max(peak, mem + int(self.workspace[k]))
-            mem -= int(sum(size[i] for i, j in last.items() if j == k and i not in keep_after))
+            peak = max(peak, mem + int(self.workspace[k]) - inplace_saving(graph, k, freed))
+            mem -= int(sum(size[i] for i in freed))
         return peak
 
     def eviction_cost(self, v: int, keep: set[int], stored: set[int]) -> tuple[float, bool]:

@@ -14,8 +14,11 @@ Formulation (paper Algorithm 1 on Checkmate's frontier-advancing stages; notatio
 * memory, Checkmate's recurrence over the ops that can run in stage ``t`` (index order):
   ``U[t,first] = sum_i (S[t,i] + Min[t,i]) m_i + R[t,first] m_first``,
   ``U[t,next] = U[t,k] - sum_i F[t,i,k] m_i + R[t,next] m_next`` and
-  ``U[t,k] + R[t,k] w_k <= budget``. The free indicator ``F[t,i,k]`` (tensor ``i`` freed
-  after op ``k``) is continuous in ``[0, 1]`` with only upper bounds:
+  ``U[t,k] + R[t,k] w_k - F[t,u,k] m_k <= budget``, the last term for an op ``k`` with an
+  in-place kernel on input ``u`` (``Op.overwrites``: its output lands in the buffer of
+  ``u`` freed right after it, as the op list's replay counts it). The free indicator
+  ``F[t,i,k]`` (tensor ``i`` freed after op ``k``) is continuous in ``[0, 1]`` with only
+  upper bounds:
   ``F <= R[t,k]`` (an op that did not run frees nothing), ``F <= 1 - S[t+1,i]`` and
   ``F <= 1 - R[t,j]`` for every later reader ``j`` of ``i`` in the stage. At integer
   ``R, S`` these bounds are 0 or 1 and freeing only helps, so the relaxation is exact.
@@ -23,8 +26,9 @@ Formulation (paper Algorithm 1 on Checkmate's frontier-advancing stages; notatio
   points and keeps the LP from freeing a tensor twice.
 * frontier knapsacks (redundant, for the LP bound): while op ``t`` runs, RAM holds its
   inputs, output and workspace and every tensor kept into stage ``t + 1``:
-  ``sum_{i < t, i not an input of t} S[t+1,i] m_i <= budget - m_t - w_t - sum_inputs m_u``;
-  and when stage ``t`` starts: ``sum_i (S[t,i] + Min[t,i]) m_i <= budget``.
+  ``sum_{i < t, i not an input of t} S[t+1,i] m_i <= budget - m_t - w_t - sum_inputs m_u``
+  (plus ``m_t (1 - S[t+1,u])`` on the right for an op ``t`` in place on ``u``); and when
+  stage ``t`` starts: ``sum_i (S[t,i] + Min[t,i]) m_i <= budget``.
 * time (:func:`~poetsim.optimizer.plan.stage_timeline`): without DMA the makespan is
   ``sum_t compute_t + transfers_t``; with DMA continuous stage times on a storage lane
   beside the CPU (:meth:`MilpModel._add_lane`): per stage page-ins arrived ``P_t``,
@@ -168,6 +172,9 @@ class MilpModel:
         self.mem = [math.ceil(int(b) / self.unit_bytes) for b in costs.output_bytes]
         self.ws = [math.ceil(int(b) / self.unit_bytes) for b in costs.workspace_bytes]
         self.held = [math.ceil(int(b) / self.unit_bytes) for b in costs.held_bytes]
+        # an in-place kernel saves its output while it runs (rounded down: safe in units)
+        self.inplace = [int(costs.output_bytes[k]) // self.unit_bytes
+                        if graph.overwrites(k) >= 0 else 0 for k in range(n)]
         self._create_variables()
         self._add_constraints(storage_capacity_bytes)
         # Every op runs once in its own stage: a constant part of the objective.
@@ -312,6 +319,11 @@ class MilpModel:
                     - sum(self.mem[u] for u in inputs))
             terms = [self.mem[i] * self.S[t + 1, i] for i in range(t)
                      if i not in inputs and (t + 1, i) in self.S and self.mem[i] > 0]
+            if self.inplace[t]:  # op t runs in place unless its input is kept
+                room += self.inplace[t]
+                kept = self.S.get((t + 1, graph.overwrites(t)))
+                if kept is not None:
+                    terms.append(self.inplace[t] * kept)
             terms += [size * h for size, h in (*self.held_at[t], *self.loaded_at[t])]
             if terms:
                 m.addCons(quicksum(terms) <= room, name=f"frontier_{t}")
@@ -369,7 +381,10 @@ class MilpModel:
             else:
                 freed = quicksum(self.mem[i] * f for i, f in frees_after.get(previous, ()))
                 m.addCons(u == self.U[t, previous] - freed + produced, name=f"u_{t}_{k}")
-            m.addCons(u + self.ws[k] * self.r(t, k) + (loads if k == t else 0)
+            # in place: the output lands in the buffer of the input freed right after it
+            f_in = self.F.get((t, self.graph.overwrites(k), k)) if self.inplace[k] else None
+            saved = self.inplace[k] * f_in if f_in is not None else 0
+            m.addCons(u + self.ws[k] * self.r(t, k) + (loads if k == t else 0) - saved
                       <= self.budget_units, name=f"mem_{t}_{k}")
             previous = k
 

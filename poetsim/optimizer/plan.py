@@ -22,8 +22,9 @@ Memory accounting (shared, byte for byte, by the MILP, :func:`evaluate_plan` and
 schedule checker after :func:`lower_plan`): stage ``t`` starts with its kept and paged-in
 tensors; each op adds its output (and, while it runs, its workspace); after op ``k``, a
 tensor read by ``k`` (or ``k``'s own output) is freed when no later op of the stage reads it
-and it is not kept into stage ``t + 1``. Tensors that are neither read in the stage nor kept
-are freed when the stage ends.
+and it is not kept into stage ``t + 1``; an op with an in-place kernel whose input is freed
+after it adds no output while it runs (:func:`poetsim.graph.memory.inplace_saving`).
+Tensors that are neither read in the stage nor kept are freed when the stage ends.
 
 Weight holds (``hold[b]``, one per op): on a graph whose weights live on storage, backward
 op ``b`` may keep the weights it reads in RAM from its forward op's first run (``f =
@@ -52,6 +53,7 @@ import numpy as np
 from poetsim.costs import OpCosts
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
+from poetsim.graph.memory import inplace_saving
 from poetsim.graph.streaming import hold_owners, weight_steps
 from poetsim.schedule import Action, Schedule, Step
 from poetsim.schedule.ops import with_weight_steps
@@ -391,10 +393,12 @@ def stage_peak_bytes(graph: TrainingGraph, costs: OpCosts, plan: StagePlan, t: i
     peak, peak_op = -1, t
     for k in np.flatnonzero(plan.compute[t]):
         k = int(k)
+        freed = after.get(k, ())
         mem += int(size[k]) + (held_loads if k == t else 0)
-        if mem + int(workspace[k]) > peak:
-            peak, peak_op = mem + int(workspace[k]), k
-        mem -= int(sum(size[i] for i in after.get(k, ())))
+        during = mem + int(workspace[k]) - inplace_saving(graph, k, freed)
+        if during > peak:
+            peak, peak_op = during, k
+        mem -= int(sum(size[i] for i in freed))
     return peak, peak_op
 
 

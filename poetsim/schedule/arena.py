@@ -13,6 +13,11 @@ because of fragmentation. :func:`plan_arena` lays out the buffers of a schedule'
   COMPUTE alone;
 * every **hold** of weights from its HOLD_WEIGHTS to its DROP_WEIGHTS.
 
+An in-place COMPUTE (:meth:`~poetsim.schedule.replay.Replay.in_place`) writes its output
+into the buffer of the input it overwrites: the two tensor buffers are placed at the same
+offset, and they alone may share bytes, from that COMPUTE until the input's FREE
+(:attr:`Buffer.shares`).
+
 Lifetimes are step positions, half-open ``[start, end)``: a buffer is live while step
 ``p`` runs when ``start <= p < end``, so the bytes live at each step are the replay's RAM
 column (:attr:`Replay.ram_bytes`) and the largest sum is the byte peak. Two buffers whose
@@ -54,6 +59,9 @@ class Buffer:
     end: int
     size_bytes: int
     offset_bytes: int = 0
+    #: a tensor written in place: the op whose tensor buffer it took over at ``start``
+    #: (its bytes lie in that buffer's first ``size_bytes``); -1: none
+    shares: int = -1
 
     @property
     def top_bytes(self) -> int:
@@ -63,6 +71,14 @@ class Buffer:
         """Live at the same step and sharing a byte."""
         return (self.start < other.end and other.start < self.end
                 and self.offset_bytes < other.top_bytes and other.offset_bytes < self.top_bytes)
+
+    def takes_over(self, other: Buffer) -> bool:
+        """This tensor was written in place into ``other``'s buffer, and lies within it:
+        the one overlap a layout allows."""
+        return (self.shares == other.op and self.kind == other.kind == "tensor"
+                and other.start <= self.start < other.end
+                and other.offset_bytes <= self.offset_bytes
+                and self.top_bytes <= other.top_bytes)
 
 
 @attrs.frozen
@@ -91,41 +107,91 @@ class ArenaPlan:
                 "fragmentation_bytes": self.fragmentation_bytes, "arena_order": self.order}
 
 
-def _lifetimes(replay: Replay, prefetch_from: Mapping[int, int]) -> list[Buffer]:
+@attrs.frozen
+class _Buffers:
+    """A replay's buffers, unplaced: ``groups`` lists the buffers placed at one offset
+    (an input and the outputs written in place into it), ``shared`` the intervals
+    ``(start, end, bytes)`` where an in-place output lies within its input's buffer."""
+
+    buffers: list[Buffer]
+    groups: list[list[int]]
+    shared: list[tuple[int, int, int]]
+
+
+def _lifetimes(replay: Replay, prefetch_from: Mapping[int, int]) -> _Buffers:
     """The buffers of a finished replay, unplaced (see the module docstring)."""
     graph = replay.graph
     size = [op.output_bytes for op in graph.ops]
     workspace = [op.workspace_bytes for op in graph.ops]
     held_bytes = held_weight_bytes(graph)
-    open_tensor: dict[int, int] = {}   # tensor -> start of its live buffer
+    overwrites = replay.overwrites
+    # tensor -> (start of its live buffer, its group, the op it took over or -1)
+    open_tensor: dict[int, tuple[int, int, int]] = {}
     open_held: dict[int, int] = {}
+    taken: dict[int, tuple[int, int]] = {}  # tensor -> (step, bytes) of an in-place output
     out: list[Buffer] = []
+    group_of: list[int] = []
+    shared: list[tuple[int, int, int]] = []
+    groups = 0
+
+    def close(k: int, end: int) -> None:
+        start, group, into = open_tensor.pop(k)
+        out.append(Buffer("tensor", k, start, end, size[k], shares=into))
+        group_of.append(group)
+        if k in taken:
+            at, nbytes = taken.pop(k)
+            shared.append((at, end, nbytes))
+
+    def alone(buffer: Buffer) -> None:
+        nonlocal groups
+        out.append(buffer)
+        group_of.append(groups)
+        groups += 1
+
     n = len(replay.steps)
     for p, step in enumerate(replay.steps):
         k, action = step.op, step.action
         if action is Action.COMPUTE:
-            open_tensor[k] = p
+            into = overwrites.get(p, -1)
+            if into >= 0:
+                taken[into] = (p, size[k])
+                open_tensor[k] = (p, open_tensor[into][1], into)
+            else:
+                open_tensor[k] = (p, groups, -1)
+                groups += 1
             if workspace[k] > 0:
-                out.append(Buffer("workspace", k, p, p + 1, workspace[k]))
+                alone(Buffer("workspace", k, p, p + 1, workspace[k]))
         elif action is Action.PAGE_IN:
-            open_tensor[k] = prefetch_from.get(p, p)
+            open_tensor[k] = (prefetch_from.get(p, p), groups, -1)
+            groups += 1
         elif action is Action.FREE:
-            out.append(Buffer("tensor", k, open_tensor.pop(k), p, size[k]))
+            close(k, p)
         elif action is Action.HOLD_WEIGHTS:
             open_held[k] = p
         elif action is Action.DROP_WEIGHTS:
-            out.append(Buffer("held", k, open_held.pop(k), p, held_bytes[k]))
-    out += [Buffer("tensor", k, start, n, size[k]) for k, start in open_tensor.items()]
-    out += [Buffer("held", k, start, n, held_bytes[k]) for k, start in open_held.items()]
-    return [b for b in out if b.size_bytes > 0]
+            alone(Buffer("held", k, open_held.pop(k), p, held_bytes[k]))
+    for k in list(open_tensor):
+        close(k, n)
+    for k, start in open_held.items():
+        alone(Buffer("held", k, start, n, held_bytes[k]))
+    members: dict[int, list[int]] = {}
+    buffers: list[Buffer] = []
+    for b, g in zip(out, group_of):
+        if b.size_bytes > 0:
+            members.setdefault(g, []).append(len(buffers))
+            buffers.append(b)
+    return _Buffers(buffers, list(members.values()), shared)
 
 
-def _peak(buffers: list[Buffer], n: int) -> int:
-    """The most bytes live at one step."""
+def _peak(found: _Buffers, n: int) -> int:
+    """The most bytes live at one step (an in-place output counted once)."""
     delta = np.zeros(n + 1, dtype=np.int64)
-    for b in buffers:
+    for b in found.buffers:
         delta[b.start] += b.size_bytes
         delta[b.end] -= b.size_bytes
+    for start, end, nbytes in found.shared:
+        delta[start] -= nbytes
+        delta[end] += nbytes
     return int(np.cumsum(delta).max(initial=0))
 
 
@@ -152,33 +218,51 @@ def _conflicts(buffers: list[Buffer]) -> list[list[int]]:
     return near
 
 
-def _place(buffers: list[Buffer], order: str,
-           near: list[list[int]] | None = None) -> tuple[list[Buffer], int]:
-    """Place ``buffers`` greedily in ``order``: each at the lowest offset free of the
-    placed buffers live at the same time (``near``, :func:`_conflicts`). The placed
-    buffers and the arena's top."""
-    offsets, top = _offsets(buffers, order, _conflicts(buffers) if near is None else near)
+def _place(buffers: list[Buffer], order: str) -> tuple[list[Buffer], int]:
+    """Place ``buffers`` (each alone) greedily in ``order``; the placed buffers and the
+    arena's top (for tests)."""
+    found = _Buffers(buffers, [[i] for i in range(len(buffers))], [])
+    offsets, top = _offsets(found, order, _conflicts(buffers))
     return [attrs.evolve(b, offset_bytes=o) for b, o in zip(buffers, offsets)], top
 
 
-def _offsets(buffers: list[Buffer], order: str, near: list[list[int]]
-             ) -> tuple[list[int], int]:
-    """:func:`_place`'s offsets, in the buffers' order, and the top."""
+def _hull(buffers: list[Buffer], members: list[int]) -> Buffer:
+    """One buffer covering a group (its sort key's stand-in)."""
+    if len(members) == 1:
+        return buffers[members[0]]
+    first = buffers[members[0]]
+    return attrs.evolve(first, start=min(buffers[i].start for i in members),
+                        end=max(buffers[i].end for i in members),
+                        size_bytes=max(buffers[i].size_bytes for i in members))
+
+
+def _offsets(found: _Buffers, order: str, near: list[list[int]]) -> tuple[list[int], int]:
+    """The offsets of ``found``'s buffers, in their order, and the top: each group at the
+    lowest offset free of the placed buffers live at the same time as one of its members
+    (``near``, :func:`_conflicts`), taking the group's largest size."""
     key = _ORDERS[order]
+    buffers, groups = found.buffers, found.groups
     size = [b.size_bytes for b in buffers]
-    offset = [-1] * len(buffers)
+    group_of = [0] * len(buffers)
+    for g, members in enumerate(groups):
+        for i in members:
+            group_of[i] = g
+    hulls = [_hull(buffers, members) for members in groups]
+    at = [-1] * len(groups)
     top = 0
-    for i in sorted(range(len(buffers)), key=lambda i: key(buffers[i])):
-        taken = sorted((offset[j], offset[j] + size[j]) for j in near[i] if offset[j] >= 0)
-        low, need = 0, size[i]
+    for g in sorted(range(len(groups)), key=lambda g: key(hulls[g])):
+        taken = sorted((at[group_of[j]], at[group_of[j]] + size[j])
+                       for i in groups[g] for j in near[i]
+                       if at[group_of[j]] >= 0 and group_of[j] != g)
+        low, need = 0, hulls[g].size_bytes
         for a, z in taken:
             if a >= low + need:
                 break  # the gap below this one holds it
             if z > low:
                 low = z
-        offset[i] = low
+        at[g] = low
         top = max(top, low + need)
-    return offset, top
+    return [at[g] for g in group_of], top
 
 
 #: Layouts of schedules still alive, per resident state and prefetches: a Monte
@@ -204,13 +288,14 @@ def plan_arena(replay: Replay, *, resident_bytes: int = 0,
 
 
 def _plan(replay: Replay, resident_bytes: int, prefetch_from: Mapping[int, int]) -> ArenaPlan:
-    buffers = _lifetimes(replay, prefetch_from)
+    found = _lifetimes(replay, prefetch_from)
+    buffers = found.buffers
     n = len(replay.steps)
-    peak = _peak(buffers, n)
+    peak = _peak(found, n)
     near = _conflicts(buffers)
     best: tuple[int, str, list[int]] | None = None
     for order in _ORDERS:
-        offsets, top = _offsets(buffers, order, near)
+        offsets, top = _offsets(found, order, near)
         if best is None or top < best[0]:
             best = (top, order, offsets)
         if top == peak:  # as low as any layout can be
@@ -237,7 +322,7 @@ def check_layout(buffers: Iterable[Buffer], arena_bytes: int) -> str | None:
     for b in items:
         live = [a for a in live if a.end > b.start]
         for a in live:
-            if a.overlaps(b):
+            if a.overlaps(b) and not (b.takes_over(a) or a.takes_over(b)):
                 return (f"{a.kind} buffer of op #{a.op} at [{a.offset_bytes}, {a.top_bytes}) "
                         f"and {b.kind} buffer of op #{b.op} at [{b.offset_bytes}, "
                         f"{b.top_bytes}) share bytes while both are live (from step "

@@ -31,6 +31,14 @@ Steps, in list order (each one finishes before the next starts)
     op that was computed before is a *recomputation* (rematerialization); an op that
     applies its SGD step in place (``Op.inplace_update``) runs once
     [``recomputed_inplace_update``]: a second run would read the weights it updated.
+    *In place*: an op with an in-place kernel (``Op.overwrites``, input ``u``) writes its
+    output into ``u``'s buffer when the list frees ``u`` after the COMPUTE before RAM can
+    grow again (before the next COMPUTE, PAGE_IN or HOLD_WEIGHTS), with no PAGE_OUT of
+    ``u`` and no FREE of ``k`` in between (:meth:`~poetsim.schedule.replay.Replay.in_place`).
+    Then RAM while it runs holds no ``output_bytes[k]`` beyond the resident tensors and the
+    workspace; ``u``'s buffer holds tensor ``k`` from then on, and the ``FREE u`` releases
+    only ``output_bytes[u] - output_bytes[k]`` of it. A write of ``u`` to storage still in
+    flight must end before the op runs.
 ``PAGE_OUT k``
     Copies tensor ``k`` to storage. It must be resident [``not_resident``] and must not
     already have a copy on storage [``redundant_page_out``]: every tensor is written at most

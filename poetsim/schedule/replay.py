@@ -67,7 +67,8 @@ class Effect(NamedTuple):
     from storage (priced at ``compute_*``; any other COMPUTE at ``held_compute_*``).
     ``writes_weights``: a COMPUTE right before its WRITE_WEIGHTS. A COMPUTE with either
     holds the storage device while it runs (:meth:`Replay.streams`). ``recompute``: a
-    COMPUTE of an op computed before.
+    COMPUTE of an op computed before. ``overwrites``: the input whose buffer an in-place
+    COMPUTE writes its output into (-1: a buffer of its own), see :meth:`Replay.in_place`.
     """
 
     position: int
@@ -78,6 +79,7 @@ class Effect(NamedTuple):
     reads_weights: bool = False
     writes_weights: bool = False
     recompute: bool = False
+    overwrites: int = -1
 
 
 @attrs.frozen
@@ -91,6 +93,7 @@ class _Facts:
     recomputable: list[bool]
     preds: list[tuple[int, ...]]
     names: list[str]
+    overwrites: list[int]
 
 
 _FACTS: PerObject[_Facts] = PerObject()
@@ -102,7 +105,8 @@ def _make_facts(graph: TrainingGraph) -> _Facts:
     reads, writes = weight_steps(graph)
     return _Facts([op.output_bytes for op in ops], [op.workspace_bytes for op in ops],
                   list(reads), list(writes), [op.recomputable for op in ops],
-                  [graph.predecessors(k) for k in range(len(ops))], [op.name for op in ops])
+                  [graph.predecessors(k) for k in range(len(ops))], [op.name for op in ops],
+                  [graph.overwrites(k) for k in range(len(ops))])
 
 
 def _facts(graph: TrainingGraph) -> _Facts:
@@ -159,6 +163,8 @@ class Replay:
         #: the tensor (COMPUTE, PAGE_OUT, PAGE_IN or FREE of it; -1: none)
         self.page_in_consumer: dict[int, int] = {}
         self.page_in_after: dict[int, int] = {}
+        #: in-place COMPUTE position -> the input whose buffer takes its output
+        self.overwrites: dict[int, int] = {}
         #: the positions of the PAGE_OUT and PAGE_IN steps, and of the WRITE_WEIGHTS steps
         self.transfer_positions: list[int] = []
         self.write_back_positions: list[int] = []
@@ -287,6 +293,28 @@ class Replay:
                                  f"{name!r}", k)
 
     # ------------------------------------------------------------------ the walk
+    def in_place(self, position: int, k: int) -> int:
+        """The input whose buffer the COMPUTE of op ``k`` at ``position`` writes its output
+        into, or -1. An op with an in-place kernel (``Op.overwrites``, input ``u``) runs in
+        place when ``u`` is freed after it before RAM can grow again (before the next
+        COMPUTE, PAGE_IN or HOLD_WEIGHTS), and neither ``u`` is paged out nor ``k``'s own
+        output freed first: ``u`` is then dead once ``k`` has read it, and its buffer holds
+        ``k``'s output from then on."""
+        u = _facts(self.graph).overwrites[k]
+        if u < 0:
+            return -1
+        steps = self.steps
+        for p in range(position + 1, len(steps)):
+            step = steps[p]
+            action = step.action
+            if action in GROWS:
+                return -1
+            if step.op == u and action is _FREE:
+                return u
+            if (step.op == u and action is _PAGE_OUT) or (step.op == k and action is _FREE):
+                return -1
+        return -1
+
     def __iter__(self) -> Iterator[Effect]:
         self._check_fingerprint()
         graph, facts = self.graph, _facts(self.graph)
@@ -299,6 +327,7 @@ class Replay:
         hold_bytes: list[int] | None = None
         touched: dict[int, int] = {}  # tensor -> the last step that touched it
         unread: dict[int, int] = {}   # tensor -> its PAGE_IN still waiting for a reader
+        shared: dict[int, int] = {}   # tensor -> bytes of its buffer an in-place output took
         consumer, after_touch = self.page_in_consumer, self.page_in_after
         last = len(steps) - 1
         before: Step | None = None
@@ -315,15 +344,22 @@ class Replay:
                 reads = before is not None and before.action is _READ
                 writes = after is not None and after.action is _WRITE
                 again = computed[k]
-                ram = live + size[k] + workspace[k]
-                effect = Effect(position, action, k, step.stage, ram, reads, writes, again)
+                into = self.in_place(position, k) if facts.overwrites[k] >= 0 else -1
+                if into >= 0:
+                    self.overwrites[position] = into
+                    shared[into] = size[k]
+                    ram = live + workspace[k]  # the output lands in the input's buffer
+                else:
+                    ram = live + size[k] + workspace[k]
+                effect = Effect(position, action, k, step.stage, ram, reads, writes, again,
+                                into)
             else:
                 self._check_other(position, step, before, after, facts)
                 reads = writes = False
                 if action is _PAGE_IN:
                     ram = live + size[k]
-                elif action is _FREE:
-                    ram = live - size[k]
+                elif action is _FREE:  # less what an in-place output kept of its buffer
+                    ram = live - size[k] + shared.pop(k, 0)
                 elif action is _HOLD or action is _DROP:
                     if hold_bytes is None:
                         hold_bytes = _holds(graph)[1]
@@ -347,7 +383,7 @@ class Replay:
                 if computed[k]:
                     self.recomputes += 1
                 resident[k] = computed[k] = True
-                self.live_bytes = live + size[k]
+                self.live_bytes = ram - workspace[k]
                 touched[k] = position
             elif action is _PAGE_OUT:
                 self.transfer_positions.append(position)

@@ -6,7 +6,9 @@ The CPU runs the schedule's steps in list order, as one long-lived SimPy process
     Waits until every input is in RAM (a page-in still in flight stalls the CPU), makes
     room if the RAM limit needs it (see below), allocates the output and workspace, starts
     the page-ins the planner triggers at this step, and runs the op for its OpCosts time
-    (slower while DMA is active on a ``fair_share`` bus).
+    (slower while DMA is active on a ``fair_share`` bus). An in-place COMPUTE
+    (:meth:`~poetsim.schedule.replay.Replay.in_place`) allocates its workspace only, after
+    a write of the input it overwrites, if still in flight, has ended.
 ``PAGE_OUT k``
     Reserves storage space and hands the write to the DMA engine; the CPU goes on. Without
     DMA the CPU performs the write itself, there and then.
@@ -190,6 +192,8 @@ class Simulation:
         self.pos = 0
         self.arriving: dict[int, TransferJob] = {}
         self.writing: dict[int, TransferJob] = {}
+        #: tensor -> bytes of its buffer an in-place output took over
+        self.shared: dict[int, int] = {}
         self.pending_frees: list[TransferJob] = []
         self.outstanding: list[TransferJob] = []
         self.deferred: list[TransferJob] = []
@@ -355,7 +359,9 @@ class Simulation:
                 job.free_on_done = True
                 self.pending_frees.append(job)
                 return
-        self.ram.free(now, self.size[k])
+        # an in-place output keeps its part of the buffer (no write or page-in of the
+        # tensor is in flight then: the in-place COMPUTE waited for both)
+        self.ram.free(now, self.size[k] - self.shared.pop(k, 0))
 
     # ------------------------------------------------------------------ the program
     def _program(self) -> Generator[simpy.Event, Any, None]:
@@ -366,7 +372,7 @@ class Simulation:
         arriving, triggers, job_at = self.arriving, self.triggers, self.job_at
         computed, slices, dma = self.computed, self.slices, self.dma
         replay = self.replay
-        reads_weights = replay.reads_weights
+        reads_weights, overwrites = replay.reads_weights, replay.overwrites
         limit = self.ram_limit
         for i, step in enumerate(self.steps):
             self.pos = i
@@ -378,7 +384,15 @@ class Simulation:
                     job = arriving.get(u)
                     if job is not None and job.state != DONE:
                         yield from self._stall_for(job)
-                need = size[k] + workspace[k]
+                into = overwrites.get(i, -1)
+                if into >= 0:  # in place: the output overwrites the input's buffer
+                    write = self.writing.get(into)
+                    if write is not None and write.state != DONE:
+                        yield from self._stall_for(write)  # its copy must be on storage
+                    self.shared[into] = size[k]
+                    need = workspace[k]
+                else:
+                    need = size[k] + workspace[k]
                 if self.pending_frees and not ram.fits(need, limit):
                     yield from self._make_room(need)
                 ram.alloc(env.now, need, i, names[k], "compute")

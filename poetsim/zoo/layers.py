@@ -27,6 +27,11 @@ Conventions
   elements, as CMSIS-NN's ``arm_convolve_s8`` processes two output pixels at a time. The
   buffer is reused sample after sample, so it does not scale with the batch size. All
   other ops are assumed to work without scratch memory (workspace 0).
+* In-place kernels (int8 graphs, :attr:`~poetsim.graph.precision.Precision.int8_kernels`):
+  a depthwise convolution may write its output over its input, channel by channel through
+  one padded input channel of workspace (TinyEngine's ``depthwise_kernel*_inplace_CHW``),
+  and a residual addition over its first operand, the branch. A schedule uses them where
+  the input dies with the op (:attr:`poetsim.graph.ops.Op.overwrites`).
 * Reshapes, flattening, head splitting and token selection are views and add no op.
 * Fusion (:func:`conv_bn_act`): in an int8 graph a convolution, its batch norm and its
   activation are one op, as int8 MCU graphs run them (TFLite Micro, Lin et al.'s Tiny
@@ -137,10 +142,16 @@ def conv2d(fg: ForwardGraph, name: str, x: Tensor, out_channels: int,
     macs = ho * wo * out_channels * per_group
     params = out_channels * per_group + (out_channels if bias else 0)
     out = Tensor(name, (out_channels, ho, wo))
+    workspace, overwrites = 2 * per_group, None
+    if fg.precision.int8_kernels and groups == cin == out_channels:
+        # TinyEngine's depthwise kernel, channel by channel: one padded input channel is
+        # copied out, and the output channel written over the input's
+        padded = max((ho - 1) * sh + kh, h) * max((wo - 1) * sw + kw, w)
+        workspace, overwrites = max(workspace, padded), x.name
     fg.op(name, kind, [x.name], output_elements=_batch(fg, out.elements),
           flops=2.0 * _batch(fg, macs), param_count=params,
-          workspace_elements=2 * per_group, bias_count=out_channels if bias else 0,
-          rows=Rows(ho, h, kh, sh, ph))
+          workspace_elements=workspace, bias_count=out_channels if bias else 0,
+          rows=Rows(ho, h, kh, sh, ph), overwrites=overwrites)
     return out
 
 
@@ -157,8 +168,7 @@ def conv_bn_act(fg: ForwardGraph, prefix: str, x: Tensor, out_channels: int,
     the clamp is part of the requantisation and costs no FLOPs. Its backward reads the
     output for the activation's mask (:data:`poetsim.graph.autograd.KINDS`).
     """
-    p = fg.precision
-    if p.weight_bytes == 1 and p.activation_bytes == 1:
+    if fg.precision.int8_kernels:
         y = conv2d(fg, f"{prefix}.conv", x, out_channels, kernel, stride=stride,
                    padding=padding, groups=groups, bias=True,
                    kind="conv2d" if activation is None else f"conv2d_{activation}")
@@ -262,7 +272,8 @@ def add(fg: ForwardGraph, name: str, a: Tensor, b: Tensor) -> Tensor:
         raise InputError(f"{name}: cannot add shapes {a.shape} and {b.shape}")
     out = Tensor(name, a.shape)
     fg.op(name, "add", [a.name, b.name], output_elements=_batch(fg, out.elements),
-          flops=1.0 * _batch(fg, out.elements), rows=_same_rows(a))
+          flops=1.0 * _batch(fg, out.elements), rows=_same_rows(a),
+          overwrites=a.name if fg.precision.int8_kernels else None)
     return out
 
 
