@@ -282,6 +282,15 @@ def run_method(request: Request, method: str, settings: SolverSettings = SolverS
     return outcome
 
 
+def _judged(outcome: Outcome, report: SimReport, verdict: Verdict) -> Outcome:
+    """``outcome`` with its simulation and verdict, its schedule carrying the layout the
+    run used (what a schedule file then records)."""
+    schedule = outcome.schedule
+    if schedule is not None and report.layout is not None:
+        schedule = attrs.evolve(schedule, layout=report.layout)
+    return attrs.evolve(outcome, schedule=schedule, report=report, verdict=verdict)
+
+
 def _meet_the_board(request: Request, outcome: Outcome, attempt: Any, *,
                     retime: bool) -> Outcome:
     """Plan again while the simulation finds the schedule late (``retime``: the MILP
@@ -309,7 +318,7 @@ def _meet_the_board(request: Request, outcome: Outcome, attempt: Any, *,
         if not (late and tightenings < MAX_DEADLINE_TIGHTENINGS
                 or over and replans < MAX_ARENA_REPLANS):
             # judged already: judge_outcome need not simulate it again
-            return attrs.evolve(outcome, report=report, verdict=verdict)
+            return _judged(outcome, report, verdict)
         deadline = outcome.solver_deadline_s
         budget = outcome.planned_activation_bytes
         if late and tightenings < MAX_DEADLINE_TIGHTENINGS:
@@ -324,11 +333,11 @@ def _meet_the_board(request: Request, outcome: Outcome, attempt: Any, *,
                           min(planned, report.peak_activation_bytes)
                           - (report.arena_bytes - arena_room))
             if lowered == budget and not late:  # as low as it goes: the same plan again
-                return attrs.evolve(outcome, report=report, verdict=verdict)
+                return _judged(outcome, report, verdict)
             budget = lowered
         retry = attempt(deadline, tightenings, budget)
         if retry.schedule is None:  # tighter than any schedule can be: keep the last one
-            return attrs.evolve(outcome, report=report, verdict=verdict)
+            return _judged(outcome, report, verdict)
         outcome = retry
     return outcome
 
@@ -340,7 +349,7 @@ def judge_outcome(request: Request, outcome: Outcome, *, trace: bool = False,
     if outcome.schedule is None or (outcome.verdict is not None and not trace and not notes):
         return outcome
     report, verdict = check_on_board(request, outcome.schedule, trace=trace, notes=notes)
-    return attrs.evolve(outcome, report=report, verdict=verdict)
+    return _judged(outcome, report, verdict)
 
 
 def run_and_judge(request: Request, method: str, settings: SolverSettings = SolverSettings(),

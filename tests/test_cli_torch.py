@@ -53,6 +53,30 @@ def test_import_solve_execute_end_to_end(tmp_path, capsys):
     assert "PASS" in text and "max relative gradient error" in text
 
 
+def test_execute_in_the_arena_of_the_schedule_file(tmp_path, capsys):
+    """#28 item 7: ``--arena`` runs in the file's layout; a tampered one is refused."""
+    pytest.importorskip("torch")
+    graph, schedule = tmp_path / "mlp.json", tmp_path / "s.json"
+    model = ["--model-factory", f"{MODELS}:mlp", "--input-shape", "2,32"]
+    assert main(["import", f"{MODELS}:mlp", "--input-shape", "2,32", "--out", str(graph)]) == 0
+    assert main(["solve", "--graph", str(graph), "--board", "nrf52840", "--ram", "board",
+                 "--out", str(schedule)]) == 0
+    capsys.readouterr()
+    doc = json.loads(schedule.read_text())
+    assert doc["version"] == 2 and doc["layout"]["buffers"]
+    assert main(["execute", str(schedule), *model, "--arena"]) == 0
+    out = capsys.readouterr().out
+    assert "PASS" in out and "activations in one arena" in out
+    assert f"{doc['layout']['arena_bytes']} B, each at its offset" in out
+    tensors = [b for b in doc["layout"]["buffers"] if b[0] == "tensor"]
+    first, second = tensors[0], next(b for b in tensors[1:] if b[2] < tensors[0][3])
+    second[5] = first[5]  # two live tensors on the same bytes
+    schedule.write_text(json.dumps(doc))
+    status = main(["execute", str(schedule), *model, "--arena"])
+    err = capsys.readouterr().err
+    assert status == 2 and "[layout_overlap]" in err and err.count("\n") == 1
+
+
 @pytest.mark.parametrize("factory, shape, ram, in_place, frozen, remat", [
     ("small_cnn", "2,3,8,8", "70%", 9, 0, True),  # the solver recomputes conv1 and conv2
     ("frozen_mlp", "2,32", "100%", 3, 3, False),  # fc1 and fc2's weight frozen

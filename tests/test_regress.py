@@ -141,6 +141,20 @@ def test_the_landed_goldens_pass():
     assert not bad, "\n".join(bad)
 
 
+def test_every_golden_carries_its_layout_and_runs_in_it():
+    """Issue 28: a golden records where each buffer lives; its simulation uses that layout,
+    and a PASS's layout lies within the board's usable RAM."""
+    from poetsim.regress import _goldens, _simulate
+    from poetsim.schedule import read_schedule
+
+    for path in _goldens(LANDED):
+        assert read_schedule(path).layout is not None, path.name
+        _, report, verdict = _simulate(path)
+        assert report.layout_from_schedule, path.name
+        if verdict.passed and verdict.accounting.value == "physical":
+            assert report.arena_bytes <= verdict.board_ram_bytes, path.name
+
+
 def test_every_mcu_board_has_a_golden_training_job_that_passes_physically():
     """Issue 15's target, kept by the goldens: boards show lists them, simulated again."""
     from poetsim.boards import builtin_board_names, get_board

@@ -111,7 +111,7 @@ def edit(doc, path, value):
 @pytest.mark.parametrize(("path", "value", "expected"), [
     (("format",), "poetsim-graph", "format = \"poetsim-graph\": must be 'poetsim-schedule' "
                                    "[bad_format]"),
-    (("version",), 2, "version = 2: this poetsim reads version 1 [unsupported_version]"),
+    (("version",), 3, "version = 3: this poetsim reads versions 1 to 2 [unsupported_version]"),
     (("steps", 3), ["comptue", "r", 2], "steps[3]: action \"comptue\": must be one of "
                                         "compute, page_out, page_in, free, read_weights, "
                                         "write_weights, hold_weights, drop_weights "

@@ -12,7 +12,8 @@ from poetsim.sim import Prediction, simulate
 
 UNITS = ("_j", "_s", "_bytes", "_bytes_per_s", "_pct", "_cycles", "_iterations")
 COUNTS = {"graph", "board", "steps", "passed", "reasons", "violations", "deadline_met",
-          "peak_step", "peak_op", "peak_action", "ram_overflow", "residency_s", "transitions",
+          "peak_step", "peak_op", "peak_action", "ram_overflow", "layout_from_schedule",
+          "residency_s", "transitions",
           "wakeups", "bus_utilisation", "bus_bandwidth_utilisation", "flash_erases",
           "flash_max_erase_count", "flash_sectors_used", "computes", "recomputes",
           "page_ins", "page_outs", "frees", "events", "prediction", "transfers", "seed",

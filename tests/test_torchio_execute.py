@@ -571,3 +571,38 @@ def test_held_weights_are_used_from_ram_by_the_backward_op(case, tmp_path, monke
         == plain.weights_read_bytes - saved
     assert report.weights_written_bytes == plain.weights_written_bytes
     assert report.weights_held_peak_bytes >= plain.weights_held_peak_bytes
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_in_the_arena_a_good_layout_matches_and_an_overlap_corrupts(imported, case, tmp_path):
+    """#28 item 7: every activation at its planned offset of one region; moving a tensor
+    onto one still live makes the gradients wrong, and the checks catch it."""
+    import attrs
+
+    from poetsim.schedule.arena import plan_arena
+    from poetsim.schedule.layout import Layout
+    from poetsim.schedule.replay import replay
+
+    model = imported[case]
+    _, _, page, remat = CASES[case]
+    schedule = tm.remat_and_page_schedule(model.graph, page, remat)
+    layout = plan_arena(replay(model.graph, schedule)).layout
+    report = execute_schedule(model, schedule, page_dir=tmp_path / "good", arena=layout)
+    assert report.passed, report.reasons
+    # a computed tensor moved onto one that is read after it is written
+    graph, steps = model.graph, schedule.steps
+    tensors = [b for b in layout.buffers if b.kind == "tensor"]
+
+    def read_later(victim, other) -> bool:
+        return other.start < victim.start < other.end and any(
+            steps[p].action is Action.COMPUTE and other.op in graph.predecessors(steps[p].op)
+            for p in range(victim.start + 1, other.end))
+
+    victim, other = next((v, o) for v in tensors for o in tensors
+                         if steps[v.start].action is Action.COMPUTE and v.size_bytes >= 4
+                         and read_later(v, o)
+                         and o.offset_bytes + v.size_bytes <= layout.arena_bytes)
+    bad = Layout(layout.arena_bytes, [attrs.evolve(b, offset_bytes=other.offset_bytes)
+                                      if b is victim else b for b in layout.buffers])
+    report = execute_schedule(model, schedule, page_dir=tmp_path / "bad", arena=bad)
+    assert not report.passed and report.max_rel_grad_error > 1e-6

@@ -562,8 +562,10 @@ def _print_sim(r: SimReport, verdict: Verdict) -> None:
     print(_row("peak RAM", f"{format_bytes(verdict.peak_total_bytes)} of "
                            f"{format_bytes(verdict.board_ram_bytes)} usable at step "
                            f"{r.peak_step} ({r.peak_action} {r.peak_op})"))
+    whose = "the schedule's own layout" if r.layout_from_schedule else "a layout planned now"
     print(_row("arena", f"{format_bytes(verdict.arena_bytes)} ({r.fragmentation_bytes} B of "
-                        "fragmentation: every buffer at an offset of one static region)"))
+                        f"fragmentation: every buffer at an offset of one static region, "
+                        f"{whose})"))
     budget_kind = ("in all" if verdict.accounting is Accounting.PHYSICAL
                    else "of activations")
     print(_row("budget", f"{format_bytes(verdict.budget_bytes)} {budget_kind}: "

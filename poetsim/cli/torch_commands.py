@@ -89,7 +89,8 @@ def _cmd_execute(args: argparse.Namespace) -> int:
     board = board_for_schedule(args.board, schedule.metadata.get("board"), args.schedule)
     try:
         report = execute_schedule(imported, schedule, seed=args.seed, board=board,
-                                  page_dir=args.page_dir, grad_rtol=args.rtol, lr=lr)
+                                  page_dir=args.page_dir, grad_rtol=args.rtol, lr=lr,
+                                  arena=args.arena)
     except ExecutionError as err:
         raise ExecutionError(f"{args.schedule}: {err}") from None
     if args.json:
@@ -121,6 +122,8 @@ def _cmd_execute(args: argparse.Namespace) -> int:
         if r.simulated_energy_j is not None:
             print(_row("simulated energy", f"{r.simulated_energy_j:.6g} J on {board.name}"))
         print(_row("written to page files", f"{r.bytes_written} B"))
+        if r.arena_bytes is not None:
+            print(_row("activations in one arena", f"{r.arena_bytes} B, each at its offset"))
         if r.weights_on_storage != "none":
             print(_row(f"weights on storage ({r.weights_on_storage})",
                        f"{r.params_on_storage} params in files"
@@ -199,6 +202,11 @@ def register(sub: Any, with_json: Callable[[argparse.ArgumentParser], argparse.A
     p.add_argument("--rtol", type=float, default=1e-6, metavar="R",
                    help="relative tolerance of the gradient and updated-weight checks "
                         "(default 1e-6)")
+    p.add_argument("--arena", action="store_true",
+                   help="keep every activation in one preallocated region at the offset the "
+                        "schedule's layout gives it (checked against the steps first; "
+                        "without a layout, one planned now), so that a layout placing live "
+                        "tensors on the same bytes corrupts the gradients and fails")
     p.add_argument("--lr", type=float, default=0.01, metavar="LR",
                    help="SGD learning rate of the step checked against torch.optim.SGD "
                         "(default 0.01)")

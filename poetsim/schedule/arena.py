@@ -32,66 +32,37 @@ lower bound: an arena equal to it is optimal.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 import attrs
 import numpy as np
 
 from poetsim.memo import PerObject
+from poetsim.schedule.layout import Buffer, Layout, check_layout
 from poetsim.schedule.ops import Action
-from poetsim.schedule.replay import Replay, held_weight_bytes
+from poetsim.schedule.replay import ContractViolation, Replay, Violation, held_weight_bytes
 
-__all__ = ["ArenaPlan", "Buffer", "check_layout", "plan_arena"]
-
-#: What a buffer holds.
-KINDS = ("resident", "tensor", "workspace", "held")
-
-
-@attrs.frozen
-class Buffer:
-    """One buffer of the arena: ``size_bytes`` at ``offset_bytes``, live over the step
-    positions ``[start, end)``. ``op`` is the op whose output, workspace or held weights
-    it is (-1 for the resident state)."""
-
-    kind: str
-    op: int
-    start: int
-    end: int
-    size_bytes: int
-    offset_bytes: int = 0
-    #: a tensor written in place: the op whose tensor buffer it took over at ``start``
-    #: (its bytes lie in that buffer's first ``size_bytes``); -1: none
-    shares: int = -1
-
-    @property
-    def top_bytes(self) -> int:
-        return self.offset_bytes + self.size_bytes
-
-    def overlaps(self, other: Buffer) -> bool:
-        """Live at the same step and sharing a byte."""
-        return (self.start < other.end and other.start < self.end
-                and self.offset_bytes < other.top_bytes and other.offset_bytes < self.top_bytes)
-
-    def takes_over(self, other: Buffer) -> bool:
-        """This tensor was written in place into ``other``'s buffer, and lies within it:
-        the one overlap a layout allows."""
-        return (self.shares == other.op and self.kind == other.kind == "tensor"
-                and other.start <= self.start < other.end
-                and other.offset_bytes <= self.offset_bytes
-                and self.top_bytes <= other.top_bytes)
-
+__all__ = ["ArenaPlan", "Buffer", "Layout", "adopt_layout", "check_layout", "plan_arena"]
 
 @attrs.frozen
 class ArenaPlan:
     """A layout: every buffer at its offset. ``arena_bytes`` is the highest top address
     (resident state included), ``peak_bytes`` the byte peak of the same buffers (a lower
     bound on any arena), ``fragmentation_bytes`` their difference; ``order`` names the
-    greedy order that gave it."""
+    greedy order that gave it (``"file"``: the schedule file's, :func:`adopt_layout`).
+    ``prefetch_from`` maps a PAGE_IN's position to the earlier step its buffer is live
+    from, where a transfer may start."""
 
     buffers: tuple[Buffer, ...]
     arena_bytes: int
     peak_bytes: int
     order: str
+    prefetch_from: Mapping[int, int] = attrs.field(factory=dict, converter=dict, eq=False)
+
+    @property
+    def layout(self) -> Layout:
+        """The address plan a schedule file records."""
+        return Layout(self.arena_bytes, self.buffers)
 
     @property
     def fragmentation_bytes(self) -> int:
@@ -306,26 +277,63 @@ def _plan(replay: Replay, resident_bytes: int, prefetch_from: Mapping[int, int])
     placed = [attrs.evolve(b, offset_bytes=o + resident_bytes)
               for b, o in zip(buffers, offsets)]
     return ArenaPlan(tuple(sorted(base + placed, key=lambda b: (b.start, b.offset_bytes))),
-                     resident_bytes + top, resident_bytes + peak, order)
+                     resident_bytes + top, resident_bytes + peak, order, prefetch_from)
 
 
-def check_layout(buffers: Iterable[Buffer], arena_bytes: int) -> str | None:
-    """The first problem of a layout, in one line, or None: a buffer outside
-    ``[0, arena_bytes)`` or two buffers live at the same step that share a byte."""
-    items = sorted(buffers, key=lambda b: (b.start, b.offset_bytes))
-    for b in items:
-        if b.offset_bytes < 0 or b.top_bytes > arena_bytes:
-            return (f"{b.kind} buffer of op #{b.op} at [{b.offset_bytes}, {b.top_bytes}) lies "
-                    f"outside the arena of {arena_bytes} B")
-    # sweep over time: buffers live together are compared pairwise
-    live: list[Buffer] = []
-    for b in items:
-        live = [a for a in live if a.end > b.start]
-        for a in live:
-            if a.overlaps(b) and not (b.takes_over(a) or a.takes_over(b)):
-                return (f"{a.kind} buffer of op #{a.op} at [{a.offset_bytes}, {a.top_bytes}) "
-                        f"and {b.kind} buffer of op #{b.op} at [{b.offset_bytes}, "
-                        f"{b.top_bytes}) share bytes while both are live (from step "
-                        f"{max(a.start, b.start)})")
-        live.append(b)
-    return None
+def adopt_layout(replay: Replay, layout: Layout, *, resident_bytes: int | None = 0
+                 ) -> ArenaPlan:
+    """A schedule file's ``layout`` as the arena of a finished ``replay``, checked.
+
+    The layout must hold exactly the buffers the op list makes resident (the resident
+    state of ``resident_bytes`` among them; None: whatever resident state the layout
+    keeps), each over its lifetime: a PAGE_IN's tensor may
+    start earlier (the step its prefetch may start at), every other buffer at its step
+    [``layout_mismatch``]. Every buffer must lie within the arena [``layout_outside``] and
+    no two live at the same step may share a byte but an in-place output and its input
+    [``layout_overlap``]. Raises :class:`ContractViolation` naming the buffers and the
+    step.
+    """
+    graph, steps = replay.graph, replay.steps
+    names = [op.name for op in graph.ops]
+    need = _lifetimes(replay, {})
+    n = len(steps)
+    required = list(need.buffers)
+    if resident_bytes is None:
+        resident_bytes = layout.resident_bytes
+    if resident_bytes > 0:
+        required.append(Buffer("resident", -1, 0, n, resident_bytes))
+
+    def mismatch(detail: str) -> ContractViolation:
+        return ContractViolation(Violation(-1, None, "layout_mismatch", f"layout: {detail}"))
+
+    def key(b: Buffer) -> tuple[str, int, int, int]:
+        return (b.kind, b.op, b.end, b.size_bytes)
+
+    wanted = {key(b): b for b in required}
+    adopted: list[Buffer] = []
+    prefetch_from: dict[int, int] = {}
+    for b in layout.buffers:
+        match = wanted.pop(key(b), None)
+        late = match is not None and b.start != match.start and not (
+            b.start < match.start and b.kind == "tensor"
+            and steps[match.start].action is Action.PAGE_IN)
+        if match is None or late:
+            where = "resident state" if b.op < 0 else f"{b.kind} buffer of op {names[b.op]!r}"
+            raise mismatch(f"{where} over steps [{b.start}, {b.end}) of {b.size_bytes} B is "
+                           "not a buffer this op list keeps (a layout for another schedule, "
+                           "graph or resident state)")
+        if b.start < match.start:
+            prefetch_from[match.start] = b.start
+        adopted.append(attrs.evolve(b, shares=match.shares))
+    if wanted:
+        b = min(wanted.values(), key=lambda b: (b.start, b.op))
+        where = "the resident state" if b.op < 0 else f"{b.kind} buffer of op {names[b.op]!r}"
+        raise mismatch(f"no offset for {where} over steps [{b.start}, {b.end}) of "
+                       f"{b.size_bytes} B")
+    problem = check_layout(adopted, layout.arena_bytes, names)
+    if problem is not None:
+        rule = "layout_outside" if "outside the arena" in problem else "layout_overlap"
+        raise ContractViolation(Violation(-1, None, rule, f"layout: {problem}"))
+    found = _Buffers([b for b in adopted if b.op >= 0], [], need.shared)
+    peak = _peak(found, n) + resident_bytes
+    return ArenaPlan(tuple(adopted), layout.arena_bytes, peak, "file", prefetch_from)

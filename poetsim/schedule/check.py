@@ -27,10 +27,15 @@ Rule codes (see :mod:`poetsim.schedule.ops` for their meaning):
 ``already_held``            HOLD_WEIGHTS of an op whose weights are already held
 ``hold_not_loaded``         HOLD_WEIGHTS not followed by its owner's READ_WEIGHTS, COMPUTE
 ``not_held``                DROP_WEIGHTS of an op whose weights are not held
+``layout_mismatch``         the schedule's layout (:mod:`poetsim.schedule.layout`) does not
+                            hold exactly the buffers its steps keep (position -1)
+``layout_outside``          a buffer of the layout lies outside its arena
+``layout_overlap``          two buffers of the layout live at once share a byte
 ==========================  =====================================================
 
 Within a COMPUTE the structural rules are checked first (inputs, then the output), then
-the budget.
+the budget. A schedule that carries a layout has it checked after its last step
+(:func:`~poetsim.schedule.arena.adopt_layout`).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import attrs
 from poetsim.errors import ScheduleError
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.streaming import weight_steps
+from poetsim.schedule.arena import adopt_layout
 from poetsim.schedule.ops import Action, Schedule, Step, with_weight_steps
 from poetsim.schedule.replay import GROWS, ContractViolation, Effect, Replay, Violation
 
@@ -52,6 +58,7 @@ RULES = (
     "not_resident", "not_on_storage", "redundant_page_out", "storage_full",
     "budget_exceeded", "never_computed", "recomputed_inplace_update", "weights_not_read",
     "weights_not_written", "stray_weight_step", "already_held", "hold_not_loaded", "not_held",
+    "layout_mismatch", "layout_outside", "layout_overlap",
 )
 
 
@@ -143,6 +150,9 @@ def check_schedule(graph: TrainingGraph, schedule: Schedule, *, budget_bytes: in
             if room is not None and effect.ram_bytes > room and effect.action in GROWS:
                 violation = _budget_violation(replay, effect, resident_bytes, budget_bytes)
                 break
+        if violation is None and schedule.layout is not None:
+            adopt_layout(replay, schedule.layout,
+                         resident_bytes=resident_bytes if resident_bytes else None)
     except ContractViolation as err:
         violation = err.violation
     return _result(replay, violation, resident_bytes)

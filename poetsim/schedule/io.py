@@ -20,6 +20,23 @@ Steps name their op, so a reader can follow the file without the graph::
       ]
     }
 
+Version 2 adds the schedule's layout (:mod:`poetsim.schedule.layout`), the offset of
+every buffer in one static arena, as a last key ``layout``::
+
+      "layout": {"arena_bytes": 233472, "buffers": [
+        ["resident", null, 0, 5875, 32768, 0],
+        ["tensor", "conv1", 3, 10, 4096, 32768],
+        ["workspace", "conv1", 3, 4, 288, 36864],
+        ...
+      ]}
+
+one ``[kind, op name, start, end, size_bytes, offset_bytes]`` per buffer: ``kind`` one of
+``resident`` (op ``null``), ``tensor``, ``workspace``, ``held``; live while the steps at
+positions ``start`` to ``end - 1`` run; at ``offset_bytes`` from the arena's start. A
+schedule with a layout is written as version 2, any other as version 1; both are read.
+The reader checks the layout's form [``bad_layout``]; the checker and the simulator check
+it against the steps (:func:`poetsim.schedule.arena.adopt_layout`).
+
 Each step is ``[action, op name, stage]`` with ``action`` one of ``compute``,
 ``page_out``, ``page_in``, ``free``, ``read_weights``, ``write_weights``,
 ``hold_weights``, ``drop_weights`` (see :mod:`poetsim.schedule.ops` for their meaning).
@@ -37,13 +54,15 @@ words are naturally aligned::
     offset  size  field
     0       4     magic b"POET"
     4       1     version (1 or 2)
-    5       1     flags: bit 0 = 32-bit step words, bit 1 = stage section present
+    5       1     flags: bit 0 = 32-bit step words, bit 1 = stage section present,
+                  bit 2 = layout section present
     6       2     reserved, 0
     8       4     op count of the graph (uint32)
     12      4     step count (uint32)
     16      8     first 8 bytes of the graph fingerprint (the first 16 hex digits)
     24      ...   steps: one word each
     ...     ...   stage section (if flag bit 1)
+    ...     ...   layout section (if flag bit 2)
     end-4   4     CRC-32 (zlib) of all bytes before it
 
 A step word holds the action in its top 2 bits (compute 0, page_out 1, page_in 2, free 3)
@@ -59,7 +78,12 @@ Stages are kept, run-length encoded, by default: the section is a LEB128 varint 
 then per run of equal stages the zigzag-varint change of stage from the previous run (the
 first from 0) and the varint run length. A schedule whose stage advances with each
 COMPUTE costs two bytes per stage. The device does not need stages; ``stages=False``
-drops the section, and decoding then gives every step stage 0. The binary form never
+drops the section, and decoding then gives every step stage 0.
+
+The layout section, written when the schedule has a layout: varints of the arena's bytes
+and the buffer count, then per buffer its kind (0 resident, 1 tensor, 2 workspace, 3 held),
+its op index + 1 (0 for the resident state), start, length (end - start), size and offset
+in bytes, each a varint. The binary form never
 holds metadata, the graph name or the full fingerprint: the decoder is given the graph
 (or its fingerprint) and checks the 8-byte prefix.
 """
@@ -78,6 +102,7 @@ from poetsim.fileio import atomic_write_bytes, atomic_write_text
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
 from poetsim.schedule.check import ScheduleError
+from poetsim.schedule.layout import KINDS, Buffer, Layout
 from poetsim.schedule.metadata import parse_metadata
 from poetsim.schedule.ops import HOLD_ACTIONS, WEIGHT_ACTIONS, Action, Schedule, Step
 
@@ -88,17 +113,21 @@ __all__ = [
 ]
 
 FORMAT = "poetsim-schedule"
-VERSION = 1
+#: The newest JSON version (with a layout); a schedule without one is written as version 1.
+VERSION = 2
 BINARY_MAGIC = b"POET"
 #: The newest binary version; a schedule without weight or hold steps is still written as
 #: version 1.
 BINARY_VERSION = 2
 
 _KEYS = ("format", "version", "graph", "graph_fingerprint", "metadata", "ops", "steps")
+#: Top-level keys of version 2 beyond version 1's.
+_LAYOUT_KEY = "layout"
 _HEADER = struct.Struct("<4sBBHII8s")
 _CRC = struct.Struct("<I")
 _FLAG_WIDE = 0x01
 _FLAG_STAGES = 0x02
+_FLAG_LAYOUT = 0x04
 _CODES = {Action.COMPUTE: 0, Action.PAGE_OUT: 1, Action.PAGE_IN: 2, Action.FREE: 3,
           Action.READ_WEIGHTS: 4, Action.WRITE_WEIGHTS: 5, Action.HOLD_WEIGHTS: 6,
           Action.DROP_WEIGHTS: 7}
@@ -158,12 +187,19 @@ def schedule_to_dict(schedule: Schedule, graph: TrainingGraph) -> dict[str, Any]
     fit ``graph``)."""
     _check_fits(schedule, graph)
     names = [op.name for op in graph.ops]
-    return {
-        "format": FORMAT, "version": VERSION, "graph": schedule.graph_name,
+    doc: dict[str, Any] = {
+        "format": FORMAT, "version": 1 if schedule.layout is None else VERSION,
+        "graph": schedule.graph_name,
         "graph_fingerprint": schedule.graph_fingerprint, "metadata": dict(schedule.metadata),
         "ops": names,
         "steps": [[step.action.value, names[step.op], step.stage] for step in schedule.steps],
     }
+    if schedule.layout is not None:
+        doc[_LAYOUT_KEY] = {
+            "arena_bytes": schedule.layout.arena_bytes,
+            "buffers": [[b.kind, None if b.op < 0 else names[b.op], b.start, b.end,
+                         b.size_bytes, b.offset_bytes] for b in schedule.layout.buffers]}
+    return doc
 
 
 def _dumps(value: Any) -> str:
@@ -175,6 +211,11 @@ def _render(doc: dict[str, Any]) -> str:
     lines = [f"  {json.dumps(key)}: {_dumps(doc[key])}" for key in _KEYS if key != "steps"]
     steps = ",\n".join(f"    {_dumps(step)}" for step in doc["steps"])
     lines.append(f'  "steps": [\n{steps}\n  ]' if steps else '  "steps": []')
+    layout = doc.get(_LAYOUT_KEY)
+    if layout is not None:
+        buffers = ",\n".join(f"    {_dumps(b)}" for b in layout["buffers"])
+        lines.append(f'  "{_LAYOUT_KEY}": {{"arena_bytes": {layout["arena_bytes"]}, '
+                     f'"buffers": [\n{buffers}\n  ]}}')
     return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
@@ -229,13 +270,15 @@ def _from_dict(data: Any, graph: TrainingGraph | None) -> Schedule:
     if data.get("format") != FORMAT:
         raise _Problem("", f"format = {_short(data.get('format'))}: must be {FORMAT!r}",
                        "bad_format")
-    if data.get("version") != VERSION:
-        raise _Problem("", f"version = {_short(data.get('version'))}: this poetsim reads "
-                           f"version {VERSION}", "unsupported_version")
-    unknown = sorted(set(data) - set(_KEYS))
+    version = data.get("version")
+    if not _is_int(version) or version not in (1, VERSION):
+        raise _Problem("", f"version = {_short(version)}: this poetsim reads versions 1 to "
+                           f"{VERSION}", "unsupported_version")
+    keys = _KEYS if version == 1 else (*_KEYS, _LAYOUT_KEY)
+    unknown = sorted(set(data) - set(keys))
     if unknown:
-        raise _Problem("", f"unknown top-level key {unknown[0]!r}; allowed: {', '.join(_KEYS)}",
-                       "bad_format")
+        raise _Problem("", f"unknown top-level key {unknown[0]!r}; allowed in version "
+                           f"{version}: {', '.join(keys)}", "bad_format")
     missing = [key for key in _KEYS if key not in data]
     if missing:
         raise _Problem("", f"missing key {missing[0]!r}", "bad_format")
@@ -272,7 +315,47 @@ def _from_dict(data: Any, graph: TrainingGraph | None) -> Schedule:
             raise _Problem(f"ops[{at}]", f"the ops list does not match graph {graph.name!r} "
                                          "although the fingerprint does", "ops_mismatch")
     steps = _steps_from_list(data["steps"], index)
-    return Schedule(name, fingerprint, steps, metadata)
+    layout = (_layout_from(data[_LAYOUT_KEY], index, len(steps)) if _LAYOUT_KEY in data
+              else None)
+    return Schedule(name, fingerprint, steps, metadata, layout)
+
+
+def _layout_from(raw: Any, index: dict[str, int], n: int) -> Layout:
+    """A layout's form: every number a whole number in range, every op in the ops list."""
+    if not isinstance(raw, dict) or set(raw) != {"arena_bytes", "buffers"}:
+        raise _Problem(_LAYOUT_KEY, f"{_short(raw)}: must be an object with arena_bytes and "
+                                    "buffers", "bad_layout")
+    arena = raw["arena_bytes"]
+    if not _is_int(arena) or arena < 0:
+        raise _Problem(f"{_LAYOUT_KEY}.arena_bytes", f"{_short(arena)}: must be a whole number "
+                                                     "of bytes", "bad_layout")
+    if not isinstance(raw["buffers"], list):
+        raise _Problem(f"{_LAYOUT_KEY}.buffers", "must be a list", "bad_layout")
+    buffers = []
+    for i, item in enumerate(raw["buffers"]):
+        where = f"{_LAYOUT_KEY}.buffers[{i}]"
+        if not isinstance(item, list) or len(item) != 6:
+            raise _Problem(where, f"{_short(item)}: must be [kind, op name, start, end, "
+                                  "size_bytes, offset_bytes]", "bad_layout")
+        kind, name, start, end, size, offset = item
+        if kind not in KINDS:
+            raise _Problem(where, f"kind {_short(kind)}: must be one of {', '.join(KINDS)}",
+                           "bad_layout")
+        if (kind == "resident") != (name is None) or (name is not None and name not in index):
+            raise _Problem(where, f"op {_short(name)}: must be null for the resident state, "
+                                  "else an op of the ops list", "bad_layout")
+        for field, value, low, high in (("start", start, 0, n), ("end", end, 1, n),
+                                         ("size_bytes", size, 1, None),
+                                         ("offset_bytes", offset, 0, None)):
+            if not _is_int(value) or value < low or (high is not None and value > high):
+                bound = f"[{low}, {high}]" if high is not None else f">= {low}"
+                raise _Problem(where, f"{field} = {_short(value)}: must be a whole number "
+                                      f"{bound}", "bad_layout")
+        if start >= end:
+            raise _Problem(where, f"start {start} must come before end {end}", "bad_layout")
+        buffers.append(Buffer(kind, -1 if name is None else index[name], start, end, size,
+                              offset))
+    return Layout(arena, tuple(buffers))
 
 
 def schedule_from_dict(data: Any, graph: TrainingGraph | None = None, *,
@@ -375,7 +458,9 @@ def encode_binary(schedule: Schedule, graph: TrainingGraph | None = None, *,
         raise ScheduleError(f"{len(schedule.steps)} steps: the binary format holds fewer "
                             "than 2**32")
     wide = op_count > 1 << _index_bits(version, False)
-    flags = (_FLAG_WIDE if wide else 0) | (_FLAG_STAGES if stages else 0)
+    layout = schedule.layout
+    flags = ((_FLAG_WIDE if wide else 0) | (_FLAG_STAGES if stages else 0)
+             | (_FLAG_LAYOUT if layout is not None else 0))
     out = bytearray(_HEADER.pack(BINARY_MAGIC, version, flags, 0, op_count,
                                  len(schedule.steps),
                                  _fingerprint_prefix(schedule.graph_fingerprint)))
@@ -390,19 +475,28 @@ def encode_binary(schedule: Schedule, graph: TrainingGraph | None = None, *,
             _varint(_zigzag(stage - previous), out)
             _varint(length, out)
             previous = stage
+    if layout is not None:
+        _varint(layout.arena_bytes, out)
+        _varint(len(layout.buffers), out)
+        for b in layout.buffers:
+            for value in (KINDS.index(b.kind), b.op + 1, b.start, b.end - b.start,
+                          b.size_bytes, b.offset_bytes):
+                _varint(value, out)
     out += _CRC.pack(zlib.crc32(out))
     return bytes(out)
 
 
 class _Reader:
-    def __init__(self, data: bytes, start: int, end: int) -> None:
+    def __init__(self, data: bytes, start: int, end: int, section: str = "stage section",
+                 rule: str = "bad_stages") -> None:
         self.data, self.pos, self.end = data, start, end
+        self.section, self.rule = section, rule
 
     def varint(self) -> int:
         value, shift = 0, 0
         while True:
             if self.pos >= self.end:
-                raise _Problem("stage section", "ends inside a number", "bad_stages")
+                raise _Problem(self.section, "ends inside a number", self.rule)
             byte = self.data[self.pos]
             self.pos += 1
             value |= (byte & 0x7F) << shift
@@ -410,10 +504,24 @@ class _Reader:
                 return value
             shift += 7
             if shift > 63:
-                raise _Problem("stage section", "number longer than 64 bits", "bad_stages")
+                raise _Problem(self.section, "number longer than 64 bits", self.rule)
 
 
-def _decode(data: bytes, fingerprint: str, op_count_expected: int | None) -> list[Step]:
+def _decode_layout(reader: _Reader, op_count: int, step_count: int) -> Layout:
+    arena, count = reader.varint(), reader.varint()
+    buffers = []
+    for i in range(count):
+        kind, op, start, length, size, offset = (reader.varint() for _ in range(6))
+        if (kind >= len(KINDS) or op > op_count or (kind == 0) != (op == 0) or length == 0
+                or start + length > step_count or size == 0):
+            raise _Problem("layout section", f"buffer {i} (kind {kind}, op {op - 1}, steps "
+                           f"{start} + {length}, {size} B) is invalid", "bad_layout")
+        buffers.append(Buffer(KINDS[kind], op - 1, start, start + length, size, offset))
+    return Layout(arena, tuple(buffers))
+
+
+def _decode(data: bytes, fingerprint: str, op_count_expected: int | None
+            ) -> tuple[list[Step], Layout | None]:
     minimum = _HEADER.size + _CRC.size
     if data[:4] != BINARY_MAGIC and not (len(data) < 4 and BINARY_MAGIC.startswith(data)):
         raise _Problem("", f"starts with {bytes(data[:4])!r}, not {BINARY_MAGIC!r}: not a "
@@ -429,7 +537,7 @@ def _decode(data: bytes, fingerprint: str, op_count_expected: int | None) -> lis
     if version not in _ACTION_BITS:
         raise _Problem("", f"version {version}: this poetsim reads versions 1 to "
                            f"{BINARY_VERSION}", "unsupported_version")
-    if flags & ~(_FLAG_WIDE | _FLAG_STAGES) or reserved:
+    if flags & ~(_FLAG_WIDE | _FLAG_STAGES | _FLAG_LAYOUT) or reserved:
         raise _Problem("", f"header flags 0x{flags:02x} / reserved {reserved}: unknown bits set",
                        "bad_header")
     if prefix.hex() != fingerprint[:16]:
@@ -464,6 +572,11 @@ def _decode(data: bytes, fingerprint: str, op_count_expected: int | None) -> lis
             raise _Problem("stage section", f"covers {position} of {step_count} steps",
                            "bad_stages")
         steps_end = reader.pos
+    layout = None
+    if flags & _FLAG_LAYOUT:
+        reader = _Reader(data, steps_end, body_end, "layout section", "bad_layout")
+        layout = _decode_layout(reader, op_count, step_count)
+        steps_end = reader.pos
     if steps_end != body_end:
         raise _Problem("", f"{body_end - steps_end} unexpected bytes after the steps",
                        "trailing_bytes")
@@ -478,7 +591,7 @@ def _decode(data: bytes, fingerprint: str, op_count_expected: int | None) -> lis
             raise _Problem(f"steps[{i}]", f"action code {value >> shift} is not one of "
                                           f"version {version}'s", "unknown_action", i)
         steps.append(Step(action, op, stage_of[i]))
-    return steps
+    return steps, layout
 
 
 def decode_binary(data: bytes, graph: TrainingGraph | str, *, graph_name: str | None = None,
@@ -495,10 +608,10 @@ def decode_binary(data: bytes, graph: TrainingGraph | str, *, graph_name: str | 
     else:
         fingerprint, op_count, name = graph, None, graph_name or ""
     try:
-        steps = _decode(bytes(data), fingerprint, op_count)
+        steps, layout = _decode(bytes(data), fingerprint, op_count)
     except _Problem as problem:
         raise problem.error(source) from None
-    return Schedule(name, fingerprint, steps, {})
+    return Schedule(name, fingerprint, steps, {}, layout)
 
 
 def write_schedule_binary(schedule: Schedule, path: str | Path,

@@ -120,6 +120,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from poetsim.errors import InputError
+from poetsim.schedule.layout import Layout
 
 if TYPE_CHECKING:
     from poetsim.graph.graph import TrainingGraph
@@ -218,12 +219,17 @@ class Schedule:
         Free JSON-ready facts about the schedule: ``method``, ``board``, budget semantics,
         predicted energy / time / peak, solver status, ... Compared by ``==`` but not
         hashed.
+    layout:
+        Where a runtime keeps every buffer the steps make resident
+        (:class:`~poetsim.schedule.layout.Layout`), or None: a simulation plans one. The
+        checker and the simulator check a layout against the steps.
     """
 
     graph_name: str = attrs.field(validator=_string("graph_name"))
     graph_fingerprint: str = attrs.field(validator=_string("graph_fingerprint"))
     steps: tuple[Step, ...] = attrs.field(converter=_steps)
     metadata: Mapping[str, Any] = attrs.field(factory=dict, converter=dict, hash=False)
+    layout: Layout | None = attrs.field(default=None, hash=False)
 
     @classmethod
     def for_graph(cls, graph: TrainingGraph, steps: Iterable[Step],

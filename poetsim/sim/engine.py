@@ -63,13 +63,14 @@ from collections.abc import Generator
 from functools import partial
 from typing import Any
 
+import attrs
 import numpy as np
 import simpy
 
 from poetsim.boards.spec import Board, WriteBusy
 from poetsim.costs import OpCosts, transfer_phases
 from poetsim.graph.streaming import WeightsOnStorage, stream_commands
-from poetsim.schedule.arena import plan_arena
+from poetsim.schedule.arena import adopt_layout, plan_arena
 from poetsim.schedule.model import predict
 from poetsim.schedule.ops import Action
 from poetsim.schedule.replay import Replay
@@ -150,10 +151,25 @@ class Simulation:
         self.plan = plan_transfers(replay, costs, self.profile,
                                    ram_limit_bytes=self.ram_limit, dma=dma,
                                    wakeup_latency_s=board.storage.wakeup_latency_s)
-        # where the runtime keeps every buffer: a prefetch holds its buffer from its trigger
-        self.arena = plan_arena(replay, resident_bytes=resident_bytes, prefetch_from={
-            p.step: p.trigger_step for p in self.plan
-            if p.kind == "page_in" and p.trigger_step < p.step})
+        # where the runtime keeps every buffer: the schedule's own layout when it has one
+        # for this resident state (a prefetch then starts no earlier than its buffer), else
+        # one planned, a prefetch holding its buffer from its trigger; a layout for another
+        # resident state is still checked against the steps
+        layout = replay.schedule.layout if replay.schedule is not None else None
+        if layout is not None and layout.resident_bytes != resident_bytes:
+            adopt_layout(replay, layout, resident_bytes=None)
+            layout = None
+        if layout is not None:
+            self.arena = adopt_layout(replay, layout, resident_bytes=resident_bytes)
+            earliest = self.arena.prefetch_from
+            self.plan = [
+                attrs.evolve(p, trigger_step=earliest.get(p.step, p.step), offset_s=0.0)
+                if p.kind == "page_in" and p.trigger_step < earliest.get(p.step, p.step)
+                else p for p in self.plan]
+        else:
+            self.arena = plan_arena(replay, resident_bytes=resident_bytes, prefetch_from={
+                p.step: p.trigger_step for p in self.plan
+                if p.kind == "page_in" and p.trigger_step < p.step})
         timings: dict[tuple[int, bool, float, float], TransferTiming] = {}
         in_s, in_j = costs.pagein_time_s.tolist(), costs.pagein_energy_j.tolist()
         out_s, out_j = costs.pageout_time_s.tolist(), costs.pageout_energy_j.tolist()
@@ -575,6 +591,7 @@ class Simulation:
             ram_limit_bytes=self.ram_limit, program_peak_ram_bytes=self.profile.peak_bytes,
             arena_bytes=self.arena.arena_bytes,
             fragmentation_bytes=self.arena.fragmentation_bytes,
+            layout=self.arena.layout, layout_from_schedule=self.arena.order == "file",
             energy_j=ledger.total_j,
             energy_by_component_j=dict(sorted(ledger.by(0).items())),
             energy_by_state_j=dict(sorted(ledger.by_state().items())),

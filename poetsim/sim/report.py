@@ -21,6 +21,7 @@ from typing import Any
 
 import attrs
 
+from poetsim.schedule.layout import Layout
 from poetsim.sim.timeline import Timeline
 
 __all__ = ["Prediction", "SimReport", "SimViolation", "TransferRecord"]
@@ -203,6 +204,10 @@ class SimReport:
     # time it drew for the page-outs (see poetsim.sim.storage)
     seed: int | None = None
     write_busy_s: float = 0.0
+    #: the layout the run used (:class:`~poetsim.schedule.layout.Layout`), and whether it
+    #: is the schedule's own (else planned for this run)
+    layout: Layout | None = attrs.field(default=None, eq=False, repr=False)
+    layout_from_schedule: bool = False
 
     # ------------------------------------------------------------------ derived
     @property
@@ -258,6 +263,9 @@ class SimReport:
             "ram_limit_bytes": self.ram_limit_bytes,
             "program_peak_ram_bytes": self.program_peak_ram_bytes,
             "ram_overflow": self.ram_overflow,
+            "arena_bytes": self.arena_bytes,
+            "fragmentation_bytes": self.fragmentation_bytes,
+            "layout_from_schedule": self.layout_from_schedule,
             "energy_j": self.energy_j,
             "energy_by_component_j": dict(self.energy_by_component_j),
             "energy_by_state_j": dict(self.energy_by_state_j),

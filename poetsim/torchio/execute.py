@@ -88,7 +88,7 @@ import hashlib
 import io
 import math
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +101,7 @@ from poetsim.graph.io import graph_fingerprint
 from poetsim.graph.ops import Phase
 from poetsim.graph.precision import precision_of
 from poetsim.graph.streaming import WeightsOnStorage
+from poetsim.schedule.layout import Layout
 from poetsim.schedule.ops import Action, Schedule, Step
 from poetsim.schedule.replay import ContractViolation, Replay
 from poetsim.torchio.optim import STATE_SLOTS, reference_optimizer, zero_state
@@ -179,6 +180,8 @@ class ExecutionReport:
     max_rel_state_error: float = 0.0
     params_with_state_on_storage: int = 0
     reasons: tuple[str, ...] = ()
+    #: the region every activation lived in (``arena``), None: tensors kept apart
+    arena_bytes: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         doc = attrs.asdict(self)
@@ -245,6 +248,10 @@ class _Runner:
             self.target = torch.randn(tuple(logits_meta.shape), generator=gen,
                                       dtype=torch.float64)
         self.resident: dict[str, Any] = {}
+        #: with a layout (:meth:`use_arena`): one float64 region, and the element offset
+        #: and size of the tensor buffer each COMPUTE or PAGE_IN position opens
+        self.arena: Any = None
+        self.arena_at: dict[int, tuple[int, int]] = {}
         #: RAM (graph units, raw bytes) while the last COMPUTE ran; None after other steps
         self.during: tuple[int, int] | None = None
         self.stored: dict[str, tuple[Path, str]] = {}
@@ -661,6 +668,9 @@ class _Runner:
         if name in self.stored:
             raise _err(position, step, self.graph, f"tensor {name!r} is already on storage")
         path = self.page_dir / f"{step.op}.pt"
+        if self.arena is not None:  # a view would save the whole arena
+            value = ({k: v.clone() for k, v in value.items()} if isinstance(value, dict)
+                     else value.clone())
         self.torch.save(value, path)
         data = path.read_bytes()
         self.bytes_written += len(data)
@@ -681,6 +691,56 @@ class _Runner:
             raise _err(position, step, self.graph, f"page file {path} of {name!r} is "
                                                    "corrupted (checksum mismatch)")
         return self.torch.load(path, weights_only=True)
+
+    # ------------------------------------------------------------------ the arena
+
+    def use_arena(self, layout: Layout, steps: Sequence[Step]) -> None:
+        """Keep every floating-point activation in one region laid out by ``layout``: the
+        tensor a COMPUTE or PAGE_IN makes resident lives at its buffer's offset (in graph
+        units, ``dtype_bytes`` per element), as a view, until the next write there."""
+        width = self.dtype_bytes
+        ends: dict[int, int] = {}  # opening position -> its FREE (or the end)
+        opened: dict[int, int] = {}
+        for p, step in enumerate(steps):
+            if step.action in (Action.COMPUTE, Action.PAGE_IN):
+                opened[step.op] = p
+            elif step.action is Action.FREE and step.op in opened:
+                ends[opened.pop(step.op)] = p
+        for p in opened.values():
+            ends[p] = len(steps)
+        where = {(b.op, b.end): b for b in layout.buffers if b.kind == "tensor"}
+        for p, end in ends.items():
+            b = where.get((steps[p].op, end))
+            if b is not None:
+                self.arena_at[p] = (b.offset_bytes // width, b.size_bytes // width)
+        self.arena = self.torch.zeros(-(-layout.arena_bytes // width), dtype=self.torch.float64)
+
+    def place(self, position: int, step: Step, value: Any) -> Any:
+        """``value`` written at its buffer in the arena; views of it from then on."""
+        spot = self.arena_at.get(position)
+        if self.arena is None or spot is None:
+            return value
+        start, room = spot
+        parts = value if isinstance(value, dict) else {None: value}
+        placed: dict[Any, Any] = {}
+        views: dict[int, Any] = {}  # one tensor handed to several inputs is stored once
+        for key, x in parts.items():
+            if not (isinstance(x, self.torch.Tensor) and x.is_floating_point()):
+                placed[key] = x  # indices and the like stay outside
+                continue
+            if id(x) in views:
+                placed[key] = views[id(x)]
+                continue
+            n = int(x.numel())
+            if n > room or start + n > len(self.arena):
+                raise _err(position, step, self.graph, f"its output ({n} elements) does not "
+                                                       f"fit its arena buffer ({room} at "
+                                                       f"{start} of {len(self.arena)})")
+            view = self.arena[start:start + n].view(x.shape)
+            view.copy_(x)
+            placed[key] = views[id(x)] = view
+            start, room = start + n, room - n
+        return placed if isinstance(value, dict) else placed[None]
 
     # ------------------------------------------------------------------ accounting
 
@@ -704,8 +764,8 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
                      board: Any = None, budget_bytes: int | None = None,
                      resident_bytes: int | None = None, page_dir: str | Path | None = None,
                      grad_rtol: float = 1e-6, lr: float = 0.01,
-                     after_step: Callable[[int, Step, Path], None] | None = None
-                     ) -> ExecutionReport:
+                     after_step: Callable[[int, Step, Path], None] | None = None,
+                     arena: bool | Layout = False) -> ExecutionReport:
     """Run ``schedule`` on real tensors, take the optimizer's step (the schedule's
     ``optimizer``, default SGD; :mod:`poetsim.torchio.optim`), and check both against plain
     autograd and ``torch.optim``.
@@ -722,7 +782,12 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
     ``page_dir`` (default: a temporary directory, removed afterwards). ``lr`` is the SGD
     learning rate; ``grad_rtol`` the relative tolerance of the gradient and weight checks.
     ``after_step(position, step, page_dir)`` is called after every step (tests use it to
-    tamper with page files).
+    tamper with page files). With ``arena``, every floating-point activation lives in one
+    preallocated region at its buffer's offset, so a layout that places two live tensors on
+    the same bytes corrupts one and the checks catch it: True runs in the schedule's own
+    layout, checked against the steps first
+    (:func:`~poetsim.schedule.arena.adopt_layout`), or in one planned now; a
+    :class:`~poetsim.schedule.layout.Layout` is taken as it is.
 
     The schedule may be for the imported graph or, when its request put weights on storage,
     for the streamed graph (:func:`schedule_graph`; with a ``board``, the one its request
@@ -776,6 +841,11 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
         directory = Path(page_dir) if page_dir is not None else Path(tmp)
         directory.mkdir(parents=True, exist_ok=True)
         runner = _Runner(imported, inputs, seed, directory, lr, graph, optimizer)
+        if arena is True:
+            arena = _layout_of(graph, schedule)
+        if isinstance(arena, Layout):
+            runner.use_arena(arena, schedule.steps)
+        arena_bytes = arena.arena_bytes if isinstance(arena, Layout) else None
         peak, peak_raw, peak_step = 0, 0, -1
         model_read = model_written = 0  # the cost model's weight traffic of the steps run
         walk = Replay(graph, schedule)  # the contract's replay: a broken rule stops it
@@ -844,7 +914,20 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
         cost_model_weights_written_bytes=model_written,
         weights_held_peak_bytes=runner.weights_held_peak_bytes, optimizer=optimizer,
         max_rel_state_error=worst_state, params_with_state_on_storage=len(runner.state_files),
-        reasons=tuple(reasons))
+        reasons=tuple(reasons), arena_bytes=arena_bytes)
+
+
+def _layout_of(graph: TrainingGraph, schedule: Schedule) -> Layout:
+    """The schedule's layout checked against its steps, or one planned for them."""
+    from poetsim.schedule.arena import adopt_layout, plan_arena
+
+    try:
+        walk = Replay(graph, schedule).run()
+        if schedule.layout is not None:
+            return adopt_layout(walk, schedule.layout, resident_bytes=None).layout
+    except ContractViolation as err:
+        raise ExecutionError(str(err)) from None
+    return plan_arena(walk).layout
 
 
 def _run_step(runner: _Runner, position: int, step: Step, reads_weights: bool) -> None:
@@ -857,13 +940,14 @@ def _run_step(runner: _Runner, position: int, step: Step, reads_weights: bool) -
     if action is Action.COMPUTE:
         if not reads_weights:
             runner.use_held(k)
-        value = runner.compute(position, step)
+        value = runner.place(position, step, runner.compute(position, step))
         runner.during = runner.live_bytes(value)
         runner.resident[name] = value
     elif action is Action.PAGE_OUT:
         runner.page_out(position, step, name)
     elif action is Action.PAGE_IN:
-        runner.resident[name] = runner.page_in(position, step, name)
+        runner.resident[name] = runner.place(position, step,
+                                             runner.page_in(position, step, name))
     elif action is Action.READ_WEIGHTS:
         runner.load_weights(k)
     elif action is Action.WRITE_WEIGHTS:
