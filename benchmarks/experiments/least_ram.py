@@ -3,14 +3,15 @@
 For MCUNet-in1 and MobileNetV2-w0.35 with the recipes of Lin et al.'s Tiny Training Engine
 (int8, sparse update, in-place update; the same jobs as ``mcu_training.py``) on the
 ``stm32f746`` (the STM32F746G-DISCO of their measurements), with no deadline and with
-deadlines of 1.2x and 2x the plain compute time: the least RAM budget (everything
+deadlines of 1.2x and 2x the plain compute time: the least RAM budget found (everything
 resident: trained weights, the arena of activations) at which POET's schedule PASSes
-on the simulated board, every buffer laid out in one static arena within the budget.
+on the simulated board, every buffer laid out in one static arena within the budget
+(:func:`least_pass`: a walk down, not a proof that nothing lower passes).
 The frozen front runs in row bands when that lowers the floor (the band count with the
 least working set of one op); in-place depthwise convolutions and residual additions are
-the zoo's int8 kernels. Each row gives the least passing budget (bisection to
-``STEP_BYTES``), the arena and byte peak of that PASS, and its simulated time and energy
-per iteration, beside TTE's peak measured on the board. Writes
+the zoo's int8 kernels. Each row gives the least passing budget found, the arena and
+byte peak of that PASS, and its simulated time and energy per iteration, beside TTE's
+peak measured on the board. Writes
 ``benchmarks/results/least_ram.md``::
 
     python -m benchmarks.experiments.least_ram
@@ -48,6 +49,7 @@ JOBS = (
 DEADLINES = (None, "1.2x", "2x")
 BANDS = (0, 2, 3, 4)
 STEP_BYTES = 1024
+TRIES = 3
 SETTINGS = SolverSettings(effort=100, time_limit_s=60)
 
 
@@ -76,22 +78,36 @@ def _floor(model: str, options: dict[str, int]) -> tuple[int, int]:
 
 def least_pass(model: str, options: dict[str, int], bands: int, floor: int,
                deadline: str | None) -> tuple[int, Outcome] | None:
-    """The least budget (to ``STEP_BYTES``) at which the job PASSes, and that outcome;
-    None when it does not PASS even with the whole usable RAM."""
-    high = get_board(BOARD).ram.usable_bytes
-    best = run_and_judge(_request(model, options, bands, high, deadline), "poet", SETTINGS)
-    if not (best.verdict is not None and best.verdict.passed):
-        return None
-    low = floor - 1  # below the floor no schedule exists
-    while high - low > STEP_BYTES:
-        mid = (low + high) // 2
-        outcome = run_and_judge(_request(model, options, bands, mid, deadline), "poet",
+    """The least budget found at which the job PASSes, and that outcome; None when it does
+    not PASS even with the whole usable RAM.
+
+    A PASS is not monotone in the budget (another budget gives another plan and another
+    layout), so this walks down: from each PASS it tries ``STEP_BYTES`` below its arena,
+    and after a FAIL the budgets halfway to the floor and to the last PASS, giving up
+    after ``TRIES`` FAILs in a row.
+    """
+    def passes(ram: int) -> Outcome | None:
+        outcome = run_and_judge(_request(model, options, bands, ram, deadline), "poet",
                                 SETTINGS)
-        if outcome.verdict is not None and outcome.verdict.passed:
-            high, best = mid, outcome
-        else:
-            low = mid
-    return high, best
+        return outcome if outcome.verdict is not None and outcome.verdict.passed else None
+
+    budget = get_board(BOARD).ram.usable_bytes
+    best = passes(budget)
+    if best is None:
+        return None
+    failed, probe = 0, 0
+    while failed < TRIES:
+        assert best.report is not None
+        top = min(budget, best.report.arena_bytes)
+        probe = top - STEP_BYTES if failed == 0 else (floor + probe) // 2
+        if probe < floor:
+            break
+        outcome = passes(probe)
+        if outcome is None:
+            failed += 1
+            continue
+        failed, budget, best = 0, probe, outcome
+    return budget, best
 
 
 def table() -> str:
@@ -102,7 +118,9 @@ def table() -> str:
              "weights resident, frozen weights read in place from flash), SGD with the update "
              "applied in place, POET at effort 100, each schedule simulated and judged with "
              "every buffer at an offset of one static arena. Budget: the least RAM in all "
-             f"(bisection to {STEP_BYTES} B) at which the schedule PASSes; the arena of that "
+             f"found (walking down: {STEP_BYTES} B below each PASS's arena, after a FAIL halfway "
+             f"to the floor, {TRIES} FAILs in a row end it) at which the schedule "
+             "PASSes; the arena of that "
              "PASS holds every buffer (resident state included) and the byte peak is its "
              "lower bound. TTE: the peak Lin et al. measured on the board (sparse update, "
              "operator reordering; mcu-training.md).", "",
