@@ -63,6 +63,9 @@ MAX_DEADLINE_TIGHTENINGS = 3
 #: How often a method plans again with a lower activation budget when its schedule's
 #: buffers do not lay out in the RAM it may use.
 MAX_ARENA_REPLANS = 3
+#: The least time a plan made again gets; with less of the run's time limit left, the
+#: last schedule is kept (the limit holds for the whole run, retries included).
+_MIN_RETRY_S = 0.5
 
 #: Part of the key of the MILP methods' runs: bumped when the optimizer's search changes,
 #: so that their cached runs go stale while the baselines' stay valid.
@@ -258,10 +261,17 @@ def run_method(request: Request, method: str, settings: SolverSettings = SolverS
             return found
     started = time.perf_counter()
 
+    def time_left_s() -> float:
+        return settings.time_limit_s - (time.perf_counter() - started)
+
     def attempt(solver_deadline_s: float | None, tightenings: int,
                 budget_bytes: int | None = None) -> Outcome:
-        made = produce(request, method, settings, deadline_s=solver_deadline_s,
-                       budget_bytes=budget_bytes, solve_options=solve_options)
+        # the time limit holds for the whole run: a plan made again gets what is left
+        left = time_left_s() if budget_bytes is not None or tightenings else None
+        made = produce(request, method, settings if left is None
+                       else attrs.evolve(settings, time_limit_s=max(left, _MIN_RETRY_S)),
+                       deadline_s=solver_deadline_s, budget_bytes=budget_bytes,
+                       solve_options=solve_options)
         return Outcome(
             method=method, status=made.status, reason=made.reason,
             accounting=request.accounting.value, budget_bytes=request.budget_bytes,
@@ -276,7 +286,8 @@ def run_method(request: Request, method: str, settings: SolverSettings = SolverS
             solve_result=made.solve_result)
 
     outcome = _meet_the_board(request, attempt(request.planning_deadline_s, 0), attempt,
-                              retime=bool(solver_settings) and request.deadline_s is not None)
+                              retime=bool(solver_settings) and request.deadline_s is not None,
+                              time_left_s=time_left_s)
     if cache is not None:
         cache.put(key, outcome, request)
     return outcome
@@ -292,7 +303,7 @@ def _judged(outcome: Outcome, report: SimReport, verdict: Verdict) -> Outcome:
 
 
 def _meet_the_board(request: Request, outcome: Outcome, attempt: Any, *,
-                    retime: bool) -> Outcome:
+                    retime: bool, time_left_s: Any = None) -> Outcome:
     """Plan again while the simulation finds the schedule late (``retime``: the MILP
     methods) or, under physical accounting, its buffers laid out over the RAM it may use.
 
@@ -304,6 +315,8 @@ def _meet_the_board(request: Request, outcome: Outcome, attempt: Any, *,
     (:mod:`poetsim.schedule.arena`): the method plans again with its activation budget
     lowered by the excess, at most :data:`MAX_ARENA_REPLANS` times. The first schedule that
     meets both is kept; if none does, the last one (whose verdict says what it missed).
+    No plan is made again once ``time_left_s()`` (the run's time limit less what it took) is
+    below :data:`_MIN_RETRY_S`.
     """
     target = request.planning_deadline_s
     arena_room = (request.ram_limit_bytes if request.accounting is Accounting.PHYSICAL
@@ -315,8 +328,9 @@ def _meet_the_board(request: Request, outcome: Outcome, attempt: Any, *,
         report, verdict = check_on_board(request, outcome.schedule)
         late = retime and target is not None and report.makespan_s > target
         over = arena_room is not None and report.arena_bytes > arena_room
-        if not (late and tightenings < MAX_DEADLINE_TIGHTENINGS
-                or over and replans < MAX_ARENA_REPLANS):
+        out_of_time = time_left_s is not None and time_left_s() < _MIN_RETRY_S
+        if out_of_time or not (late and tightenings < MAX_DEADLINE_TIGHTENINGS
+                               or over and replans < MAX_ARENA_REPLANS):
             # judged already: judge_outcome need not simulate it again
             return _judged(outcome, report, verdict)
         deadline = outcome.solver_deadline_s

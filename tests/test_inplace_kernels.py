@@ -191,6 +191,14 @@ def test_int8_graphs_run_depthwise_convolutions_and_residual_adds_in_place():
     assert dw.workspace_bytes >= 64 * 64  # one padded input channel, int8
     adds = [op for op in graph.ops if op.kind == "add" and op.phase is Phase.FORWARD]
     assert adds and all(op.overwrites is not None for op in adds)
+    # backward: a stride-1 depthwise convolution's input gradient over the incoming one
+    # (channel by channel), a stride-2 one's is larger and gets its own buffer
+    dw_grad = graph.op("block13.dw.conv/grad")
+    assert dw_grad.overwrites == "block13.project.conv/grad"
+    assert dw_grad.output_bytes == graph.op("block13.project.conv/grad").output_bytes
+    strided = graph.op("block14.dw.conv/grad")
+    assert strided.output_bytes > graph.op("block14.project.conv/grad").output_bytes
+    assert strided.overwrites is None
     fp32 = build_model("mobilenet_v2_w035", sparse_update=1)
     assert all(op.overwrites is None for op in fp32.ops)
     # the depthwise convolution no longer sets the floor of the model

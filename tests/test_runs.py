@@ -12,7 +12,7 @@ from poetsim.boards import get_board
 from poetsim.methods import METHODS, MethodStatus, SolverSettings
 from poetsim.request import resolve_request
 from poetsim.runs import Outcome, RunCache, judge_outcome, run_and_judge, run_key, run_method
-from poetsim.schedule import check_schedule
+from poetsim.schedule import check_schedule, plain_schedule
 from poetsim.zoo import build_model
 
 FAST = SolverSettings(time_limit_s=1)
@@ -213,3 +213,34 @@ def test_a_schedule_that_does_not_lay_out_is_planned_again_with_fewer_bytes():
     meta = outcome.schedule.metadata
     assert meta["budget_activation_bytes"] == request.activation_budget_bytes
     assert meta["planned_activation_bytes"] == lowered
+
+
+def test_plans_are_made_again_only_while_the_time_limit_lasts(monkeypatch):
+    """The time limit holds for the whole run: a layout over the RAM is planned again only
+    while time is left (a fake clock: no test depends on the machine's speed)."""
+    from types import SimpleNamespace
+
+    from poetsim import runs
+
+    request = resolve_request(build_model("mlp"), get_board("nrf52840"), ram="board")
+    over = SimpleNamespace(makespan_s=0.0, arena_bytes=request.ram_limit_bytes + 4096,
+                           peak_activation_bytes=request.activation_budget_bytes,
+                           layout=None)
+    monkeypatch.setattr(runs, "check_on_board", lambda _request, _schedule: (over, None))
+    calls = []
+
+    def attempt(deadline, tightenings, budget=None):
+        calls.append(budget)
+        return first
+
+    first = Outcome(method="poet", status=MethodStatus.FEASIBLE, reason="",
+                    accounting="physical", budget_bytes=0, budget_activation_bytes=0,
+                    resident_bytes=0, deadline_s=None,
+                    schedule=plain_schedule(request.graph))
+    clock = iter([10.0, 10.0, 0.2, 0.2])
+    runs._meet_the_board(request, first, attempt, retime=False,
+                         time_left_s=lambda: next(clock))
+    assert len(calls) == 2  # two re-plans while 10 s were left, none with 0.2 s
+    calls.clear()
+    runs._meet_the_board(request, first, attempt, retime=False, time_left_s=lambda: 0.0)
+    assert calls == []

@@ -60,18 +60,19 @@ def _request(model: str, options: dict[str, int], bands: int, ram: int,
                            accounting="physical")
 
 
-def _floor(model: str, options: dict[str, int]) -> tuple[int, int]:
+def _floor(model: str, options: dict[str, int]) -> tuple[int, int, int, str]:
     """The band count whose graph has the least floor (resident state plus the largest
-    working set of one op), and that floor."""
-    best: tuple[int, int] | None = None
+    working set of one op), that floor, the resident state and the op that sets it."""
+    best: tuple[int, int, int, str] | None = None
     for bands in BANDS:
         graph = build_model(model, **options, **({"row_bands": bands} if bands else {}))
         usable = get_board(BOARD).ram.usable_bytes
         request = resolve_request(graph, get_board(BOARD), ram=str(usable),
                                   accounting="physical")
-        floor = request.resident_bytes + minimum_ram_bytes(request.graph)[0]
+        need, op = minimum_ram_bytes(request.graph)
+        floor = request.resident_bytes + need
         if best is None or floor < best[1]:
-            best = (bands, floor)
+            best = (bands, floor, request.resident_bytes, op)
     assert best is not None
     return best
 
@@ -128,8 +129,12 @@ def table() -> str:
              "| time / iteration | energy / iteration | TTE measured | vs TTE |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     started = time.perf_counter()
+    floors = []
     for label, model, options, tte in JOBS:
-        bands, floor = _floor(model, options)
+        bands, floor, resident, op = _floor(model, options)
+        floors.append(f"- {label}: {_bytes(floor)} = {_bytes(resident)} resident (the "
+                      f"trained weights) + {_bytes(floor - resident)}, the working set of "
+                      f"`{op}` (its inputs, output and workspace).")
         for deadline in DEADLINES:
             found = least_pass(model, options, bands, floor, deadline)
             words = deadline or "none"
@@ -150,7 +155,7 @@ def table() -> str:
                 f"| {100 * (report.arena_bytes - tte) / tte:+.1f}% |")
     lines += ["", "Floor: the resident state plus the largest working set of one op (its "
               "inputs, output and workspace; an in-place op's output in its input's "
-              "buffer), below which no schedule exists.", "",
+              "buffer), below which no schedule exists:", "", *floors, "",
               f"Wall time: {time.perf_counter() - started:.0f} s."]
     return "\n".join(lines) + "\n"
 

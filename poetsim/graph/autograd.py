@@ -38,8 +38,11 @@ workspace grows by their gradient at the gradient width, the buffer that replace
 resident one (:func:`poetsim.graph.graph.resident_memory`).
 
 In an int8 graph (:attr:`~poetsim.graph.precision.Precision.int8_kernels`) a gradient-sum
-op and the backward op of an addition, which passes its gradient on, may write their
-output into the buffer of an incoming gradient at least as large (``Op.overwrites``).
+op, the backward op of an addition, which passes its gradient on, and that of an op with an
+in-place kernel (a depthwise convolution: channel by channel, each input channel's
+gradient needs only that channel of the incoming one) may write their output into the
+buffer of an incoming gradient at least as large (``Op.overwrites``; a stride-2 depthwise
+convolution's input gradient is larger, so it gets its own).
 
 This replaces POET's published derivation, which chains gradient ops in reverse list order
 and so gets residual graphs wrong.
@@ -437,7 +440,7 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
         else:
             out_elements = sum(e for e, w in zip(ctx.input_elements, wants) if w)
 
-        deps: list[str] = incoming
+        deps: list[str] = list(incoming)
         if op.name == loss:
             deps.append(op.name)
         if rule.saves_inputs and (t.weights > 0 or not rule.saves_inputs_only_with_params):
@@ -452,7 +455,8 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
                       workspace_bytes=nbytes(op.workspace_elements, backward_workspace_b)
                       + update_b,
                       forward_of=op.name, inplace_update=fused,
-                      overwrites=into(incoming, size) if rule.passthrough else None))
+                      overwrites=(into(incoming, size)
+                                  if rule.passthrough or op.overwrites is not None else None)))
         made[g] = ops[-1]
         inputs[g] = list(dict.fromkeys(deps))
 

@@ -59,11 +59,13 @@ from typing import Any
 
 import attrs
 import numpy as np
-from pyscipopt import Model, quicksum
+from pyscipopt import quicksum
 
+from poetsim import interrupt
 from poetsim.costs import OpCosts
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.memory import inplace_saving
+from poetsim.interrupt import scip_model
 from poetsim.optimizer.effort import WorkLimit
 
 __all__ = ["Relaxation", "relax"]
@@ -148,8 +150,7 @@ def relax(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
             limits_hit.append("time")
         return True
 
-    model = Model("poet_bound")
-    model.hideOutput()
+    model = scip_model("poet_bound")
     model.setParam("randomization/randomseedshift", int(seed))
     if node_limit is not None:
         WorkLimit(model).set(node_limit)
@@ -296,7 +297,8 @@ def relax(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
         return Relaxation(plain_j)
     # the time limit covers building the program too
     model.setParam("limits/time", max(0.1, give_up_at - time.perf_counter()))
-    model.optimize()
+    with interrupt.solving():
+        model.optimize()
     if model.getStatus() == "infeasible":
         return Relaxation(None)
     if model.getStatus() == "timelimit" and limits_hit is not None:
@@ -346,7 +348,7 @@ class _Lane:
     less than the idle power, so that power is capped at the least energy-per-second of
     any run."""
 
-    def __init__(self, model: Model, costs: OpCosts, deadline_s: float | None, scale: float,
+    def __init__(self, model: Any, costs: OpCosts, deadline_s: float | None, scale: float,
                  rest_w: float) -> None:
         self.model, self.costs = model, costs
         wait = costs.wait

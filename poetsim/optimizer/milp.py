@@ -81,12 +81,13 @@ from typing import Any
 
 import attrs
 import numpy as np
-from pyscipopt import Model, quicksum
+from pyscipopt import quicksum
 
 from poetsim.costs import OpCosts
 from poetsim.errors import BuildTimeout
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.ops import Phase
+from poetsim.interrupt import scip_model
 from poetsim.optimizer.plan import StagePlan, stage_streams, stage_timeline, storage_near
 
 __all__ = ["BuildTimeout", "Formulation", "MilpModel", "build_milp"]
@@ -137,8 +138,7 @@ class MilpModel:
             budget_bytes)
         self.budget_units = budget_bytes // self.unit_bytes
         self.energy_scale = _OBJECTIVE_SCALE / energy_reference_j if energy_reference_j > 0 else 1.0
-        self.model = Model(f"poet_{graph.name}")
-        self.model.hideOutput()
+        self.model = scip_model(f"poet_{graph.name}")
         self.R: dict[tuple[int, int], Any] = {}
         self.S: dict[tuple[int, int], Any] = {}
         self.Min: dict[tuple[int, int], Any] = {}

@@ -25,6 +25,7 @@ import attrs
 import numpy as np
 from pyscipopt import SCIP_PARAMSETTING
 
+from poetsim import interrupt
 from poetsim.costs import OpCosts
 from poetsim.errors import BuildTimeout, InputError
 from poetsim.graph.graph import TrainingGraph
@@ -147,7 +148,8 @@ def _window_search(milp: MilpModel, plan: StagePlan, metrics: PlanMetrics, budge
             else:
                 model.setParam("limits/time", remaining)
                 work.set(window_nodes)
-            model.optimize()
+            with interrupt.solving():
+                model.optimize()
             if model.getStatus() == "timelimit" and window_nodes is not None \
                     and limits_hit is not None:
                 limits_hit.append("time")
@@ -781,7 +783,8 @@ def _remat_neighbourhood(search: _Search, milp: MilpModel) -> None:
     model.setParam("limits/time", max(0.1, 0.5 * (search.time_limit_s - search.elapsed_s)))
     if search.work is not None:
         search.work.set(search.share(_EFFORT_NEIGHBOURHOOD_SHARE))
-    model.optimize()
+    with interrupt.solving():
+        model.optimize()
     if model.getStatus() == "timelimit" and search.work is not None:
         search.limits_hit.append("time")
     better = _better_solution(milp, request.activation_budget_bytes, search.deadline_s,
@@ -845,10 +848,11 @@ def _search_and_conclude(search: _Search, milp: MilpModel) -> SolveResult:
     # the last share of the time limit is left to _overlap_incumbent
     model.setParam("limits/time", max(0.1, (1 - _OVERLAP_SHARE) * search.time_limit_s
                                       - search.elapsed_s))
-    if search.threads > 1:
-        model.solveConcurrent()
-    else:
-        model.optimize()
+    with interrupt.solving():
+        if search.threads > 1:
+            model.solveConcurrent()
+        else:
+            model.optimize()
     solve_time = time.perf_counter() - started
     scip_status = model.getStatus()
     if scip_status == "timelimit":
