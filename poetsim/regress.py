@@ -369,7 +369,15 @@ def check_goldens(folder: str | Path, *, tolerance: float = DEFAULT_TOLERANCE,
     """Check every golden of ``folder`` (see the module docstring), in file-name order."""
     if not (0 <= tolerance < 1):
         raise InputError(f"tolerance = {tolerance!r}: must be in [0, 1)")
-    return [_check_one(path, tolerance, resolve) for path in _goldens(Path(folder))]
+    folder = Path(folder)
+    checks = [_check_one(path, tolerance, resolve) for path in _goldens(folder)]
+    if (folder / CASES_FILE).exists():  # a case whose golden is gone is an error, not a pass
+        found = {check.path.stem for check in checks}
+        checks += [CaseCheck(case.name, folder / f"{case.name}.json", "error", {},
+                             error=f"{CASES_FILE} lists it but {case.name}.json is missing "
+                                   "(make it with poetsim regress --make)")
+                   for case in load_cases(folder) if case.name not in found]
+    return checks
 
 
 def update_goldens(checks: Iterable[CaseCheck]) -> list[str]:

@@ -141,6 +141,17 @@ def test_execute_refuses_a_bad_learning_rate_in_one_line(tmp_path, capsys, lr):
     assert err.startswith(f"poetsim: error: --lr {float(lr)!r}: the learning rate must be")
 
 
+@pytest.mark.parametrize("rtol", ["0", "-1", "nan", "inf"])
+def test_execute_refuses_a_tolerance_that_would_switch_the_checks_off(tmp_path, capsys, rtol):
+    pytest.importorskip("torch")
+    status = main(["execute", str(tmp_path / "missing.json"), "--model-factory",
+                   f"{MODELS}:mlp", "--input-shape", "2,32", "--rtol", rtol])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1
+    assert err.startswith(f"poetsim: error: --rtol {float(rtol)!r}: the relative tolerance "
+                          "must be a finite number > 0")
+
+
 def test_execute_refuses_a_schedule_for_another_model(tmp_path, capsys):
     pytest.importorskip("torch")
     graph, schedule = tmp_path / "g.json", tmp_path / "s.json"

@@ -65,10 +65,22 @@ def test_dtype_bytes_alone_still_sets_every_width():
     assert sizes(tiny(dtype_bytes=2, gradient_bytes=4))["loss/grad"] == (16, 0, 0)
 
 
-@pytest.mark.parametrize("field", ["weight_bytes", "activation_bytes", "gradient_bytes"])
-def test_forward_graph_rejects_bad_widths(field):
-    with pytest.raises(GraphError, match=f"{field} = 0: must be a whole number >= 1"):
-        ForwardGraph("g", **{field: 0})
+@pytest.mark.parametrize("field", ["dtype_bytes", "weight_bytes", "activation_bytes",
+                                   "gradient_bytes"])
+@pytest.mark.parametrize("value", [0, 3, 16, True])
+def test_forward_graph_rejects_bad_widths(field, value):
+    with pytest.raises(GraphError, match=f"graph 'g': {field} = {value!r}: must be one of "
+                                         r"1, 2, 4, 8 \(bytes per element\)"):
+        ForwardGraph("g", **{field: value})
+
+
+def test_a_graph_file_with_an_odd_element_width_is_refused():
+    from poetsim.graph import graph_from_dict, graph_to_dict
+
+    doc = graph_to_dict(tiny(dtype_bytes=1))
+    doc["metadata"]["dtype_bytes"] = 3
+    with pytest.raises(GraphError, match=r"metadata.dtype_bytes = 3: must be one of"):
+        graph_from_dict(doc)
 
 
 def test_resident_memory_sizes_params_by_weight_and_state_by_gradient_width():

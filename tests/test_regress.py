@@ -117,6 +117,14 @@ def test_a_broken_golden_is_an_error_not_a_crash(goldens, capsys):
     assert "ERROR     poet-mlp-nrf52840-90-paper" in capsys.readouterr().out
 
 
+def test_a_deleted_golden_is_an_error_not_a_pass(goldens, capsys):
+    (goldens / "dtr-mlp-nrf52840-60-paper.json").unlink()
+    assert main(["regress", str(goldens)]) == 1
+    out = capsys.readouterr().out
+    assert ("ERROR     dtr-mlp-nrf52840-60-paper: cases.toml lists it but "
+            "dtr-mlp-nrf52840-60-paper.json is missing") in out
+
+
 def test_bad_cases_files_are_one_line_errors(tmp_path):
     (tmp_path / "cases.toml").write_text(CASES.replace('effort = 20\n', ''))
     with pytest.raises(InputError, match="a MILP case needs an effort"):

@@ -13,7 +13,7 @@ Validation happens at construction: a field outside its range raises
 Each numeric field declares, in its metadata,
 
 * ``rule``: ``"positive"`` (> 0), ``"non_negative"`` (>= 0), ``"count"`` (integer >= 0),
-  ``"factor"`` (>= 1) or ``"probability"`` (in [0, 1]),
+  ``"positive_count"`` (integer >= 1), ``"factor"`` (>= 1) or ``"probability"`` (in [0, 1]),
 * ``plausible``: a ``(low, high)`` range; a value outside it is almost always a unit slip
   (MHz written into ``clock_hz``, mW into ``_w``) and is rejected as such.
 """
@@ -114,8 +114,10 @@ def _check_number(rule: str, plausible: tuple[float, float], unit: str):
             raise BoardFieldError(name, value, f"must be a number in {unit}")
         if math.isnan(value) or math.isinf(value):
             raise BoardFieldError(name, value, "must be finite")
-        if rule == "count" and not isinstance(value, int):
+        if rule in ("count", "positive_count") and not isinstance(value, int):
             raise BoardFieldError(name, value, "must be a whole number")
+        if rule == "positive_count" and value < 1:
+            raise BoardFieldError(name, value, f"must be >= 1 {unit}")
         if rule == "probability" and not (0 <= value <= 1):
             raise BoardFieldError(name, value, "must be a probability in [0, 1]")
         if rule == "factor" and value < 1:
@@ -139,7 +141,7 @@ def _number(unit: str, rule: str = "positive", plausible: tuple[float, float] = 
     """A numeric field with its unit, range rule and plausible range in metadata."""
     check = _check_number(rule, plausible, unit)
     meta = {"unit": unit, "rule": rule, "plausible": plausible, "doc": doc, "optional": optional}
-    convert = _whole if rule == "count" else None
+    convert = _whole if rule in ("count", "positive_count") else None
     if optional:
         return attrs.field(default=None, validator=attrs.validators.optional(check),
                            converter=convert, metadata=meta)
@@ -423,7 +425,7 @@ class Storage:
         "B", "count", (1, 1 << 26), optional=True,
         doc="wear-levelled kinds only (SD, eMMC): NAND program unit; every write command "
             "wears a whole number of these (absent: block_bytes)")
-    queue_depth: int | None = _number("commands", "count", (1, 1024), optional=True,
+    queue_depth: int | None = _number("commands", "positive_count", (1, 1024), optional=True,
                                       doc="commands the device serves at once (absent: 1, "
                                           "as an SD card over SPI); more DMA channels than "
                                           "this do not add storage bandwidth")

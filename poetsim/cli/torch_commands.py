@@ -79,9 +79,10 @@ def _cmd_execute(args: argparse.Namespace) -> int:
     from poetsim.errors import ExecutionError
     from poetsim.schedule import read_schedule
     from poetsim.torchio import execute_schedule
-    from poetsim.torchio.execute import check_learning_rate
+    from poetsim.torchio.execute import check_learning_rate, check_tolerance
 
     lr = check_learning_rate(args.lr, "--lr")
+    check_tolerance(args.rtol, "--rtol")
     imported = _imported(args, args.model_factory)
     # checked against the imported graph, or its streamed form when the board's request
     # puts weights on storage, by execute_schedule (the fingerprint says which)

@@ -57,7 +57,7 @@ import attrs
 from poetsim.errors import GraphError
 from poetsim.graph.graph import TrainingGraph, check_gradients
 from poetsim.graph.ops import GRADIENT_SUM_KIND, Op, Phase
-from poetsim.graph.precision import Precision
+from poetsim.graph.precision import Precision, check_width
 from poetsim.graph.tiling import Rows, tile_rows
 from poetsim.graph.training import TrainedParams, Training, resolve_training
 
@@ -221,10 +221,8 @@ class ForwardGraph:
         widths = {"dtype_bytes": dtype_bytes, "weight_bytes": weight_bytes,
                   "activation_bytes": activation_bytes, "gradient_bytes": gradient_bytes}
         for field, value in widths.items():
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value < 1):
-                raise GraphError(f"graph {name!r}: {field} = {value!r}: must be a whole "
-                                 "number >= 1")
+            if value is not None:
+                check_width(value, field, f"graph {name!r}")
         self.name = name
         self.batch_size = batch_size
         #: Bytes per element of weights, activations and gradients; each defaults to

@@ -83,7 +83,7 @@ def check_width(value: Any, field: str, where: str = "") -> int:
 
 def check_metadata(metadata: Mapping[str, Any]) -> None:
     """Validate the width keys a graph file's metadata has (absent keys are fine)."""
-    for key in WIDTH_KEYS:
+    for key in ("dtype_bytes", *WIDTH_KEYS):
         if key in metadata:
             check_width(metadata[key], f"metadata.{key}")
 

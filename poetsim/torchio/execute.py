@@ -200,10 +200,20 @@ def _max_abs(x: Any) -> float:
 def check_learning_rate(lr: Any, name: str = "lr =") -> float:
     """``lr`` as a float, or a one-line :class:`InputError` naming ``name`` (the CLI passes
     its flag): an SGD step needs a finite learning rate above 0."""
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) \
-            or lr <= 0:
-        raise InputError(f"{name} {lr!r}: the learning rate must be a finite number > 0")
-    return float(lr)
+    return _positive(lr, name, "the learning rate")
+
+
+def check_tolerance(rtol: Any, name: str = "grad_rtol =") -> float:
+    """``rtol`` as a float, or a one-line :class:`InputError` naming ``name``: a relative
+    tolerance of NaN or infinity would switch the gradient, weight and state checks off."""
+    return _positive(rtol, name, "the relative tolerance")
+
+
+def _positive(value: Any, name: str, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or value <= 0:
+        raise InputError(f"{name} {value!r}: {what} must be a finite number > 0")
+    return float(value)
 
 
 class _Runner:
@@ -795,6 +805,7 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
     loaded, written back and counted as the module docstring says.
     """
     lr = check_learning_rate(lr)
+    grad_rtol = check_tolerance(grad_rtol)
     torch = require_torch()
     meta = schedule.metadata
     optimizer = str(meta.get("optimizer") or "sgd")
