@@ -387,3 +387,24 @@ def test_a_schedule_that_breaks_the_contract_is_named_in_the_error(capsys, tmp_p
     assert status == 2 and not out and err.count("\n") == 1
     assert err.startswith(f"poetsim: error: {bad}: cannot simulate: step 1")
     assert "[not_resident]" in err
+
+
+def test_simulate_reads_a_binary_schedule_with_the_users_words(capsys, tmp_path):
+    """#32: the binary form records no request, so its model and board come from the
+    command line; it simulates to the JSON file's verdict, layout included."""
+    js, binary = tmp_path / "s.json", tmp_path / "s.bin"
+    words = ["--model", "ds_cnn_s", "--set", "train_last=3", "--board", "nrf52840"]
+    assert main(["solve", *words, "--ram", "board", "--deadline", "2x", "--out", str(js),
+                 "--binary", str(binary)]) == 0
+    capsys.readouterr()
+    from_json = run_json(capsys, "simulate", str(js))
+    from_binary = run_json(capsys, "simulate", str(binary), *words, "--deadline", "2x")
+    for key in ("verdict", "energy_j", "arena_bytes", "peak_total_bytes", "layout_from_schedule"):
+        assert from_binary[key] == from_json[key], key
+    assert from_binary["layout_from_schedule"]
+    status, out, err = run(capsys, "simulate", str(binary))
+    assert status == 2 and not out and err.count("\n") == 1
+    assert "a binary schedule records neither its model nor its board" in err
+    status, _, err = run(capsys, "simulate", str(binary), "--model", "ds_cnn_s", "--board",
+                         "nrf52840")
+    assert status == 2 and "[fingerprint_mismatch]" in err

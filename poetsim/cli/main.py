@@ -59,7 +59,14 @@ from poetsim.request import (
     resolve_request,
 )
 from poetsim.runs import Outcome, run_method
-from poetsim.schedule import read_schedule, write_schedule, write_schedule_binary
+from poetsim.schedule import (
+    Schedule,
+    read_schedule,
+    read_schedule_binary,
+    write_schedule,
+    write_schedule_binary,
+)
+from poetsim.schedule.io import BINARY_MAGIC
 from poetsim.schedule.metadata import disagreements, parse_metadata
 from poetsim.sim.montecarlo import MAX_RUNS, MonteCarlo, monte_carlo
 from poetsim.sim.report import SimReport
@@ -117,9 +124,6 @@ def _graph_from_args(args: argparse.Namespace,
     if getattr(args, "graph", None):
         return read_graph(args.graph)
     return build_model(args.model, **{**(defaults or {}), **_model_options(args)})
-
-
-
 
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -640,20 +644,40 @@ def _print_monte_carlo(mc: MonteCarlo) -> None:
     print(_row("wall time", f"{mc.wall_s:.2f} s"))
 
 
-def _cmd_simulate(args: argparse.Namespace) -> int:
-    variance = _monte_carlo_args(args)
+def _simulated_request(args: argparse.Namespace) -> tuple[Request, Schedule, list[str]]:
+    """The request a simulation judges, the schedule, and where the command line and the
+    file disagree. A JSON file records its request, each part overridden by the command
+    line (the file's own byte and second figures are only compared); a binary one records
+    none, so it is the user's words (--model or --graph and --board; --ram, default the
+    board's RAM, --deadline, --accounting, default physical)."""
+    with open(args.schedule, "rb") as raw:
+        binary = raw.read(4) == BINARY_MAGIC
+    if binary:
+        if args.model is None and args.graph is None or args.board is None:
+            raise InputError(f"{args.schedule}: a binary schedule records neither its model "
+                             "nor its board: give --model (or --graph) and --board")
+        request = resolve_request(_graph_from_args(args), get_board(args.board),
+                                  ram=BOARD_RAM if args.ram is None else args.ram,
+                                  deadline=args.deadline,
+                                  accounting=args.accounting or Accounting.PHYSICAL.value,
+                                  optimizer=args.optimizer or "sgd")
+        return request, read_schedule_binary(args.schedule, request.graph), []
     recorded = read_schedule(args.schedule)
-    # The request the file records, each part overridden by the command line; the file's
-    # own byte and second figures are only compared.
     options = _model_options(args)
     request = request_for_schedule(
         recorded, args.board, source=args.schedule,
         graph=read_graph(args.graph) if args.graph else None, model=args.model,
         model_options=options or None, ram=args.ram, deadline=args.deadline,
         accounting=args.accounting, optimizer=args.optimizer)
+    schedule = read_schedule(args.schedule, request.graph)
+    return request, schedule, disagreements(parse_metadata(recorded.metadata),
+                                            request.metadata())
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    variance = _monte_carlo_args(args)
+    request, schedule, notes = _simulated_request(args)
     graph, board = request.graph, request.board
-    schedule = read_schedule(args.schedule, graph)
-    notes = disagreements(parse_metadata(recorded.metadata), request.metadata())
     try:
         report, verdict = check_on_board(request, schedule, trace=bool(args.trace or args.plot),
                                          notes=notes)
@@ -839,7 +863,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_compare)
 
     p = with_json(sub.add_parser("simulate", help="verify a schedule in a simulation of the board"))
-    p.add_argument("schedule", metavar="SCHEDULE", help="schedule file (JSON)")
+    p.add_argument("schedule", metavar="SCHEDULE",
+                   help="schedule file (JSON, or binary with --model or --graph and --board)")
     source = p.add_mutually_exclusive_group()
     source.add_argument("--model", metavar="NAME",
                         help="zoo model (default: the schedule's graph name)")
