@@ -47,6 +47,7 @@ from poetsim.request import Accounting, Request
 from poetsim.schedule import Schedule, plain_schedule
 from poetsim.schedule.io import schedule_from_dict, schedule_to_dict
 from poetsim.sim import SimReport, simulate
+from poetsim.units import meets_deadline
 from poetsim.verdict import Verdict, check_on_board
 
 __all__ = ["CACHE_VERSION", "MAX_DEADLINE_TIGHTENINGS", "METHODS", "SOLVER_VERSION", "Outcome",
@@ -326,7 +327,7 @@ def _meet_the_board(request: Request, outcome: Outcome, attempt: Any, *,
     tightenings = replans = 0
     while outcome.schedule is not None:
         report, verdict = check_on_board(request, outcome.schedule)
-        late = retime and target is not None and report.makespan_s > target
+        late = retime and target is not None and not meets_deadline(report.makespan_s, target)
         over = arena_room is not None and report.arena_bytes > arena_room
         out_of_time = time_left_s is not None and time_left_s() < _MIN_RETRY_S
         if out_of_time or not (late and tightenings < MAX_DEADLINE_TIGHTENINGS

@@ -41,6 +41,16 @@ def parse_bytes(text: str, *, what: str = "size") -> int:
     return math.ceil(value)
 
 
+#: Relative slack of a deadline: a makespan summed from thousands of float durations can
+#: exceed a deadline equal to it by rounding alone (1e-19 s on a 2.5 ms run).
+DEADLINE_RTOL = 1e-9
+
+
+def meets_deadline(makespan_s: float, deadline_s: float) -> bool:
+    """Whether ``makespan_s`` is within ``deadline_s`` (up to :data:`DEADLINE_RTOL`)."""
+    return makespan_s <= deadline_s * (1.0 + DEADLINE_RTOL)
+
+
 def format_bytes(nbytes: float) -> str:
     """Binary units for memory: ``262144`` -> ``"256.0 KiB"``."""
     value = float(nbytes)

@@ -43,7 +43,7 @@ from poetsim.request import Accounting, Request
 from poetsim.schedule import Schedule
 from poetsim.sim import simulate
 from poetsim.sim.report import SimReport
-from poetsim.units import format_bytes
+from poetsim.units import format_bytes, meets_deadline
 
 __all__ = ["ENERGY_NOTE_SHARE", "FAIL", "PASS", "Verdict", "check_on_board", "judge"]
 
@@ -186,7 +186,7 @@ def judge(request: Request, report: SimReport, *, notes: Iterable[str] = (),
                 f"{format_bytes(request.budget_bytes)} ({request.budget_bytes} B)")
     deadline_met = None
     if request.deadline_s is not None:
-        deadline_met = report.makespan_s <= request.deadline_s
+        deadline_met = meets_deadline(report.makespan_s, request.deadline_s)
         if not deadline_met:
             violations.append(
                 f"makespan {report.makespan_s:.6g} s exceeds the deadline of "

@@ -28,3 +28,13 @@ def test_format():
     assert format_quantity(0.0123, "J") == "12.3 mJ"
     assert format_quantity(2.5e9, "FLOP") == "2.5 GFLOP"
     assert format_quantity(0, "s") == "0 s"
+
+
+def test_a_deadline_is_met_up_to_float_rounding_only():
+    from poetsim.units import DEADLINE_RTOL, meets_deadline
+
+    plain = 0.0025155272307692306
+    assert meets_deadline(plain + 4.336808689942018e-19, plain)  # the old 'late' golden
+    assert meets_deadline(plain, plain)
+    assert not meets_deadline(plain * (1 + 10 * DEADLINE_RTOL), plain)
+    assert not meets_deadline(1.01, 1.0)

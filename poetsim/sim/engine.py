@@ -100,6 +100,7 @@ from poetsim.sim.storage import (
     write_commands,
 )
 from poetsim.sim.timeline import Slice, StateSlice, Timeline
+from poetsim.units import meets_deadline
 
 __all__ = ["Simulation"]
 
@@ -541,7 +542,7 @@ class Simulation:
                 f"step {over.step} ({over.action} {over.op!r}) at {over.time_s:.6g} s: RAM "
                 f"reaches {over.ram_bytes} B, {over.excess_bytes} B over the budget of "
                 f"{over.budget_bytes} B", over.step, over.op, over.time_s))
-        if self.deadline_s is not None and makespan > self.deadline_s:
+        if self.deadline_s is not None and not meets_deadline(makespan, self.deadline_s):
             violations.append(SimViolation(
                 "deadline_missed",
                 f"makespan {makespan:.6g} s exceeds the deadline of {self.deadline_s:.6g} s "

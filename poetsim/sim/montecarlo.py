@@ -30,6 +30,7 @@ from poetsim.errors import InputError
 from poetsim.graph.graph import TrainingGraph
 from poetsim.schedule.ops import Action, Schedule
 from poetsim.sim import simulate
+from poetsim.units import meets_deadline
 
 __all__ = ["MAX_RUNS", "Distribution", "MonteCarlo", "monte_carlo"]
 
@@ -162,7 +163,7 @@ def monte_carlo(graph: TrainingGraph, board: Board, schedule: Schedule, *, runs:
             busy.append(report.write_busy_s)
     met = None
     if deadline_s is not None:
-        met = sum(m <= deadline_s for m in makespans)
+        met = sum(meets_deadline(m, deadline_s) for m in makespans)
     return MonteCarlo(
         runs=runs, seed=seed, identical_reason=identical,
         makespan_s=Distribution.of(makespans), energy_j=Distribution.of(energies),

@@ -23,6 +23,7 @@ import attrs
 
 from poetsim.schedule.layout import Layout
 from poetsim.sim.timeline import Timeline
+from poetsim.units import meets_deadline
 
 __all__ = ["Prediction", "SimReport", "SimViolation", "TransferRecord"]
 
@@ -212,7 +213,8 @@ class SimReport:
     # ------------------------------------------------------------------ derived
     @property
     def deadline_met(self) -> bool | None:
-        return None if self.deadline_s is None else self.makespan_s <= self.deadline_s
+        return (None if self.deadline_s is None
+                else meets_deadline(self.makespan_s, self.deadline_s))
 
     @property
     def peak_activation_bytes(self) -> int:
