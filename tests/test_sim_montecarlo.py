@@ -9,6 +9,7 @@ from test_sim_support import PAGE_BOTH, hand
 
 from poetsim.boards import WriteBusy
 from poetsim.errors import InputError
+from poetsim.schedule import Action
 from poetsim.sim import simulate
 from poetsim.sim.montecarlo import MAX_RUNS, monte_carlo
 
@@ -104,3 +105,32 @@ def test_a_schedule_that_writes_nothing_does_not_vary(residual):
 def test_bad_runs_or_seed(residual, runs, seed, fragment):
     with pytest.raises(InputError, match=fragment.replace("+", r"\+")):
         monte_carlo(residual, _board(), hand(residual, *PAGE_BOTH), runs=runs, seed=seed)
+
+
+def test_weight_write_backs_draw_their_write_busy_time_too():
+    """#32: a seeded run lengthens the runs that write weights back by the card's drawn
+    busy time (they stall), and books its energy on the storage; energy still adds up."""
+    import math
+    from pathlib import Path
+
+    from poetsim.regress import _golden
+
+    request, schedule = _golden(Path(__file__).parents[1] / "schedules"
+                                / "poet-resnet18_cifar_full_int8-nrf52840-board.json")
+    assert schedule.counts()[Action.WRITE_WEIGHTS] > 0
+    options = {"resident_bytes": request.resident_bytes, "trace": True}
+    nominal = simulate(request.graph, request.board, schedule, **options)
+    drawn = simulate(request.graph, request.board, schedule, seed=3, **options)
+
+    def waits(report) -> list[float]:
+        return [s.duration_s for s in report.timeline.slices if s.name == "stall"
+                and s.args.get("waiting_for") == "storage (weights written back)"]
+
+    assert nominal.write_busy_s == 0 and waits(nominal) == []
+    assert len(waits(drawn)) == schedule.counts()[Action.WRITE_WEIGHTS]
+    assert 0 < math.fsum(waits(drawn)) <= drawn.write_busy_s
+    assert drawn.makespan_s > nominal.makespan_s and drawn.stall_s > nominal.stall_s
+    assert drawn.energy_by_component_j["storage"] > nominal.energy_by_component_j["storage"]
+    assert math.fsum(drawn.energy_by_component_j.values()) == pytest.approx(drawn.energy_j)
+    again = simulate(request.graph, request.board, schedule, seed=3, **options)
+    assert again.makespan_s == drawn.makespan_s  # the draws are the seed's

@@ -32,7 +32,9 @@ flight; the makespan is when the last one ends.
 
 Timing variance: with a ``seed`` and a board whose storage gives ``write_busy``, every
 page-out's extra write-busy time is drawn once, before the run, in plan order
-(:func:`poetsim.sim.storage.draw_write_busy`); without a seed the run is nominal.
+(:func:`poetsim.sim.storage.draw_write_busy`), then every weight write-back's, in list
+order: the run that writes the weights back waits (stalled) while the card is busy, and the
+card spends its write power meanwhile. Without a seed the run is nominal.
 
 The data input op is a COMPUTE like any other: its OpCosts cost is already the read of the
 batch from storage (:mod:`poetsim.costs`), so it runs on the CPU for that time and energy,
@@ -192,6 +194,9 @@ class Simulation:
                 self.triggers.setdefault(planned.trigger_step, []).append(job)
 
         self.seed = seed
+        #: COMPUTE position -> (extra write-busy seconds, storage joules) of the weights it
+        #: writes back, drawn by a seeded run
+        self.writeback_busy: dict[int, tuple[float, float]] = {}
         busy = board.storage.write_busy
         if seed is not None and busy is not None:
             self._draw_write_busy(busy, seed)
@@ -243,19 +248,32 @@ class Simulation:
                                  "device_bytes": job.timing.device_bytes}))
 
     def _draw_write_busy(self, busy: WriteBusy, seed: int) -> None:
-        """Lengthen every page-out by its drawn extra write-busy time (plan order)."""
+        """Lengthen every page-out by its drawn extra write-busy time (plan order), then
+        every weight write-back (list order; the run that writes them back waits for it)."""
         writes = [job for job in self.jobs if job.kind == "page_out" and job.timing.time_s > 0]
         known: dict[int, list[int]] = {}
-        commands = []
-        for job in writes:
-            nbytes = job.timing.nbytes
+
+        def commands_of(nbytes: int) -> list[int]:
             if nbytes not in known:
                 known[nbytes] = write_commands(self.board, nbytes)
-            commands.append(known[nbytes])
-        extras = draw_write_busy(busy, np.random.default_rng(seed), commands)
+            return known[nbytes]
+
+        rng = np.random.default_rng(seed)
+        extras = draw_write_busy(busy, rng, [commands_of(job.timing.nbytes) for job in writes])
         power = busy.power_w if busy.power_w is not None else self.board.storage.write_power_w
         for job, extra in zip(writes, extras, strict=True):
             job.timing = with_write_busy(job.timing, extra, power)
+        # the same stream, after the page-outs' draws (which stay as they were)
+        backs = self.replay.write_back_positions
+        commands = []
+        for i in backs:
+            k = self.steps[i].op
+            commands.append([c for size, count in stream_commands(
+                self.graph, k, int(self.costs.writeback_bytes[k])) for _ in range(count)
+                for c in commands_of(size)])
+        for i, extra in zip(backs, draw_write_busy(busy, rng, commands), strict=True):
+            if extra > 0.0:
+                self.writeback_busy[i - 1] = (extra, extra * power)  # at its COMPUTE
 
     def _issue(self, job: TransferJob) -> None:
         """Hand a page-in to the DMA queue."""
@@ -445,6 +463,15 @@ class Simulation:
                     cpu.run(kind, 0.0)
                     cpu.machine.quantum("active", kind, energy)
                 self.compute_s += env.now - t0
+                extra = self.writeback_busy.get(i)
+                if extra is not None:  # the card is still busy writing the weights back
+                    t1 = env.now
+                    self.storage.machine.quantum("stream", "write_busy", extra[1])
+                    yield from cpu.wait(env.timeout(extra[0]), t1 + extra[0], "stall")
+                    self.stall_s += env.now - t1
+                    if slices is not None:
+                        slices.append(("cpu", "stall", t1, env.now, {
+                            "waiting_for": "storage (weights written back)", "step": i}))
                 if occupies:
                     dma.release()
                 if slices is not None:
@@ -615,7 +642,8 @@ class Simulation:
             page_ins=counts[Action.PAGE_IN], page_outs=counts[Action.PAGE_OUT],
             frees=counts[Action.FREE], transfers=transfers, prediction=prediction,
             events=events, timeline=timeline, wall_s=wall, seed=self.seed,
-            write_busy_s=sum(job.timing.busy_s for job in self.jobs if job.state == DONE),
+            write_busy_s=sum(job.timing.busy_s for job in self.jobs if job.state == DONE)
+            + sum(busy_s for busy_s, _ in self.writeback_busy.values()),
         )
 
     @staticmethod
