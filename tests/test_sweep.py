@@ -271,6 +271,27 @@ def test_report_table_csv_json_plots(finished_store, tmp_path, capsys):
     assert main(["sweep", "report", str(tmp_path / "missing.sqlite")]) == 2
 
 
+@pytest.mark.parametrize(("sql", "words"), [
+    ("UPDATE points SET energy_j = 1e999 WHERE idx = 3", "energy_j = inf: not a finite number"),
+    ("UPDATE points SET energy_j = -1e999 WHERE idx = 3", "energy_j = -inf: not a finite"),
+    ("UPDATE points SET makespan_s = 'fast' WHERE idx = 3", "makespan_s = 'fast': not a finite"),
+    ("UPDATE points SET model_options = '{layers' WHERE idx = 3",
+     "model_options = '{layers': not JSON"),
+])
+def test_a_damaged_store_is_one_line_and_writes_nothing(finished_store, tmp_path, capsys, sql,
+                                                        words):
+    """#32: a damaged row is named (point and column), exit 2, no CSV left behind."""
+    conn = sqlite3.connect(finished_store)
+    conn.execute(sql)
+    conn.commit()
+    conn.close()
+    out = tmp_path / "out.csv"
+    status = main(["sweep", "report", str(finished_store), "--csv", str(out), "--no-plots"])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and not out.exists()
+    assert "point 3 (" in err and words in err and "damaged results store" in err
+
+
 def test_a_second_writer_on_one_store_refuses_with_one_line(tmp_path):
     path = tmp_path / "r.sqlite"
     with ResultsStore(path, writer=True):

@@ -28,6 +28,7 @@ from typing import Any
 from poetsim.fileio import atomic_write_text
 from poetsim.report.data import byte_unit
 from poetsim.report.plots import new_figure, plot_style, save_figure
+from poetsim.sweep.spec import SweepError
 from poetsim.sweep.store import COLUMNS, ResultsStore
 from poetsim.units import format_bytes, format_quantity
 
@@ -44,13 +45,26 @@ _STYLES = ("-", "--", ":", "-.")
 
 
 def read_results(path: str | Path) -> list[dict[str, Any]]:
-    """Every point of the results store at ``path``, in sweep order."""
+    """Every point of the results store at ``path``, in sweep order; a damaged value (text
+    that is no JSON where JSON is stored, a figure that is not a finite number) is a
+    one-line :class:`SweepError` naming the point and the column."""
     with ResultsStore(path, create=False) as store:
         rows = store.rows()
     for row in rows:
+        where = f"{path}: point {row.get('idx')!r} ({str(row.get('id'))[:12]})"
         for column in _JSON_COLUMNS:
             if row.get(column):
-                row[column] = json.loads(row[column])
+                try:
+                    row[column] = json.loads(row[column])
+                except (TypeError, ValueError):
+                    raise SweepError(f"{where}: {column} = {str(row[column])[:60]!r}: not "
+                                     "JSON (a damaged results store)") from None
+        for column, kind in COLUMNS.items():
+            value = row.get(column)
+            if kind in ("REAL", "INTEGER") and value is not None and (
+                    isinstance(value, (str, bytes)) or not math.isfinite(value)):
+                raise SweepError(f"{where}: {column} = {value!r}: not a finite number (a "
+                                 "damaged results store)")
         for column in ("feasible", "fits_board_ram", "within_budget", "deadline_met",
                        "cached"):
             if row.get(column) is not None:

@@ -161,7 +161,16 @@ class ResultsStore:
 
     def sweep_definition(self) -> dict[str, Any] | None:
         row = self._conn.execute("SELECT value FROM meta WHERE key = 'sweep'").fetchone()
-        return None if row is None else json.loads(row[0])
+        if row is None:
+            return None
+        try:
+            found = json.loads(row[0])
+        except (TypeError, ValueError):
+            found = None
+        if not isinstance(found, dict):
+            raise SweepError(f"{self.path}: the sweep definition it records is not a JSON "
+                             "object (a damaged results store)")
+        return found
 
     def close(self) -> None:
         self._conn.close()
