@@ -152,6 +152,44 @@ def test_execute_refuses_a_tolerance_that_would_switch_the_checks_off(tmp_path, 
                           "must be a finite number > 0")
 
 
+@pytest.mark.parametrize(("module", "source", "shape", "words"), [
+    ("m_raises", "def make():\n    raise RuntimeError('boom')\n", "2,4",
+     "raised RuntimeError: boom"),
+    ("m_syntax", "def make(:\n", "2,4",
+     "cannot import 'm_syntax': invalid syntax (m_syntax.py, line 1)"),
+    ("m_import", "raise ValueError('at import')\n", "2,4",
+     "importing 'm_import' raised ValueError: at import"),
+    ("m_huge", "import torch\ndef make():\n    return torch.nn.Linear(4, 2)\n",
+     "99999999,99999999", "1e+16 elements, over the 2147483648"),
+])
+def test_the_users_own_mistakes_in_a_factory_are_one_line(tmp_path, capsys, monkeypatch,
+                                                          module, source, shape, words):
+    """#32: a factory that raises, a module that does not parse or raises on import, an
+    input shape no machine holds: exit 2 with one line, not an internal error."""
+    pytest.importorskip("torch")
+    (tmp_path / f"{module}.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    status = main(["import", f"{module}:make", "--input-shape", shape, "--out",
+                   str(tmp_path / "g.json")])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and words in err, err
+    assert not (tmp_path / "g.json").exists()
+
+
+def test_a_page_dir_that_is_a_file_is_one_line(tmp_path, capsys):
+    pytest.importorskip("torch")
+    graph, schedule, page = tmp_path / "g.json", tmp_path / "s.json", tmp_path / "afile"
+    model = ["--model-factory", f"{MODELS}:mlp", "--input-shape", "2,32"]
+    assert main(["import", f"{MODELS}:mlp", "--input-shape", "2,32", "--out", str(graph)]) == 0
+    assert main(["solve", "--graph", str(graph), "--board", "rpi4", "--out", str(schedule)]) == 0
+    page.write_text("")
+    capsys.readouterr()
+    status = main(["execute", str(schedule), *model, "--page-dir", str(page)])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1
+    assert "it is a file, not a directory" in err
+
+
 def test_execute_refuses_a_schedule_for_another_model(tmp_path, capsys):
     pytest.importorskip("torch")
     graph, schedule = tmp_path / "g.json", tmp_path / "s.json"

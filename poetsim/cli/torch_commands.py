@@ -34,13 +34,13 @@ def _row(label: str, value: str) -> str:
 
 def _imported(args: argparse.Namespace, factory_spec: str) -> Any:
     from poetsim.torchio import import_module, load_factory, make_inputs, parse_input_spec
-    from poetsim.torchio.trace import require_torch
+    from poetsim.torchio.trace import call_factory, require_torch
 
     torch = require_torch()
     specs = [parse_input_spec(s) for s in args.input_shape or ()]
     factory = load_factory(factory_spec)
     torch.manual_seed(args.seed)
-    made = factory()
+    made = call_factory(factory_spec, factory)
     module, inputs = (made if isinstance(made, tuple) else (made, None))
     if specs:
         inputs = make_inputs(specs, args.seed)

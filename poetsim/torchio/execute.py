@@ -850,7 +850,13 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
 
     with tempfile.TemporaryDirectory(prefix="poetsim-pages-") as tmp:
         directory = Path(page_dir) if page_dir is not None else Path(tmp)
-        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            if directory.exists() and not directory.is_dir():
+                raise NotADirectoryError(0, "it is a file, not a directory")
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise InputError(f"page directory {str(directory)!r}: cannot use it: "
+                             f"{err.strerror}") from None
         runner = _Runner(imported, inputs, seed, directory, lr, graph, optimizer)
         if arena is True:
             arena = _layout_of(graph, schedule)

@@ -109,12 +109,36 @@ def parse_input_spec(text: str) -> InputSpec:
     return InputSpec(shape, int(high))
 
 
+#: The most elements one example input may have (2**31: 8 GiB of float32), far beyond any
+#: model a board trains; a bigger shape is almost always a typo.
+MAX_INPUT_ELEMENTS = 2**31
+
+
 def make_inputs(specs: Sequence[InputSpec], seed: int = 0) -> tuple[Any, ...]:
     """Random example tensors for ``specs`` (deterministic for a seed)."""
+    for s in specs:
+        if math.prod(s.shape) > MAX_INPUT_ELEMENTS:
+            shape = ",".join(map(str, s.shape))
+            raise InputError(f"--input-shape {shape}: {math.prod(s.shape):.3g} elements, over "
+                             f"the {MAX_INPUT_ELEMENTS} an example input may have")
     torch = require_torch()
     gen = torch.Generator().manual_seed(seed)
     return tuple(torch.randint(0, s.int_high, s.shape, generator=gen) if s.int_high
                  else torch.randn(s.shape, generator=gen) for s in specs)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else "(no message)"
+
+
+def call_factory(spec: str, factory: Callable[[], Any]) -> Any:
+    """``factory()``, its exception a one-line :class:`InputError` naming ``spec``."""
+    try:
+        return factory()
+    except Exception as err:  # noqa: BLE001 - the user's factory raised
+        raise InputError(f"model factory {spec!r} raised {type(err).__name__}: "
+                         f"{_first_line(err)}") from None
 
 
 def load_factory(spec: str) -> Callable[[], Any]:
@@ -142,6 +166,13 @@ def load_factory(spec: str) -> Callable[[], Any]:
     except ImportError as err:
         raise InputError(f"model factory {spec!r}: cannot import {module_name!r}: "
                          f"{err}") from None
+    except SyntaxError as err:
+        raise InputError(f"model factory {spec!r}: cannot import {module_name!r}: "
+                         f"{err.msg} ({Path(err.filename or module_name).name}, line "
+                         f"{err.lineno})") from None
+    except Exception as err:  # noqa: BLE001 - the user's module raised while loading
+        raise InputError(f"model factory {spec!r}: importing {module_name!r} raised "
+                         f"{type(err).__name__}: {_first_line(err)}") from None
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise InputError(f"model factory {spec!r}: {module_name!r} has no callable {attr!r}")
