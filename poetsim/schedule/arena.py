@@ -46,6 +46,7 @@ from poetsim.schedule.replay import ContractViolation, Replay, Violation, held_w
 
 __all__ = ["ArenaPlan", "Buffer", "Layout", "adopt_layout", "check_layout", "plan_arena"]
 
+
 @attrs.frozen
 class ArenaPlan:
     """A layout: every buffer at its offset. ``arena_bytes`` is the highest top address
