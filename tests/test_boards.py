@@ -657,8 +657,8 @@ def test_numeric_fields_declare_units_and_rules():
     """Every numeric field of every section carries the metadata the loader relies on."""
     for cls in (*SECTIONS.values(), WriteBusy):
         for field in numeric_fields(cls):
-            assert field.metadata["rule"] in ("positive", "non_negative", "count", "factor",
-                                              "probability")
+            assert field.metadata["rule"] in ("positive", "non_negative", "count",
+                                              "positive_count", "factor", "probability")
             low, high = field.metadata["plausible"]
             assert low <= high
         assert all(isinstance(f, attrs.Attribute) for f in attrs.fields(cls))

@@ -650,8 +650,11 @@ def _simulated_request(args: argparse.Namespace) -> tuple[Request, Schedule, lis
     line (the file's own byte and second figures are only compared); a binary one records
     none, so it is the user's words (--model or --graph and --board; --ram, default the
     board's RAM, --deadline, --accounting, default physical)."""
-    with open(args.schedule, "rb") as raw:
-        binary = raw.read(4) == BINARY_MAGIC
+    try:
+        with open(args.schedule, "rb") as raw:
+            binary = raw.read(4) == BINARY_MAGIC
+    except OSError:  # read_schedule says what is wrong with the path
+        binary = False
     if binary:
         if args.model is None and args.graph is None or args.board is None:
             raise InputError(f"{args.schedule}: a binary schedule records neither its model "
