@@ -27,8 +27,9 @@ Placing intervals at offsets with the least top address is dynamic storage alloc
 (NP-hard). The planner tries several greedy orders, each placing a buffer at the lowest
 offset free of every placed buffer that is live at the same time (TFLite Micro's
 ``GreedyMemoryPlanner`` orders by size), then the size order with every size shaken by a
-random factor (seeded, a counted number of tries: deterministic), and keeps the lowest
-arena. The byte peak is a lower bound: an arena equal to it is optimal.
+random factor (seeded, a counted number of tries: deterministic; the simulator stops them
+once the arena fits its RAM limit), and keeps the lowest arena. The byte peak is a lower
+bound: an arena equal to it is optimal.
 """
 
 from __future__ import annotations
@@ -257,22 +258,26 @@ _PLANS: PerObject[dict[tuple, ArenaPlan]] = PerObject()
 
 
 def plan_arena(replay: Replay, *, resident_bytes: int = 0,
-               prefetch_from: Mapping[int, int] | None = None) -> ArenaPlan:
+               prefetch_from: Mapping[int, int] | None = None,
+               fit_bytes: int | None = None) -> ArenaPlan:
     """A layout of a finished ``replay``'s buffers (see the module docstring), the resident
     state at offset 0 below them. ``prefetch_from`` maps a PAGE_IN's position to the
-    earlier step its buffer is taken at (the transfer planner's trigger)."""
+    earlier step its buffer is taken at (the transfer planner's trigger). The shaken orders
+    are tried only while the arena is above ``fit_bytes`` (None: until they are spent or
+    reach the byte peak): a layout that fits the RAM needs no more search."""
     prefetch_from = prefetch_from or {}
     if replay.schedule is None:
-        return _plan(replay, resident_bytes, prefetch_from)
+        return _plan(replay, resident_bytes, prefetch_from, fit_bytes)
     plans = _PLANS(replay.schedule, lambda _schedule: {})
     # the replay checked that the schedule's fingerprint is its graph's
-    key = (resident_bytes, tuple(sorted(prefetch_from.items())))
+    key = (resident_bytes, tuple(sorted(prefetch_from.items())), fit_bytes)
     if key not in plans:
-        plans[key] = _plan(replay, resident_bytes, prefetch_from)
+        plans[key] = _plan(replay, resident_bytes, prefetch_from, fit_bytes)
     return plans[key]
 
 
-def _plan(replay: Replay, resident_bytes: int, prefetch_from: Mapping[int, int]) -> ArenaPlan:
+def _plan(replay: Replay, resident_bytes: int, prefetch_from: Mapping[int, int],
+          fit_bytes: int | None) -> ArenaPlan:
     found = _lifetimes(replay, prefetch_from)
     buffers = found.buffers
     n = len(replay.steps)
@@ -290,12 +295,13 @@ def _plan(replay: Replay, resident_bytes: int, prefetch_from: Mapping[int, int])
     # which of two near sizes goes first decides much of the fragmentation
     rng = random.Random(0)
     shakes = min(_MAX_SHAKES, _SHAKE_PLACEMENTS // max(len(found.groups), 1))
-    for shake in range(shakes if best[0] > peak else 0):
+    goal = peak if fit_bytes is None else max(peak, fit_bytes - resident_bytes)
+    for shake in range(shakes if best[0] > goal else 0):
         noise = [1.0 + _SHAKE * (2.0 * rng.random() - 1.0) for _ in found.groups]
         offsets, top = _offsets(found, "size", near, noise)
         if top < best[0]:
             best = (top, f"size, shaken ({shake + 1})", offsets)
-        if top == peak:
+        if best[0] <= goal:
             break
     top, order, offsets = best
     base = [Buffer("resident", -1, 0, n, resident_bytes)] if resident_bytes > 0 else []

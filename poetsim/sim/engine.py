@@ -172,7 +172,7 @@ class Simulation:
         else:
             self.arena = plan_arena(replay, resident_bytes=resident_bytes, prefetch_from={
                 p.step: p.trigger_step for p in self.plan
-                if p.kind == "page_in" and p.trigger_step < p.step})
+                if p.kind == "page_in" and p.trigger_step < p.step}, fit_bytes=budget_bytes)
         timings: dict[tuple[int, bool, float, float], TransferTiming] = {}
         in_s, in_j = costs.pagein_time_s.tolist(), costs.pagein_energy_j.tolist()
         out_s, out_j = costs.pageout_time_s.tolist(), costs.pageout_energy_j.tolist()
