@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -304,7 +304,7 @@ def _judged(outcome: Outcome, report: SimReport, verdict: Verdict) -> Outcome:
 
 
 def _meet_the_board(request: Request, outcome: Outcome, attempt: Any, *,
-                    retime: bool, time_left_s: Any = None) -> Outcome:
+                    retime: bool, time_left_s: Callable[[], float] | None = None) -> Outcome:
     """Plan again while the simulation finds the schedule late (``retime``: the MILP
     methods) or, under physical accounting, its buffers laid out over the RAM it may use.
 
