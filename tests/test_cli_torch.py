@@ -131,25 +131,19 @@ def test_gradient_sums_and_adam_import_solve_execute(tmp_path, capsys):
     assert "fingerprint" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("lr", ["0", "-0.1", "nan", "inf"])
-def test_execute_refuses_a_bad_learning_rate_in_one_line(tmp_path, capsys, lr):
+@pytest.mark.parametrize(("flag", "value", "what"), [
+    *(("--lr", v, "the learning rate must be") for v in ("0", "-0.1", "nan", "inf")),
+    # a NaN or infinite tolerance would switch the checks off
+    *(("--rtol", v, "the relative tolerance must be a finite number > 0")
+      for v in ("0", "-1", "nan", "inf")),
+])
+def test_execute_refuses_a_bad_number_in_one_line(tmp_path, capsys, flag, value, what):
     pytest.importorskip("torch")
     status = main(["execute", str(tmp_path / "missing.json"), "--model-factory",
-                   f"{MODELS}:mlp", "--input-shape", "2,32", "--lr", lr])
+                   f"{MODELS}:mlp", "--input-shape", "2,32", flag, value])
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1
-    assert err.startswith(f"poetsim: error: --lr {float(lr)!r}: the learning rate must be")
-
-
-@pytest.mark.parametrize("rtol", ["0", "-1", "nan", "inf"])
-def test_execute_refuses_a_tolerance_that_would_switch_the_checks_off(tmp_path, capsys, rtol):
-    pytest.importorskip("torch")
-    status = main(["execute", str(tmp_path / "missing.json"), "--model-factory",
-                   f"{MODELS}:mlp", "--input-shape", "2,32", "--rtol", rtol])
-    err = capsys.readouterr().err
-    assert status == 2 and err.count("\n") == 1
-    assert err.startswith(f"poetsim: error: --rtol {float(rtol)!r}: the relative tolerance "
-                          "must be a finite number > 0")
+    assert err.startswith(f"poetsim: error: {flag} {float(value)!r}: {what}")
 
 
 @pytest.mark.parametrize(("module", "source", "shape", "words"), [

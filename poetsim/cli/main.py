@@ -66,7 +66,7 @@ from poetsim.schedule import (
     write_schedule,
     write_schedule_binary,
 )
-from poetsim.schedule.io import BINARY_MAGIC
+from poetsim.schedule.io import is_binary_schedule
 from poetsim.schedule.metadata import disagreements, parse_metadata
 from poetsim.sim.montecarlo import MAX_RUNS, MonteCarlo, monte_carlo
 from poetsim.sim.report import SimReport
@@ -650,12 +650,7 @@ def _simulated_request(args: argparse.Namespace) -> tuple[Request, Schedule, lis
     line (the file's own byte and second figures are only compared); a binary one records
     none, so it is the user's words (--model or --graph and --board; --ram, default the
     board's RAM, --deadline, --accounting, default physical)."""
-    try:
-        with open(args.schedule, "rb") as raw:
-            binary = raw.read(4) == BINARY_MAGIC
-    except OSError:  # read_schedule says what is wrong with the path
-        binary = False
-    if binary:
+    if is_binary_schedule(args.schedule):
         if args.model is None and args.graph is None or args.board is None:
             raise InputError(f"{args.schedule}: a binary schedule records neither its model "
                              "nor its board: give --model (or --graph) and --board")

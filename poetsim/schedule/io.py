@@ -108,7 +108,8 @@ from poetsim.schedule.ops import HOLD_ACTIONS, WEIGHT_ACTIONS, Action, Schedule,
 
 __all__ = [
     "BINARY_MAGIC", "BINARY_VERSION", "FORMAT", "VERSION", "ScheduleFileError",
-    "decode_binary", "encode_binary", "read_schedule", "read_schedule_binary",
+    "decode_binary", "encode_binary", "is_binary_schedule", "read_schedule",
+    "read_schedule_binary",
     "schedule_from_dict", "schedule_to_dict", "write_schedule", "write_schedule_binary",
 ]
 
@@ -618,6 +619,16 @@ def write_schedule_binary(schedule: Schedule, path: str | Path,
                           graph: TrainingGraph | None = None, *, stages: bool = True) -> None:
     """Write :func:`encode_binary`'s output to ``path``, atomically."""
     atomic_write_bytes(path, encode_binary(schedule, graph, stages=stages))
+
+
+def is_binary_schedule(path: str | Path) -> bool:
+    """Whether ``path`` starts with the binary form's magic (False when it cannot be read:
+    :func:`read_schedule` then says why)."""
+    try:
+        with open(path, "rb") as raw:
+            return raw.read(len(BINARY_MAGIC)) == BINARY_MAGIC
+    except OSError:
+        return False
 
 
 def read_schedule_binary(path: str | Path, graph: TrainingGraph | str, *,
