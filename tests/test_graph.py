@@ -265,3 +265,61 @@ def test_every_zoo_model_has_exactly_the_backward_ops_autograd_needs(name):
     needs = needs_gradient(graph)
     differentiated = {op.forward_of for op in graph.ops if op.phase is Phase.BACKWARD}
     assert differentiated == {op.name for i, op in enumerate(graph.ops) if needs[i]}
+
+
+# ------------------------------------------------------------------ gradient flow
+
+
+def _rewired(model: str, op_name: str, inputs: list[str], **options) -> dict:
+    from poetsim.graph.io import graph_to_dict
+    doc = graph_to_dict(build_model(model, **options))
+    for entry in doc["ops"]:
+        if entry["name"] == op_name:
+            entry["inputs"] = inputs
+    return doc
+
+
+@pytest.mark.parametrize("model, options, op_name, inputs, expected", [
+    # the MLP's fc2/grad reads the loss's gradient instead of relu2's
+    ("mlp", {}, "fc2/grad", ["relu1", "loss/grad"],
+     "op 'fc2/grad': does not read 'relu2/grad', a part of the gradient of 'fc2''s output"),
+    # the transformer's first layernorm drops the feed-forward branch's gradient
+    ("transformer_block", {}, "block1.attn.layernorm/grad",
+     ["block1.attn.add", "block1.ffn.add/grad"],
+     "op 'block1.attn.layernorm/grad': does not read 'block1.ffn.fc1/grad', a part of the "
+     "gradient of 'block1.attn.layernorm''s output"),
+    # ResNet-18's gradient sum with one part missing, then with a part of another op's
+    ("resnet18_cifar", {"gradient_sums": 1}, "layer4.0.relu2/grad_sum",
+     ["layer4.1.add/grad"],
+     "op 'layer4.0.relu2/grad_sum': does not read 'layer4.1.conv1/grad', a part of the "
+     "gradient of 'layer4.0.relu2''s output (a gradient-sum op sums exactly"),
+    ("resnet18_cifar", {"gradient_sums": 1}, "layer4.0.relu2/grad_sum",
+     ["layer4.1.add/grad", "layer4.1.conv1/grad", "layer4.1.conv2/grad"],
+     "op 'layer4.0.relu2/grad_sum': reads 'layer4.1.conv2/grad', which is not a part of the "
+     "gradient of 'layer4.0.relu2''s output"),
+    # a backward op that reads both the sum and one of its parts
+    ("resnet18_cifar", {"gradient_sums": 1}, "layer4.0.relu2/grad",
+     ["layer4.0.relu2", "layer4.0.relu2/grad_sum", "layer4.1.conv1/grad"],
+     "op 'layer4.0.relu2/grad': reads 'layer4.1.conv1/grad', which is not a part of the "
+     "gradient of 'layer4.0.relu2''s output (a backward op reads exactly"),
+])
+def test_wrong_gradient_flow_is_rejected(model, options, op_name, inputs, expected):
+    from poetsim.graph.io import graph_from_dict
+    doc = _rewired(model, op_name, inputs, **options)
+    with pytest.raises(GraphError) as err:
+        graph_from_dict(doc)
+    assert one_line(err).startswith(expected)
+
+
+def test_a_gradient_fused_through_a_parameter_free_chain_flows_to_its_producer():
+    """x -> a (parameters) -> r1 -> r2 -> loss, r1 and r2 fused into a/grad: a/grad reads
+    the loss's gradient; reading nothing is a missing part."""
+    ops, inputs = chain()
+    ops += [fwd("r1", output_bytes=8), fwd("r2", output_bytes=8)]
+    inputs.update({"r1": ["a"], "r2": ["r1"], "loss": ["r2"], "loss/grad": ["loss", "r2"]})
+    check_gradients(TrainingGraph.from_ops("chain", ops, inputs))
+    inputs["a/grad"] = ["x", "loss"]
+    with pytest.raises(GraphError) as err:
+        check_gradients(TrainingGraph.from_ops("chain", ops, inputs))
+    assert one_line(err).startswith("op 'a/grad': does not read 'loss/grad', a part of the "
+                                    "gradient of 'a''s output")

@@ -323,7 +323,8 @@ def check_gradients(graph: TrainingGraph) -> None:
     * at least one op with trained parameters, or there is nothing to train;
     * an in-place update (``Op.inplace_update``) only on the backward op of an op with
       trained parameters, whose ``workspace_bytes`` holds their gradient
-      (:func:`inplace_gradient_bytes`): it is the only buffer the gradient has.
+      (:func:`inplace_gradient_bytes`): it is the only buffer the gradient has;
+    * gradients flow as autograd sends them (:func:`_check_gradient_flow`).
 
     Raises :class:`GraphError` naming the op and the rule.
     """
@@ -358,6 +359,7 @@ def check_gradients(graph: TrainingGraph) -> None:
                 f"op {op.name!r}: backward op of {target!r}, which needs no gradient (it has "
                 "no parameters and reads no op that does): only ops that need a gradient "
                 "have a backward op")
+    _check_gradient_flow(graph)
     for op in ops:
         if op.trained_param_bytes and op.name not in differentiated:
             raise GraphError(
@@ -367,6 +369,73 @@ def check_gradients(graph: TrainingGraph) -> None:
     if not graph.trained_param_bytes:
         raise GraphError(f"graph {graph.name!r}: no op has trained parameters, so there is "
                          "nothing to train")
+
+
+def _gradient_parts(graph: TrainingGraph) -> tuple[list[set[int]], list[set[int]]]:
+    """Per forward op ``v``: the backward ops whose outputs are the parts of the gradient
+    of ``v``'s output (one per consumer; a consumer without a backward op of its own, a
+    parameter-free op fused into its producer's, passes on what it receives), and what
+    ``v``'s backward op reads as that gradient (its gradient-sum op, if it has one, else
+    the parts). Computed consumers first, so a long fused chain needs no recursion."""
+    ops = graph.ops
+    backward_of: dict[str, int] = {}
+    sum_of: dict[str, int] = {}
+    for i, op in enumerate(ops):
+        if op.phase is Phase.BACKWARD:
+            if op.gradient_sum_of is not None:
+                sum_of[op.gradient_sum_of] = i
+            else:
+                backward_of[op.forward_of] = i  # type: ignore[index]
+    parts: list[set[int]] = [set() for _ in ops]
+    incoming: list[set[int]] = [set() for _ in ops]
+    for v in reversed(range(len(ops))):
+        if ops[v].phase is Phase.BACKWARD:
+            continue
+        for c in graph.successors(v):
+            name = ops[c].name
+            if ops[c].phase is Phase.BACKWARD:
+                continue
+            if name in backward_of:
+                parts[v].add(backward_of[name])
+            else:
+                parts[v] |= incoming[c]
+        s = sum_of.get(ops[v].name)
+        incoming[v] = {s} if s is not None else parts[v]
+    return parts, incoming
+
+
+def _check_gradient_flow(graph: TrainingGraph) -> None:
+    """Autograd's data flow of gradients: a backward op reads exactly the gradient of its
+    forward op's output (what the backward ops of that op's consumers send back, or their
+    one gradient-sum op; the loss's backward op reads none), and a gradient-sum op sums
+    exactly those parts. Every backward output that carries a gradient is then read by
+    the op that needs it. Raises :class:`GraphError` naming the op, the missing or extra
+    input and the rule."""
+    ops = graph.ops
+    parts, incoming = _gradient_parts(graph)
+    for i, op in enumerate(ops):
+        if op.phase is not Phase.BACKWARD:
+            continue
+        if op.gradient_sum_of is not None:
+            v = graph.index(op.gradient_sum_of)
+            want, got = parts[v], set(graph.predecessors(i))
+            rule = ("a gradient-sum op sums exactly the gradients that the backward ops of "
+                    f"{ops[v].name!r}'s consumers send back")
+        else:
+            v = graph.index(op.forward_of)  # type: ignore[arg-type]
+            want = incoming[v]
+            got = {p for p in graph.predecessors(i) if ops[p].phase is Phase.BACKWARD}
+            rule = ("a backward op reads exactly the gradient of its forward op's output: "
+                    "what the backward ops of that op's consumers send back, or their one "
+                    "gradient-sum op")
+        if want - got:
+            missing = ops[min(want - got)].name
+            raise GraphError(f"op {op.name!r}: does not read {missing!r}, a part of the "
+                             f"gradient of {ops[v].name!r}'s output ({rule})")
+        if got - want:
+            extra = ops[min(got - want)].name
+            raise GraphError(f"op {op.name!r}: reads {extra!r}, which is not a part of the "
+                             f"gradient of {ops[v].name!r}'s output ({rule})")
 
 
 @attrs.frozen

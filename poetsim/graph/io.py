@@ -68,8 +68,10 @@ it; every backward op depends on it and differentiates one forward (or loss) op;
 with trained parameters has a backward op (or its weights would never be trained; an op
 whose parameters are all frozen needs none); only an op that needs a gradient (it has
 trained parameters or reads an op that does) has one, so the data input has none, nor
-has a frozen layer before the first trained one; and at least one op has trained
-parameters.
+has a frozen layer before the first trained one; every backward op reads exactly the
+gradient of its forward op's output (the outputs of its consumers' backward ops, or their
+gradient-sum op), and a gradient-sum op sums exactly those parts; and at least one op has
+trained parameters.
 """
 
 from __future__ import annotations
