@@ -146,4 +146,6 @@ def test_gradient_sums_shrink_the_largest_working_set_of_a_block_output():
     assert need(plain, "layer1.1.relu2/grad") == 4 * 64 * 1024
     assert need(summed, "layer1.1.relu2/grad") == need(summed, "layer1.1.relu2/grad_sum") \
         == 3 * 64 * 1024
-    assert minimum_ram_bytes(summed) == minimum_ram_bytes(plain)  # a conv grad is larger
+    # the block output's backward sets the floor without sums; with them a convolution's
+    assert minimum_ram_bytes(plain) == (4 * 64 * 1024, "layer1.1.relu2/grad")
+    assert minimum_ram_bytes(summed)[0] < 3 * 64 * 1024 + 3 * 1024

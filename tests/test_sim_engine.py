@@ -189,17 +189,15 @@ STREAMED = {
 def _streamed_request(label: str):
     from poetsim.boards import get_board
     from poetsim.graph.streaming import WeightsOnStorage
-    from poetsim.request import resolve_request
+    from poetsim.request import _resolve
     from poetsim.zoo import build_model
 
     options, placement = STREAMED[label]
-    board = get_board("nrf52840")
     graph = build_model("mlp", layers=3, width=64, **options)
-    on_storage = WeightsOnStorage(**placement)
-    streamed = on_storage.graph(graph)
-    return attrs.evolve(resolve_request(graph, board, ram="board"), graph=streamed,
-                        costs=op_costs(streamed, board),
-                        streamed_weight_bytes=on_storage.total_bytes(graph))
+    # the weights would fit this board's RAM: put them on storage anyway
+    return _resolve(graph, get_board("nrf52840"), ram="board", deadline=None,
+                    accounting="physical", optimizer="sgd", deadline_margin=None,
+                    placement=WeightsOnStorage(**placement))
 
 
 def _paged(graph, steps, tensor: str) -> list[Step]:

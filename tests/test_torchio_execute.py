@@ -511,12 +511,12 @@ def test_the_streamed_graph_is_found_by_fingerprint():
 
 
 def test_cli_import_solve_execute_with_weights_on_storage(tmp_path, capsys):
-    # `solve --graph` on a board file with 4,000 B of usable RAM streams the MLP's trained
+    # `solve --graph` on a board file with 3,308 B of usable RAM streams the MLP's trained
     # weights; `execute` with the same board runs the streamed graph
     here = Path(__file__).parent
     text = (here.parent / "device_models" / "mkr1000.toml").read_text()
     text = re.sub(r'(?m)^name = ".*"', 'name = "tinyram"', text)
-    text = re.sub(r"(?m)^bytes = \{ value = 32_768,", "bytes = { value = 12_192,", text)
+    text = re.sub(r"(?m)^bytes = \{ value = 32_768,", "bytes = { value = 11_500,", text)
     board = tmp_path / "tinyram.toml"
     board.write_text(text)
     factory = f"{here / 'torch_models.py'}:mlp"

@@ -10,6 +10,7 @@ from poetsim.graph.autograd import (
     grad_name,
 )
 from poetsim.graph.graph import (
+    CHANNEL_KINDS,
     OPTIMIZER_STATE_COPIES,
     ResidentMemory,
     TrainingGraph,
@@ -36,7 +37,7 @@ __all__ = [
     "MeasuredCosts", "Op", "PeakMemory", "Phase", "Precision", "ResidentMemory", "plain_peak",
     "TrainedParams",
     "Training", "TrainingGraph", "resolve_training",
-    "check_gradients", "compute_widths", "derive_training_graph", "precision_of",
+    "CHANNEL_KINDS", "check_gradients", "compute_widths", "derive_training_graph", "precision_of",
     "forward_macs", "grad_name", "graph_fingerprint", "graph_from_dict", "graph_to_dict",
     "inplace_gradient_bytes",
     "needs_gradient", "read_graph", "resident_memory", "topological_order", "write_graph",

@@ -34,8 +34,10 @@ fraction of trained weights costs that fraction of the weight-gradient MACs, and
 before the first trained one have no backward op at all. Frozen bytes are recorded in
 ``Op.frozen_param_bytes``. With ``Training.inplace_update``, the backward op of every
 op with trained parameters applies their update itself (``Op.inplace_update``) and its
-workspace grows by their gradient at the gradient width, the buffer that replaces the
-resident one (:func:`poetsim.graph.graph.resident_memory`).
+workspace grows by the buffer that replaces the resident gradient
+(:func:`poetsim.graph.graph.resident_memory`): one output channel's gradient at the
+gradient width for a convolution or linear layer, updated channel by channel as
+TinyEngine does (:func:`poetsim.graph.graph.update_gradient_bytes`).
 
 In an int8 graph (:attr:`~poetsim.graph.precision.Precision.int8_kernels`) a gradient-sum
 op, the backward op of an addition, which passes its gradient on, and that of an op with an
@@ -55,7 +57,7 @@ from collections.abc import Callable, Mapping, Sequence
 import attrs
 
 from poetsim.errors import GraphError
-from poetsim.graph.graph import TrainingGraph, check_gradients
+from poetsim.graph.graph import TrainingGraph, check_gradients, update_gradient_bytes
 from poetsim.graph.ops import GRADIENT_SUM_KIND, Op, Phase
 from poetsim.graph.precision import Precision, check_width
 from poetsim.graph.tiling import Rows, tile_rows
@@ -401,6 +403,7 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
                       frozen_param_bytes=nbytes(op.param_count - t.weights - t.biases,
                                                 weight_b),
                       overwrites=op.overwrites))
+        made[op.name] = ops[-1]
         inputs[op.name] = list(dict.fromkeys(op.inputs))
 
     for op in reversed(forward):
@@ -447,7 +450,7 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
             deps.append(op.name)
         g = grad_name(op.name)
         fused = inplace and t.weights + t.biases > 0
-        update_b = nbytes(t.weights + t.biases, gradient_b) if fused else 0
+        update_b = update_gradient_bytes(made[op.name], precision) if fused else 0
         size = nbytes(out_elements, gradient_b)
         ops.append(Op(g, op.kind, Phase.BACKWARD, flops=flops, output_bytes=size,
                       workspace_bytes=nbytes(op.workspace_elements, backward_workspace_b)

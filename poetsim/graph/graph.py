@@ -11,6 +11,7 @@ stored in topological order; an edge ``(i, j)`` means op ``j`` reads the output 
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -18,10 +19,11 @@ import attrs
 
 from poetsim.errors import GraphError
 from poetsim.graph.ops import Op, Phase
-from poetsim.graph.precision import precision_of, rescale_bytes
+from poetsim.graph.precision import Precision, precision_of, rescale_bytes
 
-__all__ = ["TrainingGraph", "ResidentMemory", "check_gradients", "inplace_gradient_bytes",
-           "needs_gradient", "resident_memory", "topological_order"]
+__all__ = ["CHANNEL_KINDS", "TrainingGraph", "ResidentMemory", "check_gradients",
+           "inplace_gradient_bytes", "needs_gradient", "resident_memory", "topological_order",
+           "update_gradient_bytes", "weights_per_output_channel"]
 
 
 def topological_order(names: Sequence[str], edges: Iterable[tuple[int, int]]) -> list[int]:
@@ -322,8 +324,8 @@ def check_gradients(graph: TrainingGraph) -> None:
       lack one, and so may a frozen op, which only passes a gradient on);
     * at least one op with trained parameters, or there is nothing to train;
     * an in-place update (``Op.inplace_update``) only on the backward op of an op with
-      trained parameters, whose ``workspace_bytes`` holds their gradient
-      (:func:`inplace_gradient_bytes`): it is the only buffer the gradient has;
+      trained parameters, whose ``workspace_bytes`` holds the gradient buffer of the
+      update (:func:`update_gradient_bytes`): it is the only buffer the gradient has;
     * gradients flow as autograd sends them (:func:`_check_gradient_flow`).
 
     Raises :class:`GraphError` naming the op and the rule.
@@ -350,9 +352,9 @@ def check_gradients(graph: TrainingGraph) -> None:
             if op.workspace_bytes < held:
                 raise GraphError(
                     f"op {op.name!r}: inplace_update with workspace_bytes = "
-                    f"{op.workspace_bytes}: must be at least {held}, the gradient of "
-                    f"{target!r}'s trained parameters, which lives only in the workspace "
-                    "while the op runs")
+                    f"{op.workspace_bytes}: must be at least {held}, the gradient buffer "
+                    f"of {target!r}'s update (one output channel's for a convolution or "
+                    "linear layer, else all of it), which lives only in the workspace")
         differentiated.add(target)  # type: ignore[arg-type]
         if not needs[graph.index(target)]:  # type: ignore[arg-type]
             raise GraphError(
@@ -455,16 +457,44 @@ class ResidentMemory:
 OPTIMIZER_STATE_COPIES = {"sgd": 0, "momentum": 1, "adam": 2}
 
 
+#: Kinds whose FLOPs are exactly 2 x MACs and whose weights split by output channel
+#: (:data:`poetsim.graph.autograd.MAC_KINDS` without the weightless matmul).
+CHANNEL_KINDS = frozenset({"conv2d", "conv2d_relu", "conv2d_relu6", "linear"})
+
+
+def weights_per_output_channel(op: Op, activation_bytes: int) -> float | None:
+    """Weights per output channel of ``op`` (``MACs / output elements``: ``Cin/groups x
+    k x k`` for a convolution, ``in_features`` for a linear layer), or None when its
+    parameters do not split by output channel."""
+    if op.kind not in CHANNEL_KINDS or not op.output_bytes:
+        return None
+    return op.flops / 2 / (op.output_bytes // activation_bytes)
+
+
+def update_gradient_bytes(owner: Op, precision: Precision) -> int:
+    """The gradient buffer of an in-place update of ``owner``'s trained parameters
+    (``Op.inplace_update``), at the gradient width: for a convolution or linear layer one
+    output channel's (its weights and bias), since the fused kernel computes a channel's
+    gradient, applies it and moves on (TinyEngine's fp32 weight-gradient kernels update
+    the int8 weights tile by tile, 16 output x 4 input channels, so no whole-layer
+    gradient ever exists: mit-han-lab/tinyengine, ``INPLACE_SGD``); the whole gradient
+    for any other kind (a norm's few per-channel parameters)."""
+    whole = rescale_bytes(owner.trained_param_bytes, precision.weight_bytes,
+                          precision.gradient_bytes)
+    per_channel = weights_per_output_channel(owner, precision.activation_bytes)
+    if per_channel is None:
+        return whole
+    return min(whole, (math.ceil(per_channel) + 1) * precision.gradient_bytes)
+
+
 def inplace_gradient_bytes(graph: TrainingGraph, i: int) -> int:
-    """Bytes of the gradient backward op ``i`` applies in place (``Op.inplace_update``):
-    its forward op's trained parameters at the gradient width, all of them at once (the
-    conservative transient buffer: the whole layer's gradient); 0 for any other op."""
+    """Bytes of the gradient buffer backward op ``i`` applies in place
+    (``Op.inplace_update``; :func:`update_gradient_bytes`); 0 for any other op."""
     op = graph.ops[i]
     if not op.inplace_update:
         return 0
-    precision = precision_of(graph)
-    return rescale_bytes(graph.op(op.forward_of).trained_param_bytes,  # type: ignore[arg-type]
-                         precision.weight_bytes, precision.gradient_bytes)
+    return update_gradient_bytes(graph.op(op.forward_of),  # type: ignore[arg-type]
+                                 precision_of(graph))
 
 
 def resident_memory(graph: TrainingGraph, *, gradients: bool = True,

@@ -141,8 +141,10 @@ class Op:
         to those parameters as soon as it computes their gradient (the update fused into
         the weight-gradient op; Lin et al.'s in-place update). Their gradient is then no
         resident buffer (:func:`poetsim.graph.graph.resident_memory` counts none for
-        them); it lives in the op's ``workspace_bytes`` while the op runs, which must
-        hold it (:func:`poetsim.graph.graph.check_gradients`). Optimizer state stays
+        them); the op's ``workspace_bytes`` holds the part it works on, one output
+        channel's for a convolution or linear layer, the whole for any other kind
+        (:func:`poetsim.graph.graph.update_gradient_bytes`, checked by
+        :func:`poetsim.graph.graph.check_gradients`). Optimizer state stays
         resident. False (the default): the gradient is resident until the step.
     overwrites:
         The input (an op name) whose buffer this op's output may take over: an in-place

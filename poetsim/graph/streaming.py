@@ -14,10 +14,9 @@ which weights live there:
   backward op those of the op it differentiates (the input gradient needs them).
 * ``trained``: the trained weights too, possible only when every update is applied in
   place (``Op.inplace_update``): a forward op reads its trained weights, and the backward
-  op that updates them reads them, computes one output channel's gradient at a time,
-  applies it, and writes the slice back. Its gradient buffer is then one slice
-  (gradient width) instead of the whole gradient, and every iteration writes the trained
-  weights once (wear).
+  op that updates them reads them, computes one output channel's gradient at a time
+  (its gradient buffer, :func:`poetsim.graph.graph.update_gradient_bytes`), applies it,
+  and writes the slice back: every iteration writes the trained weights once (wear).
 * ``state_copies``: with ``trained``, the optimizer state of the trained weights (one copy
   for momentum, two for Adam, at the gradient width) lives beside them on storage. Only
   the op that updates a weight touches its state, so that op reads the state's slices
@@ -35,7 +34,7 @@ import math
 
 import attrs
 
-from poetsim.graph.graph import TrainingGraph, inplace_gradient_bytes
+from poetsim.graph.graph import TrainingGraph, weights_per_output_channel
 from poetsim.graph.ops import Op, Phase
 from poetsim.graph.precision import precision_of, rescale_bytes
 from poetsim.graph.tiling import first_band
@@ -46,11 +45,6 @@ __all__ = ["STREAM_BUFFERS", "WeightsOnStorage", "frozen_weights_read", "held_by
 
 #: Slices held at once while streaming: the one in use and the one being read.
 STREAM_BUFFERS = 2
-
-#: Kinds whose FLOPs are exactly 2 x MACs and whose weights split by output channel
-#: (:data:`poetsim.graph.autograd.MAC_KINDS` without the weightless matmul).
-_CHANNEL_KINDS = frozenset({"conv2d", "conv2d_relu", "conv2d_relu6", "linear"})
-
 
 def _owner(graph: TrainingGraph, k: int) -> Op:
     """The op whose parameters op ``k`` reads: itself, the op it differentiates, or for a
@@ -69,12 +63,9 @@ def frozen_weights_read(graph: TrainingGraph, k: int) -> int:
 
 
 def _per_channel(graph: TrainingGraph, k: int) -> float | None:
-    """Weights per output channel of op ``k``'s parameters (``MACs / output elements``),
-    or None when they do not split by output channel."""
-    owner = _owner(graph, k)
-    if owner.kind not in _CHANNEL_KINDS or not owner.output_bytes:
-        return None
-    return owner.flops / 2 / (owner.output_bytes // precision_of(graph).activation_bytes)
+    """Weights per output channel of op ``k``'s parameters, or None when they do not
+    split by output channel."""
+    return weights_per_output_channel(_owner(graph, k), precision_of(graph).activation_bytes)
 
 
 def weight_slice_bytes(graph: TrainingGraph, k: int, nbytes: int | None = None, *,
@@ -213,10 +204,7 @@ class WeightsOnStorage:
 
     def graph(self, graph: TrainingGraph) -> TrainingGraph:
         """``graph`` with the workspace of every op that streams weights grown by
-        :data:`STREAM_BUFFERS` slices, and an in-place update's gradient buffer cut to one
-        slice when its weights are on storage; the metadata records ``weights_on_storage``.
-        """
-        width = precision_of(graph)
+        :data:`STREAM_BUFFERS` slices; the metadata records ``weights_on_storage``."""
         ops = []
         for k, op in enumerate(graph.ops):
             read = self.bytes_read(graph, k)
@@ -225,12 +213,6 @@ class WeightsOnStorage:
                 continue
             workspace = op.workspace_bytes + STREAM_BUFFERS * weight_slice_bytes(
                 graph, k, read, on_storage=self)
-            if self.bytes_written(graph, k):
-                gradient = inplace_gradient_bytes(graph, k)
-                per_channel = _per_channel(graph, k)
-                sliced = (gradient if per_channel is None
-                          else min(gradient, math.ceil(per_channel) * width.gradient_bytes))
-                workspace -= gradient - sliced
             ops.append(attrs.evolve(op, workspace_bytes=workspace))
         state = {"optimizer_state_on_storage": self.state_copies} if self.state_copies else {}
         return attrs.evolve(graph, ops=tuple(ops),
