@@ -11,6 +11,11 @@
 * ``test_resnet18_iteration``: one training iteration of ResNet-18 (CIFAR) on the default
   board with the optimizer's schedule at 50 % RAM (of activations: the paper's accounting),
   simulated in under 0.5 s.
+* ``test_arena_plan``: laying out every buffer of a schedule in one static arena
+  (:func:`~poetsim.schedule.arena.plan_arena`) with no fit goal, so the local search runs
+  until the byte peak or its counted moves: DTR's ResNet-50 schedule and a 2,001-op
+  chain's plain schedule (targets: under 2 s for a 1,000-op schedule), and a MobileNetV2
+  w0.35 schedule paging on the STM32F746 (TTE's recipe), the case the search exists for.
 """
 
 from __future__ import annotations
@@ -83,3 +88,46 @@ def test_resnet18_iteration(benchmark):
     print(f"\nresnet18_cifar on {board.name}, 50% RAM ({result.status.value}): "
           f"{len(result.schedule)} steps, {report.events} events, "
           f"mean {benchmark.stats.stats.mean * 1e3:.2f} ms per simulated iteration")
+
+
+def _arena_case(name: str):
+    from poetsim.baselines import dtr
+    from poetsim.schedule import plain_schedule
+
+    if name == "resnet50_dtr":
+        graph = build_model("resnet50")
+        request = resolve_request(graph, get_board("rpi4"), ram="50%", accounting="paper")
+        result = dtr(graph, request.board, request.costs, request.activation_budget_bytes)
+        assert result.schedule is not None
+        return graph, result.schedule
+    if name == "mlp_2001_plain":
+        graph = build_model("mlp", layers=500)
+        return graph, plain_schedule(graph)
+    graph = build_model("mobilenet_v2_w035", head=0, int8=1, sparse_update=1,
+                        inplace_update=1, classes=10, row_bands=4)
+    request = resolve_request(graph, get_board("stm32f746"), ram="144384",
+                              accounting="physical")
+    plan = greedy_plan(request.graph, request.costs, request.activation_budget_bytes,
+                       remat=True, paging=True)
+    assert plan is not None
+    return request.graph, lower_plan(request.graph, plan)
+
+
+@pytest.mark.parametrize("name", ["resnet50_dtr", "mlp_2001_plain", "mbv2_w035_stm32f746"])
+def test_arena_plan(benchmark, name):
+    from poetsim.schedule.arena import plan_arena
+    from poetsim.schedule.replay import Replay
+
+    graph, schedule = _arena_case(name)
+    benchmark.group = "arena"
+
+    def plan():  # a fresh replay each round: plans are memoized per schedule
+        return plan_arena(Replay(graph, list(schedule.steps)).run())
+
+    arena = benchmark.pedantic(plan, rounds=3, iterations=1)
+    benchmark.extra_info.update(ops=len(graph), steps=len(schedule),
+                                arena_bytes=arena.arena_bytes, peak_bytes=arena.peak_bytes,
+                                order=arena.order)
+    print(f"\n{name}: {len(graph)} ops, {len(schedule)} steps: arena {arena.arena_bytes:,} B, "
+          f"byte peak {arena.peak_bytes:,} B ({arena.order}); "
+          f"min {benchmark.stats.stats.min:.3f} s")

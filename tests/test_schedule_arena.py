@@ -89,3 +89,61 @@ def test_a_layout_that_overlaps_or_overflows_is_named():
     message = check_layout(clash, 10 * unit)
     assert message.startswith("tensor buffer of op #0") and "share bytes" in message
     assert "outside the arena of 47 B" in check_layout(placed, top - 1)
+
+
+@pytest.mark.parametrize("seed", [380, 396, 821, 1932, 2268, 2760])
+def test_the_local_search_reaches_the_optimum_the_greedy_orders_miss(seed):
+    """Five buffers where every greedy order leaves the arena above the brute-force
+    optimum: moving a buffer that reaches the top earlier in the order finds it."""
+    import random
+
+    from poetsim.schedule.arena import (
+        _ORDERS,
+        _Buffers,
+        _conflicts,
+        _improve,
+        _peak,
+        _place,
+        _sequence,
+    )
+
+    rng = random.Random(seed)
+    unit = 16
+    buffers = []
+    for op in range(5):
+        start = rng.randrange(0, 5)
+        buffers.append(Buffer("tensor", op, start, rng.randrange(start + 1, 7),
+                              unit * rng.choice((1, 2, 3))))
+    alone = _Buffers(buffers, [[i] for i in range(5)], [])
+    greedy = {order: _place(buffers, order)[1] for order in _ORDERS}
+    optimum = _brute_force_arena(buffers, unit)
+    assert min(greedy.values()) > optimum
+    order = min(greedy, key=greedy.__getitem__)
+    near = _conflicts(buffers)
+    offsets, top, improved = _improve(alone, _sequence(alone, order), near, _peak(alone, 7))
+    assert top == optimum and improved >= 1
+    placed = [attrs.evolve(b, offset_bytes=o) for b, o in zip(buffers, offsets)]
+    assert check_layout(placed, top) is None
+    assert _improve(alone, _sequence(alone, order), near, 0)[:2] == (offsets, top)
+
+
+def test_a_prefetch_that_crowds_the_arena_starts_where_the_layout_leaves_room(residual):
+    """Held from three steps early the paged-in buffer raises the arena; with the RAM
+    limit at the arena without it, the buffers are laid out from their own steps and the
+    prefetch starts no earlier than its bytes are free."""
+    from poetsim.schedule.arena import adopt_layout
+
+    schedule = hand(residual, *PAGE_X)
+    r = replay(residual, schedule)
+    page_in = next(i for i, s in enumerate(schedule.steps) if s.action.value == "page_in")
+    late = plan_arena(r)
+    early = plan_arena(r, prefetch_from={page_in: page_in - 3})
+    assert early.arena_bytes > late.arena_bytes
+    fitted = plan_arena(r, prefetch_from={page_in: page_in - 3}, fit_bytes=late.arena_bytes)
+    assert fitted.arena_bytes == late.arena_bytes
+    assert check_layout(fitted.buffers, fitted.arena_bytes) is None
+    start = fitted.prefetch_from.get(page_in, page_in)
+    assert page_in - 3 <= start <= page_in
+    # the layout is one a schedule file may carry: the checker adopts it as it is
+    adopted = adopt_layout(r, fitted.layout)
+    assert adopted.prefetch_from == fitted.prefetch_from

@@ -26,10 +26,13 @@ lifetimes overlap may not share a byte.
 Placing intervals at offsets with the least top address is dynamic storage allocation
 (NP-hard). The planner tries several greedy orders, each placing a buffer at the lowest
 offset free of every placed buffer that is live at the same time (TFLite Micro's
-``GreedyMemoryPlanner`` orders by size), then the size order with every size shaken by a
-random factor (seeded, a counted number of tries: deterministic; the simulator stops them
-once the arena fits its RAM limit), and keeps the lowest arena. The byte peak is a lower
-bound: an arena equal to it is optimal.
+``GreedyMemoryPlanner`` orders by size), then improves the best order by a local search
+(a buffer that reaches the top moves earlier in the order; seeded, a counted number of
+moves: deterministic; the simulator stops once the arena fits its RAM limit), and keeps
+the lowest arena. The byte peak is a lower bound: an arena equal to it is optimal. When
+prefetched buffers, taken at their transfer's trigger, crowd a layout that does not fit,
+the buffers are laid out from their own steps and each prefetch starts as early as the
+layout leaves its bytes free.
 """
 
 from __future__ import annotations
@@ -197,8 +200,9 @@ def _place(buffers: list[Buffer], order: str) -> tuple[list[Buffer], int]:
     """Place ``buffers`` (each alone) greedily in ``order``; the placed buffers and the
     arena's top (for tests)."""
     found = _Buffers(buffers, [[i] for i in range(len(buffers))], [])
-    offsets, top = _offsets(found, order, _conflicts(buffers))
-    return [attrs.evolve(b, offset_bytes=o) for b, o in zip(buffers, offsets)], top
+    sequence = _sequence(found, order)
+    at, tops = _offsets(found, sequence, _conflicts(buffers))
+    return [attrs.evolve(b, offset_bytes=o) for b, o in zip(buffers, at)], max(tops, default=0)
 
 
 def _hull(buffers: list[Buffer], members: list[int]) -> Buffer:
@@ -211,45 +215,82 @@ def _hull(buffers: list[Buffer], members: list[int]) -> Buffer:
                         size_bytes=max(buffers[i].size_bytes for i in members))
 
 
-def _offsets(found: _Buffers, order: str, near: list[list[int]],
-             noise: Sequence[float] | None = None) -> tuple[list[int], int]:
-    """The offsets of ``found``'s buffers, in their order, and the top: each group at the
-    lowest offset free of the placed buffers live at the same time as one of its members
-    (``near``, :func:`_conflicts`), taking the group's largest size. ``noise`` (one factor
-    per group) scales the sizes the size order sorts by."""
+def _sequence(found: _Buffers, order: str) -> list[int]:
+    """The groups in ``order`` (:data:`_ORDERS`), by their hulls."""
     key = _ORDERS[order]
+    keys = [key(_hull(found.buffers, members)) for members in found.groups]
+    return sorted(range(len(found.groups)), key=keys.__getitem__)
+
+
+def _offsets(found: _Buffers, sequence: Sequence[int], near: list[list[int]]
+             ) -> tuple[list[int], list[int]]:
+    """Place ``found``'s groups one by one in ``sequence``, each at the lowest offset
+    free of the placed buffers live at the same time as one of its members (``near``,
+    :func:`_conflicts`), taking the group's largest size. The offset of every buffer, and
+    the top address of every group."""
     buffers, groups = found.buffers, found.groups
     size = [b.size_bytes for b in buffers]
     group_of = [0] * len(buffers)
     for g, members in enumerate(groups):
         for i in members:
             group_of[i] = g
-    hulls = [_hull(buffers, members) for members in groups]
     at = [-1] * len(groups)
-    top = 0
-    keys = ([key(h) for h in hulls] if noise is None else
-            [(-h.size_bytes * f, h.start, h.op) for h, f in zip(hulls, noise)])
-    for g in sorted(range(len(groups)), key=keys.__getitem__):
+    tops = [0] * len(groups)
+    for g in sequence:
         taken = sorted((at[group_of[j]], at[group_of[j]] + size[j])
                        for i in groups[g] for j in near[i]
                        if at[group_of[j]] >= 0 and group_of[j] != g)
-        low, need = 0, hulls[g].size_bytes
+        low, need = 0, max(size[i] for i in groups[g])
         for a, z in taken:
             if a >= low + need:
                 break  # the gap below this one holds it
             if z > low:
                 low = z
         at[g] = low
-        top = max(top, low + need)
-    return [at[g] for g in group_of], top
+        tops[g] = low + need
+    return [at[g] for g in group_of], tops
 
 
-#: The shaken size orders tried after the plain ones (:func:`_plan`): at most this many,
-#: and at most this many buffer placements in all, each size scaled by a factor drawn
-#: from ``1 +- _SHAKE``.
-_MAX_SHAKES = 64
-_SHAKE_PLACEMENTS = 100_000
-_SHAKE = 0.3
+#: The local search after the greedy orders (:func:`_improve`): at most this many moves,
+#: at most this many visits of a pair of buffers live at once in all its placements (a
+#: placement visits every such pair), and no more than this many moves in a row that do
+#: not lower the arena: a counted effort, so deterministic.
+_MAX_MOVES = 400
+_MOVE_PAIR_VISITS = 4_000_000
+_STALE_MOVES = 150
+
+
+def _improve(found: _Buffers, sequence: list[int], near: list[list[int]], goal: int
+             ) -> tuple[list[int], int, int]:
+    """A local search over the placing order from ``sequence``: move one group that
+    reaches the top to a random earlier place (seeded) and keep the new order unless its
+    arena is higher, until the arena reaches ``goal``, the moves are spent or
+    :data:`_STALE_MOVES` in a row did not lower it. The best offsets, their top and the
+    moves that improved it."""
+    offsets, tops = _offsets(found, sequence, near)
+    top, best = max(tops, default=0), (offsets, max(tops, default=0))
+    rng = random.Random(0)
+    improved = stale = 0
+    moves = min(_MAX_MOVES, _MOVE_PAIR_VISITS // max(sum(map(len, near)), 1))
+    for _ in range(moves if top > goal else 0):
+        stale += 1
+        if stale > _STALE_MOVES:
+            break
+        highest = [p for p, g in enumerate(sequence) if tops[g] == top]
+        position = highest[rng.randrange(len(highest))]
+        moved = list(sequence)
+        g = moved.pop(position)
+        moved.insert(rng.randrange(position + 1), g)
+        offsets, new_tops = _offsets(found, moved, near)
+        new_top = max(new_tops)
+        if new_top <= top:  # sideways moves too: the search walks plateaus
+            sequence, tops, top = moved, new_tops, new_top
+            if top < best[1]:
+                best, improved, stale = (offsets, top), improved + 1, 0
+                if top <= goal:
+                    break
+    return best[0], best[1], improved
+
 
 #: Layouts of schedules still alive, per resident state and prefetches: a Monte
 #: Carlo, compare and regress simulate the same schedule again and again, and the layout is
@@ -262,9 +303,10 @@ def plan_arena(replay: Replay, *, resident_bytes: int = 0,
                fit_bytes: int | None = None) -> ArenaPlan:
     """A layout of a finished ``replay``'s buffers (see the module docstring), the resident
     state at offset 0 below them. ``prefetch_from`` maps a PAGE_IN's position to the
-    earlier step its buffer is taken at (the transfer planner's trigger). The shaken orders
-    are tried only while the arena is above ``fit_bytes`` (None: until they are spent or
-    reach the byte peak): a layout that fits the RAM needs no more search."""
+    earlier step its buffer is taken at (the transfer planner's trigger; the plan's
+    ``prefetch_from`` says where each starts). The local search runs only while the arena
+    is above ``fit_bytes`` (None: until its moves are spent or it reaches the byte peak):
+    a layout that fits the RAM needs no more search."""
     prefetch_from = prefetch_from or {}
     if replay.schedule is None:
         return _plan(replay, resident_bytes, prefetch_from, fit_bytes)
@@ -278,6 +320,20 @@ def plan_arena(replay: Replay, *, resident_bytes: int = 0,
 
 def _plan(replay: Replay, resident_bytes: int, prefetch_from: Mapping[int, int],
           fit_bytes: int | None) -> ArenaPlan:
+    plan = _placed(replay, resident_bytes, prefetch_from, fit_bytes)
+    if prefetch_from and fit_bytes is not None and plan.arena_bytes > fit_bytes:
+        # prefetched buffers taken early crowd the layout: lay every buffer out from its
+        # own step, then let each prefetch start as early as its place stays free (its
+        # transfer may then stall its reader; a layout that fits comes first)
+        late = _placed(replay, resident_bytes, {}, fit_bytes)
+        late = _prefetch_into_free_space(late, replay, prefetch_from)
+        if late.arena_bytes < plan.arena_bytes:
+            plan = late
+    return plan
+
+
+def _placed(replay: Replay, resident_bytes: int, prefetch_from: Mapping[int, int],
+            fit_bytes: int | None) -> ArenaPlan:
     found = _lifetimes(replay, prefetch_from)
     buffers = found.buffers
     n = len(replay.steps)
@@ -285,30 +341,55 @@ def _plan(replay: Replay, resident_bytes: int, prefetch_from: Mapping[int, int],
     near = _conflicts(buffers)
     best: tuple[int, str, list[int]] | None = None
     for order in _ORDERS:
-        offsets, top = _offsets(found, order, near)
+        sequence = _sequence(found, order)
+        offsets, tops = _offsets(found, sequence, near)
+        top = max(tops, default=0)
         if best is None or top < best[0]:
-            best = (top, order, offsets)
+            best, best_sequence = (top, order, offsets), sequence
         if top == peak:  # as low as any layout can be
             break
     assert best is not None
-    # then the size order with the sizes shaken (deterministic draws, a counted effort):
-    # which of two near sizes goes first decides much of the fragmentation
-    rng = random.Random(0)
-    shakes = min(_MAX_SHAKES, _SHAKE_PLACEMENTS // max(len(found.groups), 1))
+    # then a local search from the best order (which of two buffers goes first decides
+    # much of the fragmentation), while the arena is above the peak or what fits
     goal = peak if fit_bytes is None else max(peak, fit_bytes - resident_bytes)
-    for shake in range(shakes if best[0] > goal else 0):
-        noise = [1.0 + _SHAKE * (2.0 * rng.random() - 1.0) for _ in found.groups]
-        offsets, top = _offsets(found, "size", near, noise)
-        if top < best[0]:
-            best = (top, f"size, shaken ({shake + 1})", offsets)
-        if best[0] <= goal:
-            break
+    if best[0] > goal:
+        offsets, top, improved = _improve(found, best_sequence, near, goal)
+        if improved:
+            best = (top, f"{best[1]}, improved ({improved} moves)", offsets)
     top, order, offsets = best
     base = [Buffer("resident", -1, 0, n, resident_bytes)] if resident_bytes > 0 else []
     placed = [attrs.evolve(b, offset_bytes=o + resident_bytes)
               for b, o in zip(buffers, offsets)]
     return ArenaPlan(tuple(sorted(base + placed, key=lambda b: (b.start, b.offset_bytes))),
                      resident_bytes + top, resident_bytes + peak, order, prefetch_from)
+
+
+def _prefetch_into_free_space(plan: ArenaPlan, replay: Replay,
+                              prefetch_from: Mapping[int, int]) -> ArenaPlan:
+    """``plan`` (laid out without prefetches) with each PAGE_IN's buffer taken earlier, up
+    to the step ``prefetch_from`` wants, while no other buffer is live in its bytes."""
+    buffers = list(plan.buffers)
+    steps = replay.steps
+    index = {(b.op, b.start): i for i, b in enumerate(buffers) if b.kind == "tensor"}
+    earliest: dict[int, int] = {}
+    for p in sorted(prefetch_from):
+        i = index[(steps[p].op, p)]
+        b = buffers[i]
+        top = b.offset_bytes + b.size_bytes
+        below = [c for j, c in enumerate(buffers) if j != i and c.start < p
+                 and c.offset_bytes < top and b.offset_bytes < c.offset_bytes + c.size_bytes]
+        start = p
+        while start > prefetch_from[p] and not any(c.start < start <= c.end for c in below):
+            start -= 1
+        if start < p:
+            buffers[i] = attrs.evolve(b, start=start)
+            earliest[p] = start
+    resident = [b.size_bytes for b in buffers if b.op < 0]
+    shared = _lifetimes(replay, {}).shared
+    peak = _peak(_Buffers([b for b in buffers if b.op >= 0], [], shared), len(steps))
+    return ArenaPlan(tuple(sorted(buffers, key=lambda b: (b.start, b.offset_bytes))),
+                     plan.arena_bytes, peak + sum(resident), plan.order + ", prefetch fitted",
+                     earliest)
 
 
 def adopt_layout(replay: Replay, layout: Layout, *, resident_bytes: int | None = 0

@@ -155,24 +155,25 @@ class Simulation:
                                    ram_limit_bytes=self.ram_limit, dma=dma,
                                    wakeup_latency_s=board.storage.wakeup_latency_s)
         # where the runtime keeps every buffer: the schedule's own layout when it has one
-        # for this resident state (a prefetch then starts no earlier than its buffer), else
-        # one planned, a prefetch holding its buffer from its trigger; a layout for another
-        # resident state is still checked against the steps
+        # for this resident state, else one planned, a prefetch holding its buffer from its
+        # trigger (or, when that does not fit, from where the layout leaves room); a layout
+        # for another resident state is still checked against the steps
         layout = replay.schedule.layout if replay.schedule is not None else None
         if layout is not None and layout.resident_bytes != resident_bytes:
             adopt_layout(replay, layout, resident_bytes=None)
             layout = None
         if layout is not None:
             self.arena = adopt_layout(replay, layout, resident_bytes=resident_bytes)
-            earliest = self.arena.prefetch_from
-            self.plan = [
-                attrs.evolve(p, trigger_step=earliest.get(p.step, p.step), offset_s=0.0)
-                if p.kind == "page_in" and p.trigger_step < earliest.get(p.step, p.step)
-                else p for p in self.plan]
         else:
             self.arena = plan_arena(replay, resident_bytes=resident_bytes, prefetch_from={
                 p.step: p.trigger_step for p in self.plan
                 if p.kind == "page_in" and p.trigger_step < p.step}, fit_bytes=budget_bytes)
+        # a prefetch starts no earlier than the layout holds its buffer
+        earliest = self.arena.prefetch_from
+        self.plan = [
+            attrs.evolve(p, trigger_step=earliest.get(p.step, p.step), offset_s=0.0)
+            if p.kind == "page_in" and p.trigger_step < earliest.get(p.step, p.step)
+            else p for p in self.plan]
         timings: dict[tuple[int, bool, float, float], TransferTiming] = {}
         in_s, in_j = costs.pagein_time_s.tolist(), costs.pagein_energy_j.tolist()
         out_s, out_j = costs.pageout_time_s.tolist(), costs.pageout_energy_j.tolist()
