@@ -30,13 +30,14 @@ from typing import Any
 import attrs
 
 from poetsim.boards import get_board
-from poetsim.errors import InputError, PoetsimError
+from poetsim.errors import InputError, PoetsimError, ScheduleFileError
 from poetsim.fileio import read_toml
 from poetsim.graph.graph import OPTIMIZER_STATE_COPIES
 from poetsim.methods import METHODS, SOLVER_METHODS, SolverSettings
 from poetsim.request import Accounting, Request, request_for_schedule, resolve_request
 from poetsim.runs import Outcome, judge_outcome, run_method
 from poetsim.schedule import Schedule, read_schedule, write_schedule
+from poetsim.schedule.io import DIGEST_FIELD
 from poetsim.schedule.metadata import parse_metadata
 from poetsim.verdict import Verdict, check_on_board
 
@@ -201,7 +202,18 @@ def _case_request(case: Case) -> Request:
 def _golden(path: Path) -> tuple[Request, Schedule]:
     """A golden's schedule and the request its file records
     (:func:`~poetsim.request.request_for_schedule`)."""
-    request = request_for_schedule(read_schedule(path), source=str(path))
+    again = "restore it, or delete it and make it again with regress --make"
+    try:
+        recorded = read_schedule(path)
+    except ScheduleFileError as err:
+        if err.rule != "edited":
+            raise
+        raise InputError(f"{path}: changed by hand since poetsim wrote it (its content no "
+                         f"longer matches metadata.digest): {again}") from None
+    if DIGEST_FIELD not in recorded.metadata:
+        raise InputError(f"{path}: records no digest, so a change made to it by hand could "
+                         f"not be seen: {again}")
+    request = request_for_schedule(recorded, source=str(path))
     return request, read_schedule(path, request.graph)
 
 

@@ -118,6 +118,8 @@ def test_solve_writes_schedules_that_simulate(capsys, tmp_path):
     doc["metadata"]["board"] = "myboard"
     out_json.write_text(json.dumps(doc))
     status, _, err = run(capsys, "simulate", str(out_json))
+    assert status == 2 and "[edited]" in err  # changed by hand: refused, unless asked for
+    status, _, err = run(capsys, "simulate", str(out_json), "--accept-edits")
     assert status == 2 and "made for board 'myboard', which is not built in: give it with " \
         "--board FILE" in err and len(err.strip().splitlines()) == 1
 
@@ -158,10 +160,11 @@ def test_tampered_metadata_is_reported_never_trusted(capsys, tmp_path, field, va
     doc["metadata"][field] = value
     path.write_text(json.dumps(doc))
     status, out, _ = run(capsys, "simulate", str(path), "--board", "nrf52840",
-                         "--accounting", "physical", "--json")
+                         "--accounting", "physical", "--json", "--accept-edits")
     sim = json.loads(out)
     assert status == 1 and sim["verdict"] == "FAIL" and sim["fits_board_ram"] is False
     assert any(f"says {field} = {value!r}" in note for note in sim["notes"])
+    assert any("changed after poetsim wrote it" in note for note in sim["notes"])
     doc["metadata"][field] = "lots"
     path.write_text(json.dumps(doc))
     status, _, err = run(capsys, "simulate", str(path), "--board", "nrf52840")
@@ -383,7 +386,7 @@ def test_a_schedule_that_breaks_the_contract_is_named_in_the_error(capsys, tmp_p
     doc["steps"].insert(1, ["free", doc["steps"][1][1], 1])  # free before it is computed
     bad.write_text(json.dumps(doc))
     status, out, err = run(capsys, "simulate", str(bad), "--model", "mlp", "--set", "layers=2",
-                           "--board", "rpi4")
+                           "--board", "rpi4", "--accept-edits")
     assert status == 2 and not out and err.count("\n") == 1
     assert err.startswith(f"poetsim: error: {bad}: cannot simulate: step 1")
     assert "[not_resident]" in err

@@ -46,10 +46,21 @@ def goldens(tmp_path):
     return tmp_path
 
 
-def _edit_expected(path: Path, field: str, factor: float) -> None:
+def _rewrite(path: Path, change) -> None:
+    """Change a golden's document as a poetsim that wrote it so would have (the digest made
+    again: a change by hand alone is an error of its own)."""
+    from poetsim.schedule.io import content_digest
+
     doc = json.loads(path.read_text())
-    doc["metadata"]["expected"][field] *= factor
+    change(doc)
+    doc["metadata"]["digest"] = content_digest(doc)
     path.write_text(json.dumps(doc))
+
+
+def _edit_expected(path: Path, field: str, factor: float) -> None:
+    """Move an expected figure by ``factor``."""
+    _rewrite(path, lambda doc: doc["metadata"]["expected"].update(
+        {field: doc["metadata"]["expected"][field] * factor}))
 
 
 def test_fresh_goldens_check_ok_and_carry_how_to_remake_them(goldens):
@@ -79,9 +90,8 @@ def test_a_lowered_expected_energy_is_a_regression_named_by_case(goldens, capsys
 
 def test_a_higher_peak_or_longer_run_that_buys_less_energy_is_no_regression(goldens):
     golden = goldens / "dtr-mlp-nrf52840-60-paper.json"
-    doc = json.loads(golden.read_text())
-    doc["metadata"]["expected"]["peak_total_bytes"] -= 4096  # the peak rose by 4 KiB
-    golden.write_text(json.dumps(doc))
+    _rewrite(golden, lambda doc: doc["metadata"]["expected"].update(  # the peak rose 4 KiB
+        peak_total_bytes=doc["metadata"]["expected"]["peak_total_bytes"] - 4096))
     assert [c.status for c in check_goldens(goldens)] == ["regressed", "ok"]  # alone: worse
     _edit_expected(golden, "energy_j", 1.1)
     _edit_expected(golden, "makespan_s", 0.9)
@@ -115,6 +125,23 @@ def test_a_broken_golden_is_an_error_not_a_crash(goldens, capsys):
     (goldens / "poet-mlp-nrf52840-90-paper.json").write_text("{not json")
     assert main(["regress", str(goldens)]) == 1
     assert "ERROR     poet-mlp-nrf52840-90-paper" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("change, message", [
+    # the deadline word of a golden edited, or deleted, by hand
+    (lambda meta: meta.update(deadline="100x"), "changed by hand since poetsim wrote it"),
+    (lambda meta: meta.update(ram="90%"), "changed by hand since poetsim wrote it"),
+    (lambda meta: meta.pop("digest"), "records no digest"),
+])
+def test_a_golden_changed_by_hand_is_an_error(goldens, capsys, change, message):
+    path = goldens / "dtr-mlp-nrf52840-60-paper.json"
+    doc = json.loads(path.read_text())
+    change(doc["metadata"])
+    path.write_text(json.dumps(doc))
+    assert main(["regress", str(goldens)]) == 1
+    line = next(x for x in capsys.readouterr().out.splitlines()
+                if x.startswith("ERROR     dtr-mlp-nrf52840-60-paper"))
+    assert message in line and "regress --make" in line
 
 
 def test_a_deleted_golden_is_an_error_not_a_pass(goldens, capsys):

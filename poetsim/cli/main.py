@@ -31,6 +31,7 @@ from poetsim.boards import (
 )
 from poetsim.boards.spec import Board
 from poetsim.cli import sweep_commands, torch_commands
+from poetsim.cli.options import add_accept_edits
 from poetsim.compare import compare, format_table, write_outcomes
 from poetsim.demo import (
     DEMO_BOARD,
@@ -45,6 +46,7 @@ from poetsim.errors import (
     InternalError,
     PoetsimError,
     ScheduleError,
+    ScheduleFileError,
 )
 from poetsim.graph import TrainingGraph, read_graph, write_graph
 from poetsim.graph.graph import OPTIMIZER_STATE_COPIES
@@ -66,7 +68,7 @@ from poetsim.schedule import (
     write_schedule,
     write_schedule_binary,
 )
-from poetsim.schedule.io import is_binary_schedule
+from poetsim.schedule.io import DIGEST_FIELD, is_binary_schedule
 from poetsim.schedule.metadata import disagreements, parse_metadata
 from poetsim.sim.montecarlo import MAX_RUNS, MonteCarlo, monte_carlo
 from poetsim.sim.report import SimReport
@@ -660,16 +662,27 @@ def _simulated_request(args: argparse.Namespace) -> tuple[Request, Schedule, lis
                                   accounting=args.accounting or Accounting.PHYSICAL.value,
                                   optimizer=args.optimizer or "sgd")
         return request, read_schedule_binary(args.schedule, request.graph), []
-    recorded = read_schedule(args.schedule)
+    edited: list[str] = []
+    try:
+        recorded = read_schedule(args.schedule)
+    except ScheduleFileError as err:
+        if err.rule != "edited" or not args.accept_edits:
+            raise
+        recorded = read_schedule(args.schedule, accept_edits=True)
+        edited.append(f"{args.schedule} was changed after poetsim wrote it: judged as it is "
+                      "now (--accept-edits)")
     options = _model_options(args)
     request = request_for_schedule(
         recorded, args.board, source=args.schedule,
         graph=read_graph(args.graph) if args.graph else None, model=args.model,
         model_options=options or None, ram=args.ram, deadline=args.deadline,
         accounting=args.accounting, optimizer=args.optimizer)
-    schedule = read_schedule(args.schedule, request.graph)
-    return request, schedule, disagreements(parse_metadata(recorded.metadata),
-                                            request.metadata())
+    schedule = read_schedule(args.schedule, request.graph, accept_edits=args.accept_edits)
+    notes = edited + disagreements(parse_metadata(recorded.metadata), request.metadata())
+    if DIGEST_FIELD not in recorded.metadata:
+        notes.append(f"{args.schedule} records no digest (written by an older poetsim, or "
+                     "stripped): changes made to it since cannot be detected")
+    return request, schedule, notes
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
@@ -875,6 +888,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write RAM, power and schedule-matrix plots (.png, .svg or .pdf)")
     p.add_argument("--transfers", action="store_true",
                    help="with --json, include the transfer plan")
+    add_accept_edits(p)
     p.add_argument("--runs", type=int, metavar="N",
                    help=f"also a Monte Carlo of N runs (1..{MAX_RUNS}) that draw each write's "
                         "extra busy time from the board's storage.write_busy: p50/p99 "

@@ -21,6 +21,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from poetsim.cli.options import add_accept_edits
 from poetsim.errors import InputError
 
 __all__ = ["register"]
@@ -86,7 +87,7 @@ def _cmd_execute(args: argparse.Namespace) -> int:
     imported = _imported(args, args.model_factory)
     # checked against the imported graph, or its streamed form when the board's request
     # puts weights on storage, by execute_schedule (the fingerprint says which)
-    schedule = read_schedule(args.schedule)
+    schedule = read_schedule(args.schedule, accept_edits=args.accept_edits)
     board = board_for_schedule(args.board, schedule.metadata.get("board"), args.schedule)
     try:
         report = execute_schedule(imported, schedule, seed=args.seed, board=board,
@@ -192,6 +193,7 @@ def register(sub: Any, with_json: Callable[[argparse.ArgumentParser], argparse.A
                     "gradients and weights match and the budget holds, 1 if not, 2 on bad "
                     "input."))
     p.add_argument("schedule", metavar="SCHEDULE", help="schedule file (JSON)")
+    add_accept_edits(p)
     p.add_argument("--model-factory", required=True, metavar="MODULE:FACTORY",
                    help=_FACTORY_HELP)
     p.add_argument("--board", default=None, metavar="NAME|FILE",

@@ -37,6 +37,12 @@ schedule with a layout is written as version 2, any other as version 1; both are
 The reader checks the layout's form [``bad_layout``]; the checker and the simulator check
 it against the steps (:func:`poetsim.schedule.arena.adopt_layout`).
 
+``metadata.digest`` is the SHA-256 of the document as written, every key but itself
+(:func:`content_digest`): the request the file records, its figures, steps and layout. A
+reader refuses a well-formed file whose content no longer matches it, a file changed after
+poetsim wrote it [``edited``], unless asked to judge it as it is (``accept_edits``,
+``--accept-edits``); a file with no digest (an older poetsim's) is read as it is.
+
 Each step is ``[action, op name, stage]`` with ``action`` one of ``compute``,
 ``page_out``, ``page_in``, ``free``, ``read_weights``, ``write_weights``,
 ``hold_weights``, ``drop_weights`` (see :mod:`poetsim.schedule.ops` for their meaning).
@@ -90,10 +96,11 @@ holds metadata, the graph name or the full fingerprint: the decoder is given the
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,9 +114,9 @@ from poetsim.schedule.metadata import parse_metadata
 from poetsim.schedule.ops import HOLD_ACTIONS, WEIGHT_ACTIONS, Action, Schedule, Step
 
 __all__ = [
-    "BINARY_MAGIC", "BINARY_VERSION", "FORMAT", "VERSION", "ScheduleFileError",
-    "decode_binary", "encode_binary", "is_binary_schedule", "read_schedule",
-    "read_schedule_binary",
+    "BINARY_MAGIC", "BINARY_VERSION", "DIGEST_FIELD", "FORMAT", "VERSION",
+    "ScheduleFileError", "content_digest", "decode_binary", "encode_binary",
+    "is_binary_schedule", "read_schedule", "read_schedule_binary",
     "schedule_from_dict", "schedule_to_dict", "write_schedule", "write_schedule_binary",
 ]
 
@@ -200,7 +207,26 @@ def schedule_to_dict(schedule: Schedule, graph: TrainingGraph) -> dict[str, Any]
             "arena_bytes": schedule.layout.arena_bytes,
             "buffers": [[b.kind, None if b.op < 0 else names[b.op], b.start, b.end,
                          b.size_bytes, b.offset_bytes] for b in schedule.layout.buffers]}
+    doc["metadata"][DIGEST_FIELD] = content_digest(doc)
     return doc
+
+
+#: The metadata field that records :func:`content_digest` of the file as written.
+DIGEST_FIELD = "digest"
+
+
+def content_digest(doc: Mapping[str, Any]) -> str:
+    """SHA-256 of a schedule document as a reader parses it, every key but
+    ``metadata.digest``: the request it records (graph fingerprint, board, budget and
+    deadline words, accounting, model and options), its figures, steps and layout."""
+    try:
+        plain = json.loads(json.dumps(doc, default=_json_default, allow_nan=True))
+    except (TypeError, ValueError) as err:
+        raise ScheduleError(f"schedule metadata cannot be written as JSON: {err}") from None
+    if isinstance(plain.get("metadata"), dict):
+        plain["metadata"].pop(DIGEST_FIELD, None)
+    text = json.dumps(plain, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _dumps(value: Any) -> str:
@@ -265,7 +291,7 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _from_dict(data: Any, graph: TrainingGraph | None) -> Schedule:
+def _from_dict(data: Any, graph: TrainingGraph | None, accept_edits: bool) -> Schedule:
     if not isinstance(data, dict):
         raise _Problem("", "top level must be a JSON object", "bad_format")
     if data.get("format") != FORMAT:
@@ -318,6 +344,13 @@ def _from_dict(data: Any, graph: TrainingGraph | None) -> Schedule:
     steps = _steps_from_list(data["steps"], index)
     layout = (_layout_from(data[_LAYOUT_KEY], index, len(steps)) if _LAYOUT_KEY in data
               else None)
+    # last: a malformed file is named for what is wrong with it
+    recorded = metadata.get(DIGEST_FIELD)
+    if recorded is not None and not accept_edits and recorded != content_digest(data):
+        raise _Problem(f"metadata.{DIGEST_FIELD}", "the file was changed after poetsim "
+                       "wrote it (its content no longer matches its digest), so its request, "
+                       "steps or figures may not be what was solved; judge it as it is with "
+                       "--accept-edits", "edited")
     return Schedule(name, fingerprint, steps, metadata, layout)
 
 
@@ -360,16 +393,21 @@ def _layout_from(raw: Any, index: dict[str, int], n: int) -> Layout:
 
 
 def schedule_from_dict(data: Any, graph: TrainingGraph | None = None, *,
-                       source: str = "schedule") -> Schedule:
-    """Validate a parsed schedule document; with ``graph``, check it was made for it."""
+                       source: str = "schedule", accept_edits: bool = False) -> Schedule:
+    """Validate a parsed schedule document; with ``graph``, check it was made for it.
+    A document whose ``metadata.digest`` does not match its content was edited after it
+    was written [``edited``]: refused unless ``accept_edits``."""
     try:
-        return _from_dict(data, graph)
+        return _from_dict(data, graph, accept_edits)
     except _Problem as problem:
         raise problem.error(source) from None
 
 
-def read_schedule(path: str | Path, graph: TrainingGraph | None = None) -> Schedule:
-    """Read a JSON schedule file; with ``graph``, check the fingerprint matches.
+def read_schedule(path: str | Path, graph: TrainingGraph | None = None, *,
+                  accept_edits: bool = False) -> Schedule:
+    """Read a JSON schedule file; with ``graph``, check the fingerprint matches; a file
+    changed after poetsim wrote it is refused unless ``accept_edits``
+    (:func:`schedule_from_dict`).
 
     Any problem raises a one-line :class:`ScheduleFileError` naming the file.
     """
@@ -391,7 +429,7 @@ def read_schedule(path: str | Path, graph: TrainingGraph | None = None) -> Sched
                                 "[not_json]", "not_json") from None
     except ValueError as err:  # a number of thousands of digits
         raise ScheduleFileError(f"{path}: not valid JSON: {err} [not_json]", "not_json") from None
-    return schedule_from_dict(data, graph, source=str(path))
+    return schedule_from_dict(data, graph, source=str(path), accept_edits=accept_edits)
 
 
 # ---------------------------------------------------------------------------- binary

@@ -26,7 +26,7 @@ from poetsim.graph.graph import OPTIMIZER_STATE_COPIES
 __all__ = ["EXPECTED_FIELDS", "ScheduleMetadata", "disagreements", "parse_metadata"]
 
 _TEXT = ("method", "status", "board", "accounting", "ram", "deadline", "optimizer", "case",
-         "model", "graph_file")
+         "model", "graph_file", "digest")
 _BYTES = ("budget_bytes", "budget_activation_bytes", "resident_bytes", "flash_weight_bytes",
           "streamed_weight_bytes", "planned_activation_bytes",
           "predicted_peak_ram_bytes")
@@ -71,6 +71,8 @@ class ScheduleMetadata:
     model: str | None = None
     #: the graph file the schedule's graph was read from (absolute), for a graph no zoo model
     graph_file: str | None = None
+    #: SHA-256 of the file's content as written (:func:`poetsim.schedule.io.content_digest`)
+    digest: str | None = None
     model_options: Mapping[str, int] | None = None
     solver: Mapping[str, Any] | None = None
     expected: Mapping[str, Any] | None = None
