@@ -74,6 +74,9 @@ def test_execute_in_the_arena_of_the_schedule_file(tmp_path, capsys):
     schedule.write_text(json.dumps(doc))
     status = main(["execute", str(schedule), *model, "--arena"])
     err = capsys.readouterr().err
+    assert status == 2 and "[edited]" in err and err.count("\n") == 1
+    status = main(["execute", str(schedule), *model, "--arena", "--accept-edits"])
+    err = capsys.readouterr().err
     assert status == 2 and "[layout_overlap]" in err and err.count("\n") == 1
 
 

@@ -606,3 +606,30 @@ def test_in_the_arena_a_good_layout_matches_and_an_overlap_corrupts(imported, ca
                                       if b is victim else b for b in layout.buffers])
     report = execute_schedule(model, schedule, page_dir=tmp_path / "bad", arena=bad)
     assert not report.passed and report.max_rel_grad_error > 1e-6
+
+
+def test_a_model_that_runs_in_place_imports_and_executes_in_place():
+    """#28 item 5: ``nn.ReLU(inplace=True)`` and ``out += h`` import as in-place kernels
+    over the tensor they mutate; the plain schedule runs all three in place (each input
+    dies right after), so each of those steps needs its input's bytes less than the same
+    model written out of place, and it executes, in the arena too, to autograd's
+    gradients within the contract's peak."""
+    from poetsim.schedule import plain_schedule
+    from poetsim.schedule.replay import Replay
+
+    model = import_module(tm.inplace_cnn(), tm.small_cnn_inputs(), name="ip")
+    assert {op.name: op.overwrites for op in model.graph.ops if op.overwrites} == {
+        "relu1": "bn1", "add_": "bn2", "relu2": "add_"}
+    plain = plain_schedule(model.graph)
+    walk = Replay(model.graph, plain).run()
+    assert sorted(model.graph.ops[u].name for u in walk.overwrites.values()) == [
+        "add_", "bn1", "bn2"]
+    out_of_place = import_module(tm.small_cnn(), tm.small_cnn_inputs(), name="oop")
+    other = Replay(out_of_place.graph, plain_schedule(out_of_place.graph)).run()
+    for position, u in walk.overwrites.items():  # the input's bytes hold the output
+        assert walk.ram_bytes[position] == (other.ram_bytes[position]
+                                            - model.graph.ops[u].output_bytes)
+    for arena in (False, True):
+        report = execute_schedule(model, plain, arena=arena)
+        assert report.passed, report.reasons
+        assert report.peak_live_bytes <= report.checker_peak_bytes == walk.peak_bytes

@@ -105,6 +105,24 @@ class SmallResCNN(nn.Module):
         return self.fc(h.flatten(1))
 
 
+class InPlaceResCNN(SmallResCNN):
+    """``SmallResCNN`` written as torchvision writes ResNets: ``nn.ReLU(inplace=True)``
+    and the residual added in place (``h += x``)."""
+
+    def __init__(self, channels: int = 4, classes: int = 3) -> None:
+        super().__init__(channels, classes)
+        self.relu1 = nn.ReLU(inplace=True)
+        self.relu2 = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.relu1(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(h))
+        out += h
+        h = self.relu2(out)
+        h = self.avgpool(self.pool(h))
+        return self.fc(h.flatten(1))
+
+
 class TransformerBlock(nn.Module):
     """One post-LayerNorm encoder block with a classifier on the first token."""
 
@@ -200,6 +218,11 @@ def resnet18_cifar() -> nn.Module:
 def small_cnn() -> nn.Module:
     torch.manual_seed(0)
     return SmallResCNN().train()
+
+
+def inplace_cnn() -> nn.Module:
+    torch.manual_seed(0)
+    return InPlaceResCNN().train()
 
 
 def small_cnn_inputs() -> tuple[torch.Tensor]:

@@ -239,6 +239,8 @@ class _Runner:
         #: Optimizer state in RAM, per trained parameter whose state is not on storage.
         self.state = {name: zero_state(self.params[name], optimizer) for name in self.trained}
         self.updated_in_place: set[str] = set()
+        #: tensors whose buffer an in-place output took over, until their FREE
+        self.taken: set[str] = set()
         self.buffers = {name: b for name, b in model.named_buffers()}
         self.batch = tuple(x.double() if x.is_floating_point() else x for x in inputs)
         self.user = dict(zip(imported.user_input_nodes, self.batch))
@@ -760,8 +762,11 @@ class _Runner:
         return [value]
 
     def live_bytes(self, extra: Any = None) -> tuple[int, int]:
+        """Bytes of the resident tensors and ``extra`` (graph units, raw), but those whose
+        buffer an in-place output took over (``taken``: dead until their FREE)."""
         seen: dict[int, Any] = {}
-        for value in list(self.resident.values()) + ([extra] if extra is not None else []):
+        values = [v for name, v in self.resident.items() if name not in self.taken]
+        for value in values + ([extra] if extra is not None else []):
             for x in self._tensors(value):
                 seen[id(x)] = x
         graph_units = sum(int(x.numel()) for x in seen.values()) * self.dtype_bytes
@@ -871,7 +876,7 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
             for effect in walk:
                 position = effect.position
                 step = steps[position]
-                _run_step(runner, position, step, effect.reads_weights)
+                _run_step(runner, position, step, effect.reads_weights, effect.overwrites)
                 if step.action is Action.COMPUTE:
                     if effect.reads_weights:  # a run on held weights reads none
                         model_read += on_storage.bytes_read(graph, step.op)
@@ -947,9 +952,12 @@ def _layout_of(graph: TrainingGraph, schedule: Schedule) -> Layout:
     return plan_arena(walk).layout
 
 
-def _run_step(runner: _Runner, position: int, step: Step, reads_weights: bool) -> None:
+def _run_step(runner: _Runner, position: int, step: Step, reads_weights: bool,
+              overwrites: int = -1) -> None:
     """Carry out one step on real tensors (``reads_weights``: a COMPUTE that streams its
-    weights, by the contract's replay); ``runner.during`` is RAM while a COMPUTE ran."""
+    weights, ``overwrites``: the input an in-place COMPUTE writes its output over, both by
+    the contract's replay); ``runner.during`` is RAM while a COMPUTE ran, an in-place
+    output counted in its input's place."""
     k = step.op
     name = runner.graph.ops[k].name
     action = step.action
@@ -958,6 +966,8 @@ def _run_step(runner: _Runner, position: int, step: Step, reads_weights: bool) -
         if not reads_weights:
             runner.use_held(k)
         value = runner.place(position, step, runner.compute(position, step))
+        if overwrites >= 0:
+            runner.taken.add(runner.graph.ops[overwrites].name)
         runner.during = runner.live_bytes(value)
         runner.resident[name] = value
     elif action is Action.PAGE_OUT:
@@ -976,6 +986,7 @@ def _run_step(runner: _Runner, position: int, step: Step, reads_weights: bool) -
     else:  # FREE
         runner.read(position, step, name)
         del runner.resident[name]
+        runner.taken.discard(name)
 
 
 def schedule_graph(imported: ImportedModel, schedule: Schedule, *, request: Any = None,

@@ -30,6 +30,10 @@ element; max pooling ``k*k - 1`` per output element; average pooling 1 per input
 embedding lookups, concatenation 1 and tanh 5 per output element. Convolutions get the
 zoo's im2col workspace. A loss op (cross-entropy or MSE) is added on the model's output.
 
+An op the model runs in place (``relu_``, ``hardtanh_``, ``add_``: ``nn.ReLU(inplace=True)``,
+``out += h``) may write its output over the tensor it mutates (``Op.overwrites``); the
+schedule's replay keeps it in place only where that tensor dies right after.
+
 Op names are module paths (``layer1.0.conv1``); ops issued by a module's ``forward``
 itself are named ``<path>.<aten op>`` (``layer1.0.add``), with ``_2``, ``_3``, ... on
 repeats.
@@ -331,6 +335,17 @@ def _val(node: Any) -> Any:
     return node.meta.get("val")
 
 
+def _in_place_input(node: Any, tensors: Sequence[Any], op_of: Mapping[Any, str]) -> str | None:
+    """The input an op the model runs in place (``relu_``, ``hardtanh_``, ``add_``: an
+    ``nn.ReLU(inplace=True)``, ``x += y``) writes its output over (``Op.overwrites``): the
+    tensor it mutates, its first argument; None for any other op. Whether a schedule keeps
+    it in place is the replay's to say (the input must die right after)."""
+    if node.target not in tables().functional or not node.args:
+        return None
+    first = node.args[0]
+    return op_of.get(first) if first in tensors and _numel(first) == _numel(node) else None
+
+
 def _numel(node: Any) -> int:
     torch = require_torch()
     val = _val(node)
@@ -573,7 +588,7 @@ def _lower(program: Any, module: Any, inputs: tuple[Any, ...], *, name: str, los
         in_names = [op_of[x] for x in tensors]
         fg.op(op, kind, in_names, output_elements=_numel(n), flops=flops + extra_flops,
               param_count=counts["weights"] + counts["biases"], workspace_elements=workspace,
-              bias_count=counts["biases"])
+              bias_count=counts["biases"], overwrites=_in_place_input(n, tensors, op_of))
         op_of[n] = op
         lowered[op] = LoweredOp(op, kind, n, tuple(in_names), tuple(tensors), path,
                                 tuple(dict.fromkeys(params)), scaled,
