@@ -45,7 +45,7 @@ from poetsim.graph.memory import minimum_ram_bytes
 from poetsim.methods import METHODS, MethodStatus, SolverSettings, produce
 from poetsim.request import Accounting, Request
 from poetsim.schedule import Schedule, plain_schedule
-from poetsim.schedule.io import schedule_from_dict, schedule_to_dict
+from poetsim.schedule.io import DIGEST_FIELD, schedule_from_dict, schedule_to_dict
 from poetsim.sim import SimReport, simulate
 from poetsim.units import meets_deadline
 from poetsim.verdict import Verdict, check_on_board
@@ -237,9 +237,14 @@ class RunCache:
     def put(self, key: str, outcome: Outcome, request: Request) -> None:
         fields = {name: getattr(outcome, name) for name in _RUN_FIELDS}
         fields["status"] = outcome.status.value
+        schedule = None
+        if outcome.schedule is not None:
+            # the entry is found by the key of what made it, so the file's digest is left
+            # out: a cached run gives the schedule a fresh run gives
+            schedule = schedule_to_dict(outcome.schedule, request.graph)
+            schedule["metadata"].pop(DIGEST_FIELD)
         doc = {"format": "poetsim-run", "version": CACHE_VERSION, "key": key, "run": fields,
-               "schedule": None if outcome.schedule is None
-               else schedule_to_dict(outcome.schedule, request.graph)}
+               "schedule": schedule}
         atomic_write_text(self._path(key), json.dumps(doc, separators=(",", ":")))
 
 

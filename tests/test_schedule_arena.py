@@ -147,3 +147,39 @@ def test_a_prefetch_that_crowds_the_arena_starts_where_the_layout_leaves_room(re
     # the layout is one a schedule file may carry: the checker adopts it as it is
     adopted = adopt_layout(r, fitted.layout)
     assert adopted.prefetch_from == fitted.prefetch_from
+
+
+@pytest.mark.parametrize("seed", [380, 1932, 2760, 7])
+def test_the_exact_search_proves_the_brute_force_optimum(seed):
+    """From the worst greedy order, SCIP's search finds the least arena of five buffers and
+    proves it: the brute force's."""
+    import random
+
+    from poetsim.schedule.arena import (
+        _ORDERS,
+        _Buffers,
+        _conflicts,
+        _exact,
+        _offsets,
+        _peak,
+        _sequence,
+    )
+
+    rng = random.Random(seed)
+    unit = 16
+    buffers = []
+    for op in range(5):
+        start = rng.randrange(0, 5)
+        buffers.append(Buffer("tensor", op, start, rng.randrange(start + 1, 7),
+                              unit * rng.choice((1, 2, 3))))
+    alone = _Buffers(buffers, [[i] for i in range(5)], [])
+    near = _conflicts(buffers)
+    worst = max((_offsets(alone, _sequence(alone, order), near) for order in _ORDERS),
+                key=lambda placed: max(placed[1]))
+    found = _exact(alone, near, worst[0], max(worst[1]), _peak(alone, 7))
+    assert found is not None
+    offsets, top, proved = found
+    optimum = _brute_force_arena(buffers, unit)
+    assert top == optimum and proved
+    placed = [attrs.evolve(b, offset_bytes=o) for b, o in zip(buffers, offsets)]
+    assert check_layout(placed, top) is None

@@ -29,7 +29,9 @@ offset free of every placed buffer that is live at the same time (TFLite Micro's
 ``GreedyMemoryPlanner`` orders by size), then improves the best order by a local search
 (a buffer that reaches the top moves earlier in the order; seeded, a counted number of
 moves: deterministic; the simulator stops once the arena fits its RAM limit), and keeps
-the lowest arena. The byte peak is a lower bound: an arena equal to it is optimal. When
+the lowest arena; a small layout still above the RAM limit then goes to an exact search in
+SCIP (OLLA's formulation, a counted number of nodes), which may prove it the least. The
+byte peak is a lower bound: an arena equal to it is optimal. When
 prefetched buffers, taken at their transfer's trigger, crowd a layout that does not fit,
 the buffers are laid out from their own steps and each prefetch starts as early as the
 layout leaves its bytes free.
@@ -292,6 +294,70 @@ def _improve(found: _Buffers, sequence: list[int], near: list[list[int]], goal: 
     return best[0], best[1], improved
 
 
+#: The exact search (:func:`_exact`) runs on layouts of at most this many groups that the
+#: greedy orders and the local search leave above the RAM limit, for at most this many
+#: branch-and-bound nodes (a counted effort: deterministic).
+_EXACT_GROUPS = 60
+_EXACT_NODES = 2_000
+
+
+def _exact(found: _Buffers, near: list[list[int]], offsets: list[int], top: int, peak: int
+           ) -> tuple[list[int], int, bool] | None:
+    """The least arena of ``found``'s groups by SCIP (OLLA's formulation: an offset per
+    group and, for each two groups live at one step, a binary for which lies below),
+    started from the layout ``offsets`` of arena ``top``, with the byte peak as its lower
+    bound. The offsets, their top and whether SCIP proved it the least; None when it
+    found nothing lower and proved nothing."""
+    from poetsim.interrupt import scip_model, solving
+
+    buffers, groups = found.buffers, found.groups
+    group_of = [0] * len(buffers)
+    for g, members in enumerate(groups):
+        for i in members:
+            group_of[i] = g
+    size = [max(buffers[i].size_bytes for i in members) for members in groups]
+    at = [0] * len(groups)
+    for i, o in enumerate(offsets):
+        at[group_of[i]] = o
+    pairs: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for i, others in enumerate(near):
+        for j in others:
+            g, h = group_of[i], group_of[j]
+            if g < h:
+                pairs.setdefault((g, h), []).append((i, j))
+    model = scip_model("arena")
+    model.setParam("limits/totalnodes", _EXACT_NODES)
+    model.setParam("parallel/maxnthreads", 1)
+    o = [model.addVar(f"o{g}", vtype="I", lb=0, ub=top - size[g]) for g in range(len(groups))]
+    arena = model.addVar("arena", lb=peak, ub=top)
+    below = {}
+    for (g, h), members in sorted(pairs.items()):
+        x = below[g, h] = model.addVar(f"x{g}_{h}", vtype="B")  # 1: g lies below h
+        for i, j in members:
+            model.addCons(o[g] + buffers[i].size_bytes <= o[h] + top * (1 - x))
+            model.addCons(o[h] + buffers[j].size_bytes <= o[g] + top * x)
+    for g in range(len(groups)):
+        model.addCons(o[g] + size[g] <= arena)
+    model.setObjective(arena)
+    start = model.createSol()
+    for g in range(len(groups)):
+        model.setSolVal(start, o[g], at[g])
+    for (g, h), x in below.items():
+        model.setSolVal(start, x, 1 if at[g] < at[h] else 0)
+    model.setSolVal(start, arena, top)
+    model.addSol(start, free=True)
+    with solving():
+        model.optimize()
+    proved = model.getStatus() == "optimal"
+    best = model.getBestSol()
+    new_top = round(model.getSolVal(best, arena)) if best is not None else top
+    if new_top >= top and not proved:
+        return None
+    placed = [round(model.getSolVal(best, o[g])) for g in range(len(groups))]
+    new_top = max(p + s for p, s in zip(placed, size))
+    return [placed[group_of[i]] for i in range(len(buffers))], new_top, proved
+
+
 #: Layouts of schedules still alive, per resident state and prefetches: a Monte
 #: Carlo, compare and regress simulate the same schedule again and again, and the layout is
 #: most of a short simulation's set-up.
@@ -356,6 +422,12 @@ def _placed(replay: Replay, resident_bytes: int, prefetch_from: Mapping[int, int
         offsets, top, improved = _improve(found, best_sequence, near, goal)
         if improved:
             best = (top, f"{best[1]}, improved ({improved} moves)", offsets)
+    if fit_bytes is not None and best[0] > goal and len(found.groups) <= _EXACT_GROUPS:
+        # a tight case: the layout misses the RAM limit
+        exact = _exact(found, near, best[2], best[0], peak)
+        if exact is not None:
+            offsets, top, proved = exact
+            best = (top, "exact (SCIP" + (", proven least)" if proved else ")"), offsets)
     top, order, offsets = best
     base = [Buffer("resident", -1, 0, n, resident_bytes)] if resident_bytes > 0 else []
     placed = [attrs.evolve(b, offset_bytes=o + resident_bytes)
