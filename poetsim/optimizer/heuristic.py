@@ -12,6 +12,7 @@ find a feasible plan whenever an easy one exists.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import attrs
@@ -49,12 +50,17 @@ def plain_plan(graph: TrainingGraph) -> StagePlan:
     return StagePlan(**m)
 
 
+#: The greedy pass reads the clock every this many stages.
+_CLOCK_EVERY = 16
+
+
 class _Greedy:
     def __init__(self, graph: TrainingGraph, costs: OpCosts, budget_bytes: int, *,
                  remat: bool, paging: bool, by_time: bool, cascade: bool,
                  keep_guide: np.ndarray | None = None, leave: np.ndarray | None = None,
-                 write: np.ndarray | None = None) -> None:
+                 write: np.ndarray | None = None, stop_at: float | None = None) -> None:
         self.graph = graph
+        self.stop_at = stop_at
         self.keep_guide = keep_guide
         self.leave = leave
         self.write = write
@@ -143,6 +149,9 @@ class _Greedy:
         resident: set[int] = set()
         stored: set[int] = set()
         for t in range(n):
+            if (self.stop_at is not None and t % _CLOCK_EVERY == 0
+                    and time.perf_counter() > self.stop_at):
+                return None  # out of time: no plan
             m["keep"][t, sorted(resident)] = True
             m["stored"][t, sorted(stored)] = True
             plan = self.closure(t, resident, stored)
@@ -215,8 +224,10 @@ class _Greedy:
 def greedy_plan(graph: TrainingGraph, costs: OpCosts, budget_bytes: int, *, remat: bool = True,
                 paging: bool = True, by_time: bool = False, cascade: bool = False,
                 keep_guide: np.ndarray | None = None, leave: np.ndarray | None = None,
-                write: np.ndarray | None = None) -> StagePlan | None:
-    """A feasible plan within ``budget_bytes`` of activation memory, or None.
+                write: np.ndarray | None = None, stop_at: float | None = None
+                ) -> StagePlan | None:
+    """A feasible plan within ``budget_bytes`` of activation memory, or None (also when
+    the clock passes ``stop_at``, a ``time.perf_counter()`` reading, before it is done).
 
     ``by_time`` ranks evictions by the time they cost instead of the energy, which helps
     when the deadline is tight. ``cascade`` lets a dropped tensor's inputs be dropped too
@@ -230,7 +241,8 @@ def greedy_plan(graph: TrainingGraph, costs: OpCosts, budget_bytes: int, *, rema
     (paged in when written, else recomputed, with whatever of its inputs is away too).
     """
     return _Greedy(graph, costs, budget_bytes, remat=remat, paging=paging, by_time=by_time,
-                   cascade=cascade, keep_guide=keep_guide, leave=leave, write=write).run()
+                   cascade=cascade, keep_guide=keep_guide, leave=leave, write=write,
+                   stop_at=stop_at).run()
 
 
 def overlap_transfers(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,

@@ -293,9 +293,9 @@ def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline:
     given schedules lifted into stage form, and the greedy variants guided by each lifted
     schedule's keep decisions (a baseline that drops and recomputes within a stage has no
     stage form within the budget, but what it chose to keep still guides the greedy well).
-    Past ``stop_at`` no further candidate is made (the plain plan and the first greedy
-    plan always are). Of equal energies the first in the order plain, lifted schedules,
-    greedy, guided greedy wins, whatever order they were made in."""
+    Past ``stop_at`` no further candidate is made, and a greedy pass under way gives up
+    (the plain plan is always made). Of equal energies the first in the order plain,
+    lifted schedules, greedy, guided greedy wins, whatever order they were made in."""
     best: tuple[StagePlan | None, PlanMetrics | None, str | None] = (None, None, None)
     best_rank = math.inf
     count = len(warm_starts)
@@ -320,7 +320,9 @@ def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline:
     consider(0, "plain", plain_plan(graph))
     runs = _greedy_variants(formulation, "", None)
     after_lifted = 1 + count
-    consider(after_lifted, *_greedy_run(graph, costs, budget, *runs[0]))
+    consider(after_lifted, *_greedy_run(graph, costs, budget, *runs[0], stop_at=stop_at))
+    if out_of_time():
+        return best
     lifted: list[tuple[int, str, StagePlan]] = []
     for position, schedule in enumerate(warm_starts):
         if out_of_time():
@@ -337,14 +339,16 @@ def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline:
     for number, run in enumerate(runs[1:], start=1):
         if out_of_time():
             return best
-        consider(after_lifted + number, *_greedy_run(graph, costs, budget, *run))
+        consider(after_lifted + number, *_greedy_run(graph, costs, budget, *run,
+                                                     stop_at=stop_at))
     for position, name, plan in lifted:
         guided_from = after_lifted + len(runs) * (1 + position)
         for number, run in enumerate(_greedy_variants(formulation, f"-guided-by-{name}",
                                                       plan.keep)):
             if out_of_time():
                 return best
-            consider(guided_from + number, *_greedy_run(graph, costs, budget, *run))
+            consider(guided_from + number, *_greedy_run(graph, costs, budget, *run,
+                                                        stop_at=stop_at))
     return best
 
 
@@ -367,7 +371,7 @@ def _follow_relaxation(search: _Search, relaxed: Relaxation) -> None:
             search.limits_hit.append("time")
             return
         name, plan = _greedy_run(graph, costs, budget, *run, leave=relaxed.away,
-                                 write=relaxed.paged)
+                                 write=relaxed.paged, stop_at=stop_at)
         if plan is not None:
             plan = overlap_transfers(graph, costs, budget, plan, max_work=_OVERLAP_WORK)
         fitting = _fitting(graph, costs, budget, search.deadline_s,
@@ -382,7 +386,7 @@ def _greedy_run(graph: TrainingGraph, costs: OpCosts, budget: int, suffix: str,
                 guide: np.ndarray | None, remat: bool, paging: bool, by_time: bool,
                 cascade: bool, **leaving: Any) -> tuple[str, StagePlan | None]:
     """One greedy variant, named, and its plan (None when it finds none); ``leaving``:
-    :func:`greedy_plan`'s ``leave`` and ``write``."""
+    :func:`greedy_plan`'s ``leave``, ``write`` and ``stop_at``."""
     name = (f"greedy-{_method(remat, paging)}{'-time' if by_time else ''}"
             f"{'-cascade' if cascade else ''}{suffix}")
     return name, greedy_plan(graph, costs, budget, remat=remat, paging=paging,
