@@ -45,7 +45,8 @@ from poetsim.sim import simulate
 from poetsim.sim.report import SimReport
 from poetsim.units import format_bytes, meets_deadline
 
-__all__ = ["ENERGY_NOTE_SHARE", "FAIL", "PASS", "Verdict", "check_on_board", "judge"]
+__all__ = ["ENERGY_NOTE_SHARE", "FAIL", "PASS", "CornerVerdict", "Verdict", "check_on_board",
+           "judge", "judge_corners"]
 
 PASS = "PASS"
 FAIL = "FAIL"
@@ -243,3 +244,47 @@ def check_on_board(request: Request, schedule: Schedule, *, trace: bool = False,
                       costs=request.costs, trace=trace)
     return report, judge(request, report, notes=notes,
                          predicted_energy_j=report.prediction.predicted_energy_j)
+
+
+@attrs.frozen
+class CornerVerdict:
+    """The verdict of one schedule at one corner of the board's ranges
+    (:mod:`poetsim.boards.corners`)."""
+
+    corner: str
+    verdict: Verdict
+
+    def as_dict(self) -> dict[str, Any]:
+        v = self.verdict
+        return {"name": self.corner, "verdict": v.label, "makespan_s": v.makespan_s,
+                "energy_j": v.energy_j, "violations": list(v.violations)}
+
+    def phrase(self) -> str:
+        """``PASS (typical)``, ``FAIL at the slow corner: <first reason>``."""
+        v = self.verdict
+        energy = "" if v.energy_j is None else f"{v.energy_j:.4g} J"
+        if self.corner == "typical":
+            return f"{v.label} (typical{', ' + energy if energy else ''})"
+        if v.passed:
+            return f"PASS at the {self.corner} corner ({energy}, {v.makespan_s:.4g} s)"
+        return f"FAIL at the {self.corner} corner ({energy}): {v.violations[0]}"
+
+
+def judge_corners(request: Request, schedule: Schedule, typical: Verdict | None = None
+                  ) -> list[CornerVerdict]:
+    """``schedule`` judged at every corner of the request's board, typical first (its
+    verdict ``typical`` when already judged): the same graph, budget and deadline in
+    seconds, each corner's board and its costs. A board without ranges has one corner."""
+    from poetsim.boards.corners import CORNERS, corner_board
+    from poetsim.costs import op_costs
+
+    if typical is None:
+        typical = check_on_board(request, schedule)[1]
+    out = [CornerVerdict("typical", typical)]
+    if not request.board.ranges:
+        return out
+    for corner in CORNERS[1:]:
+        board = corner_board(request.board, corner)
+        at = attrs.evolve(request, board=board, costs=op_costs(request.graph, board))
+        out.append(CornerVerdict(corner, check_on_board(at, schedule)[1]))
+    return out

@@ -2,8 +2,9 @@
 
 The file format is documented in ``device_models/README.md``. Every numeric key is an
 inline table ``{ value = ..., source = "datasheet|paper|measured|estimate|what-if",
-ref = "..." }``. Any problem raises :class:`~poetsim.errors.BoardError` with one line
-that names the file, the dotted key, the value and the rule.
+ref = "..." }``, with ``min`` and ``max`` too when the number is a range
+(:mod:`poetsim.boards.corners`). Any problem raises :class:`~poetsim.errors.BoardError`
+with one line that names the file, the dotted key, the value and the rule.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from poetsim.boards.corners import check_range, corner_boards
 from poetsim.boards.spec import (
     Board,
     BoardFieldError,
@@ -46,6 +48,7 @@ _TOP_KEYS = ("schema_version", "name", "title", "profile", "notes", *SECTIONS)
 _REQUIRED_TOP = ("schema_version", "name", "title", "profile",
                  *(s for s in SECTIONS if s not in OPTIONAL_SECTIONS))
 _SOURCE_KEYS = ("value", "source", "ref")
+_RANGE_KEYS = ("min", "max")
 
 
 def load_board(path: str | Path) -> Board:
@@ -70,15 +73,16 @@ def _missing(origin: str, key: str, what: str) -> BoardError:
     return BoardError(f"{origin}: missing key {key!r}: {what}")
 
 
-def _sourced(origin: str, key: str, raw: Any, sources: dict[str, Source]) -> Any:
+def _sourced(origin: str, key: str, raw: Any, sources: dict[str, Source],
+             ranges: dict[str, tuple[float, float]]) -> Any:
     if not isinstance(raw, dict):
         raise BoardError(
             f"{origin}: {key} = {raw!r}: must be a table {{ value = ..., source = ..., ref = ... }}"
             " so that the number carries its source"
         )
     for sub in raw:
-        if sub not in _SOURCE_KEYS:
-            raise _unknown(origin, f"{key}.{sub}", list(_SOURCE_KEYS))
+        if sub not in _SOURCE_KEYS + _RANGE_KEYS:
+            raise _unknown(origin, f"{key}.{sub}", list(_SOURCE_KEYS + _RANGE_KEYS))
     for sub in _SOURCE_KEYS:
         if sub not in raw:
             raise _missing(origin, f"{key}.{sub}", "every number needs value, source and ref")
@@ -88,10 +92,16 @@ def _sourced(origin: str, key: str, raw: Any, sources: dict[str, Source]) -> Any
     if not isinstance(raw["ref"], str) or not raw["ref"].strip():
         raise BoardError(f"{origin}: {key}.ref = {raw['ref']!r}: must be a non-empty reference")
     sources[key] = Source(SourceKind(raw["source"]), raw["ref"].strip())
+    if any(sub in raw for sub in _RANGE_KEYS):
+        for sub in _RANGE_KEYS:
+            if sub not in raw:
+                raise _missing(origin, f"{key}.{sub}", "a range needs min and max")
+        ranges[key] = (raw["min"], raw["max"])  # checked once the value has passed its rules
     return raw["value"]
 
 
-def _section(origin: str, name: str, cls: type, raw: Any, sources: dict[str, Source]) -> Any:
+def _section(origin: str, name: str, cls: type, raw: Any, sources: dict[str, Source],
+             ranges: dict[str, tuple[float, float]]) -> Any:
     if not isinstance(raw, dict):
         raise BoardError(f"{origin}: {name} = {raw!r}: must be a table [{name}]")
     fields = {f.name: f for f in attrs.fields(cls)}
@@ -110,9 +120,9 @@ def _section(origin: str, name: str, cls: type, raw: Any, sources: dict[str, Sou
             continue
         value = raw[fname]
         if fname in numeric:
-            value = _sourced(origin, key, value, sources)
+            value = _sourced(origin, key, value, sources, ranges)
         elif "section" in field.metadata:  # a sub-table such as [storage.write_busy]
-            value = _section(origin, key, field.metadata["section"], value, sources)
+            value = _section(origin, key, field.metadata["section"], value, sources, ranges)
         kwargs[fname] = value
     try:
         return cls(**kwargs)
@@ -135,16 +145,23 @@ def board_from_dict(data: dict[str, Any], origin: str = "<board>") -> Board:
             f"version {SCHEMA_VERSION}"
         )
     sources: dict[str, Source] = {}
-    sections = {name: _section(origin, name, cls, data[name], sources)
+    ranges: dict[str, tuple[float, float]] = {}
+    sections = {name: _section(origin, name, cls, data[name], sources, ranges)
                 for name, cls in SECTIONS.items() if name in data}
     for key in ("name", "title", "notes"):
         if key in data and not isinstance(data[key], str):
             raise BoardError(f"{origin}: {key} = {data[key]!r}: must be a string")
     try:
-        return Board(name=data["name"], title=data["title"], profile=data["profile"],
-                     notes=data.get("notes", ""), sources=sources, **sections)
+        board = Board(name=data["name"], title=data["title"], profile=data["profile"],
+                      notes=data.get("notes", ""), sources=sources, **sections)
+        if ranges:
+            board = attrs.evolve(board, ranges={
+                key: check_range(key, low, board.number(key), high)
+                for key, (low, high) in ranges.items()})
+            corner_boards(board)  # every corner is a consistent board
     except BoardFieldError as err:
         raise BoardError(f"{origin}: {err}") from None
+    return board
 
 
 def board_to_dict(board: Board) -> dict[str, Any]:
@@ -171,12 +188,15 @@ def _table(board: Board, name: str, cls: type, section: Any) -> dict[str, Any]:
         if value is None:
             continue
         if field.name in numeric:
-            src = board.sources.get(f"{name}.{field.name}")
+            key = f"{name}.{field.name}"
+            src = board.sources.get(key)
             table[field.name] = {
                 "value": value,
                 "source": src.kind.value if src else SourceKind.ESTIMATE.value,
                 "ref": src.ref if src else "not recorded",
             }
+            if key in board.ranges:
+                table[field.name].update(zip(_RANGE_KEYS, board.ranges[key]))
         elif field.name in nested:
             table[field.name] = _table(board, f"{name}.{field.name}", nested[field.name], value)
         else:

@@ -546,6 +546,10 @@ class Board:
     sources: Mapping[str, Source] = attrs.field(factory=dict, converter=_source_map,
                                                 eq=False, repr=False)
     notes: str = ""
+    #: dotted numeric key -> (min, max) of the numbers given as ranges
+    #: (:mod:`poetsim.boards.corners`); the field holds the typical value
+    ranges: Mapping[str, tuple[float, float]] = attrs.field(factory=dict, converter=dict,
+                                                            eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
@@ -564,6 +568,13 @@ class Board:
                     f"storage.{name}", value,
                     f"exceeds bus.bandwidth_bytes_per_s = {self.bus.bandwidth_bytes_per_s:.6g}",
                 )
+
+    def number(self, key: str) -> Any:
+        """The value of a dotted field (``"storage.read_latency_s"``)."""
+        value: Any = self
+        for part in key.split("."):
+            value = getattr(value, part)
+        return value
 
     def source_of(self, key: str) -> Source | None:
         """The provenance of a dotted numeric key, or None if it was not recorded."""

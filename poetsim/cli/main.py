@@ -75,7 +75,7 @@ from poetsim.sim.report import SimReport
 from poetsim.sim.trace import write_chrome_trace
 from poetsim.summary import cost_summary, graph_summary
 from poetsim.units import format_bytes, format_quantity
-from poetsim.verdict import Verdict, check_on_board
+from poetsim.verdict import Verdict, check_on_board, judge_corners
 from poetsim.zoo import (
     DEFAULT_MODEL,
     build_model,
@@ -694,6 +694,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                                          notes=notes)
     except ScheduleError as err:  # a rule of the op-list contract: say which file broke it
         raise ScheduleError(f"{args.schedule}: {err}") from None
+    corners = judge_corners(request, schedule, verdict) if args.corners else None
     mc = None
     if variance is not None:
         mc = monte_carlo(graph, board, schedule, runs=variance[0], seed=variance[1],
@@ -712,9 +713,16 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             doc["monte_carlo"] = {
                 **mc.as_dict(), "verdict_is_of": "the nominal run (the figures and verdict "
                                                  "above); monte_carlo is reported beside it"}
+        if corners is not None:
+            doc["corners"] = [c.as_dict() for c in corners]
         _emit_json(doc)
     else:
         _print_sim(report, verdict)
+        if corners is not None:
+            print(_row("corners", "; ".join(c.phrase() for c in corners)
+                       if len(corners) > 1 else
+                       f"{verdict.label} (typical): {board.name} gives no ranges, so every "
+                       "corner is the typical one"))
         for path in written:
             print(_row("wrote", path))
         if mc is not None:
@@ -888,6 +896,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write RAM, power and schedule-matrix plots (.png, .svg or .pdf)")
     p.add_argument("--transfers", action="store_true",
                    help="with --json, include the transfer plan")
+    p.add_argument("--corners", action="store_true",
+                   help="also judge at the slow and the costly corner of the board's ranges "
+                        "(every range at its end that costs time, or energy); the exit "
+                        "status follows the typical corner")
     add_accept_edits(p)
     p.add_argument("--runs", type=int, metavar="N",
                    help=f"also a Monte Carlo of N runs (1..{MAX_RUNS}) that draw each write's "
