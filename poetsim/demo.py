@@ -48,6 +48,7 @@ from poetsim.request import Request
 from poetsim.runs import Outcome, reference_energy_j, run_and_judge, with_overheads
 from poetsim.summary import cost_summary
 from poetsim.units import format_bytes, format_quantity
+from poetsim.verdict import CornerVerdict, judge_corners
 
 __all__ = ["DEMO_BASELINES", "DEMO_BOARD", "DEMO_DEADLINE", "DEMO_MODEL", "DEMO_MODEL_OPTIONS",
            "DEMO_RAM", "DemoResult", "default_out_dir", "run_demo"]
@@ -129,12 +130,17 @@ def run_demo(request: Request, settings: SolverSettings = DEMO_SETTINGS, *,
                 + (f"; simulated on the board: {outcome.verdict.label}"
                    if outcome.verdict is not None else ""))
         outcomes.append(outcome)
+    poet = outcomes[0]
+    corners = (judge_corners(request, poet.schedule, poet.verdict)
+               if poet.schedule is not None and poet.verdict is not None else [])
+    if len(corners) > 1:
+        say("  at the board's corners: " + "; ".join(c.phrase() for c in corners))
     reference = reference_energy_j(request)
     outcomes = with_overheads(outcomes, reference)
 
     with new_folder(final, InputError) as tmp:
         files = _write_outputs(tmp, request, outcomes, reference, say=say)
-        summary = _summary(request, settings, outcomes, reference, files,
+        summary = _summary(request, settings, outcomes, reference, files, corners,
                            wall_s=time.perf_counter() - started)
         atomic_write_text(tmp / "summary.json", json.dumps(summary, indent=2, default=str))
         atomic_write_text(tmp / "summary.md", _markdown(summary, outcomes))
@@ -233,7 +239,8 @@ def _plot_comparison(request: Request, outcomes: Sequence[Outcome], reference: f
 
 
 def _summary(request: Request, settings: SolverSettings, outcomes: Sequence[Outcome],
-             reference: float, files: list[str], *, wall_s: float) -> dict[str, Any]:
+             reference: float, files: list[str], corners: Sequence[CornerVerdict], *,
+             wall_s: float) -> dict[str, Any]:
     poet = outcomes[0]
     verdict = poet.verdict
     return {
@@ -249,6 +256,8 @@ def _summary(request: Request, settings: SolverSettings, outcomes: Sequence[Outc
         "arena_bytes": verdict.arena_bytes if verdict else None,
         "board_ram_bytes": request.board_ram_bytes,
         "violations": list(verdict.violations) if verdict else [poet.why_not],
+        "corners": [c.as_dict() for c in corners],
+        "corners_line": "; ".join(c.phrase() for c in corners),
         "energy_per_iteration_j": None if poet.report is None else poet.report.energy_j,
         "time_per_iteration_s": None if poet.report is None else poet.report.makespan_s,
         "storage_lifetime_iterations": _lifetime(poet),
@@ -288,6 +297,8 @@ def _markdown(s: dict[str, Any], outcomes: Sequence[Outcome]) -> str:
             f"in all, laid out in an arena of {format_bytes(s['arena_bytes'])}, of "
             f"{format_bytes(s['board_ram_bytes'])} usable RAM"
             + ("" if not s["violations"] else f"; {'; '.join(s['violations'])}"),
+            *([f"- at the board's measured corners: {s['corners_line']}"]
+              if len(s["corners"]) > 1 else []),
             f"- energy {format_quantity(sim['energy_j'], 'J', 4)} per iteration "
             f"({sim['energy_j'] / s['reference_energy_j'] - 1:+.2%} vs every op once with "
             f"unlimited RAM), makespan {format_quantity(sim['makespan_s'], 's', 4)}",
