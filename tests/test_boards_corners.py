@@ -93,3 +93,24 @@ def test_a_board_without_ranges_has_one_corner(capsys):
             in capsys.readouterr().out)
     assert main(["simulate", golden, "--corners", "--json"]) == 1
     assert [c["name"] for c in json.loads(capsys.readouterr().out)["corners"]] == ["typical"]
+
+
+def test_solve_plans_for_a_corner(capsys, tmp_path):
+    """The demo's job planned for the costly corner (a card that never idles): its energy
+    is that corner's, the file says so, and simulate judges it at every corner. The
+    headline job has no schedule at the slow corner: computing every op once already
+    takes longer than its 2x deadline there."""
+    out = tmp_path / "s.json"
+    words = ["--board", "nrf52840", "--ram", "board", "--deadline", "2x", "--json"]
+    assert main(["solve", "--model", "ds_cnn_s", "--set", "train_last=3", *words,
+                 "--plan-for", "costly", "--out", str(out)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["plan_for"] == "costly" and doc["energy_j"] > 0.08  # typical: 17.3 mJ
+    assert json.loads(out.read_text())["metadata"]["plan_for"] == "costly"
+    assert main(["simulate", str(out), "--corners", "--json"]) == 0
+    corners = {c["name"]: c for c in json.loads(capsys.readouterr().out)["corners"]}
+    assert corners["costly"]["energy_j"] == pytest.approx(doc["energy_j"], rel=0.01)
+    assert main(["solve", "--model", "resnet18_cifar", "--set", "int8=1", "--set",
+                 "gradient_bytes=1", "--set", "inplace_update=1", *words[:-1],
+                 "--plan-for", "slow"]) == 1
+    assert "shorter than computing every op once" in capsys.readouterr().out

@@ -29,10 +29,12 @@ from poetsim.boards import (
     get_board,
     load_board,
 )
+from poetsim.boards.corners import CORNERS, corner_board
 from poetsim.boards.spec import Board
 from poetsim.cli import sweep_commands, torch_commands
 from poetsim.cli.options import add_accept_edits
 from poetsim.compare import compare, format_table, write_outcomes
+from poetsim.costs import op_costs
 from poetsim.demo import (
     DEMO_BOARD,
     DEMO_DEADLINE,
@@ -443,6 +445,9 @@ def _progress_printer(quiet: bool):
 def _cmd_solve(args: argparse.Namespace) -> int:
     board = get_board(args.board)
     request = _request_from_args(args, _graph_from_args(args), board)
+    if args.plan_for != "typical":  # the user's words resolved on the board as given
+        board = corner_board(board, args.plan_for)
+        request = attrs.evolve(request, board=board, costs=op_costs(request.graph, board))
     graph = request.graph
     # --time-limit holds for the whole command: reading and costing a large graph counts
     settings = _solver_settings(args)
@@ -455,15 +460,18 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         remat=not args.no_remat, paging=not args.no_paging, restricted=args.restricted,
         progress=_progress_printer(args.json)))
     result, schedule = outcome.solve_result, outcome.schedule
+    if schedule is not None and args.plan_for != "typical":
+        schedule = schedule.with_metadata(plan_for=args.plan_for)
     written: list[str] = []
     if schedule is not None:
         _write_all_or_nothing(written, (
             (args.out, lambda path: write_schedule(schedule, graph, path)),
             (args.binary, lambda path: write_schedule_binary(schedule, path, graph))))
     if args.json:
-        _emit_json({**result.summary(), **_replanned(outcome), "files": written})
+        _emit_json({**result.summary(), **_replanned(outcome), "plan_for": args.plan_for,
+                    "files": written})
     else:
-        _print_solve(graph, board, outcome, written)
+        _print_solve(graph, board, outcome, written, args.plan_for)
     return 0 if result.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE) else 1
 
 
@@ -476,10 +484,13 @@ def _replanned(outcome: Outcome) -> dict[str, Any]:
 
 
 def _print_solve(graph: TrainingGraph, board: Board, outcome: Outcome,
-                 written: list[str]) -> None:
+                 written: list[str], plan_for: str = "typical") -> None:
     result = outcome.solve_result
     s = result.summary()
     print(f"{graph.name} on {board.name}: {s['method']}: {result.message}")
+    if plan_for != "typical":
+        print(_row("planned for", f"the {plan_for} corner of the board's ranges (simulate "
+                   "--corners judges every corner)"))
     print(_row("budget", result.request.describe_budget()))
     if outcome.planned_activation_bytes is not None:
         print(_row("planned against", f"{format_bytes(outcome.planned_activation_bytes)} of "
@@ -844,6 +855,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--restricted", action="store_true",
                    help="faster restricted formulation (backward ops once, forward ops at most "
                         "twice); its result is labelled and never reported optimal")
+    p.add_argument("--plan-for", choices=CORNERS, default="typical",
+                   help="plan against this corner of the board's ranges (default typical: "
+                        "the board as given; slow: every range at the end that costs time; "
+                        "costly: at the end that costs energy); the budget and deadline are "
+                        "resolved on the board as given, the schedule judged at the corner",
+                   )
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, metavar="S",
                    help=f"safety cap on the whole command (default {DEFAULT_TIME_LIMIT_S:g} s; "
                         "the effort normally ends the search first)")
