@@ -13,23 +13,32 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from poetsim.errors import InputError
 from poetsim.fileio import atomic_write_text, new_folder
 from poetsim.methods import METHODS, SolverSettings
 from poetsim.request import Request
 from poetsim.runs import Outcome, RunCache, reference_energy_j, run_and_judge, with_overheads
+from poetsim.verdict import judge_corners
 
 __all__ = ["compare", "format_table", "write_outcomes"]
 
 
 def compare(request: Request, *, settings: SolverSettings = SolverSettings(),
             methods: Iterable[str] | None = None,
-            cache: RunCache | None = None) -> list[Outcome]:
+            cache: RunCache | None = None, corners: bool = False) -> list[Outcome]:
     """Run POET and the baselines (all of :data:`~poetsim.methods.METHODS`, or ``methods``
-    after POET), simulate and judge each; one outcome per method, POET's first."""
+    after POET), simulate and judge each; one outcome per method, POET's first. With
+    ``corners``, every schedule is judged at the board's corners too
+    (:func:`~poetsim.verdict.judge_corners`)."""
     names = list(METHODS) if methods is None else ["poet", *(m for m in methods
                                                             if m != "poet")]
     outcomes = [run_and_judge(request, name, settings, cache=cache) for name in names]
+    if corners:
+        outcomes = [attrs.evolve(o, corners=judge_corners(request, o.schedule, o.verdict))
+                    if o.schedule is not None and o.verdict is not None else o
+                    for o in outcomes]
     return with_overheads(outcomes, reference_energy_j(request))
 
 
@@ -66,12 +75,16 @@ def format_table(outcomes: Iterable[Outcome]) -> str:
             return ("yes" if value else "no").rjust(width)
         return format(value, spec).rjust(width)
 
+    outcomes = list(outcomes)
+    with_corners = any(len(o.corners) > 1 for o in outcomes)
     header = (f"{'method':<15} {'verdict':>7} {'status':<14} {'energy_J':>11} "
               f"{'overhead':>9} {'makespan_s':>11} {'peak_total_B':>12} {'arena_B':>12} "
               f"{'fits_RAM':>8} "
-              f"{'remat':>5} {'out':>4} {'in':>4}  why not")
+              + (f"{'typ/slow/costly':>15} " if with_corners else "")
+              + f"{'remat':>5} {'out':>4} {'in':>4}  why not")
     lines = [header]
     for o in outcomes:
+        corner_cell = ("/".join(c.verdict.label for c in o.corners) if o.corners else "-")
         overhead = None if o.energy_overhead is None else f"{100 * o.energy_overhead:.2f}%"
         schedule = o.schedule
         counts = ((schedule.recomputations(), schedule.page_outs, schedule.page_ins)
@@ -82,5 +95,6 @@ def format_table(outcomes: Iterable[Outcome]) -> str:
             f"{cell(o.makespan_s, '.6g', 11)} {cell(o.peak_total_bytes, 'd', 12)} "
             f"{cell(o.verdict.arena_bytes if o.verdict else None, 'd', 12)} "
             f"{cell(o.verdict.fits_board_ram if o.verdict else None, '', 8)} "
-            f"{counts[0]:>5} {counts[1]:>4} {counts[2]:>4}  {o.why_not}")
+            + (f"{corner_cell:>15} " if with_corners else "")
+            + f"{counts[0]:>5} {counts[1]:>4} {counts[2]:>4}  {o.why_not}")
     return "\n".join(lines)

@@ -48,7 +48,7 @@ from poetsim.schedule import Schedule, plain_schedule
 from poetsim.schedule.io import DIGEST_FIELD, schedule_from_dict, schedule_to_dict
 from poetsim.sim import SimReport, simulate
 from poetsim.units import meets_deadline
-from poetsim.verdict import Verdict, check_on_board
+from poetsim.verdict import CornerVerdict, Verdict, check_on_board
 
 __all__ = ["CACHE_VERSION", "MAX_DEADLINE_TIGHTENINGS", "METHODS", "SOLVER_VERSION", "Outcome",
            "RunCache",
@@ -122,6 +122,9 @@ class Outcome:
     report: SimReport | None = attrs.field(default=None, repr=False, eq=False)
     verdict: Verdict | None = None
     energy_overhead: float | None = None
+    #: the schedule judged at every corner of the board's ranges, typical first, when
+    #: asked for (:func:`poetsim.verdict.judge_corners`)
+    corners: tuple[CornerVerdict, ...] = attrs.field(default=(), converter=tuple, eq=False)
 
     @property
     def feasible(self) -> bool:
@@ -166,6 +169,8 @@ class Outcome:
         else:
             out.update(verdict=None, fits_board_ram=None, peak_total_bytes=None,
                        arena_bytes=None, board_ram_bytes=None, violations=[])
+        if self.corners:
+            out["corners"] = [c.as_dict() for c in self.corners]
         return out
 
 

@@ -114,3 +114,23 @@ def test_solve_plans_for_a_corner(capsys, tmp_path):
                  "gradient_bytes=1", "--set", "inplace_update=1", *words[:-1],
                  "--plan-for", "slow"]) == 1
     assert "shorter than computing every op once" in capsys.readouterr().out
+
+
+def test_compare_judges_every_schedule_at_the_corners():
+    from poetsim.compare import compare, format_table
+    from poetsim.methods import SolverSettings
+    from poetsim.request import resolve_request
+    from poetsim.zoo import build_model
+
+    request = resolve_request(build_model("ds_cnn_s", train_last=3), get_board("nrf52840"),
+                              ram="board", deadline="2x")
+    outcomes = compare(request, settings=SolverSettings(effort=50), methods=["capuchin"],
+                       corners=True)
+    assert [o.method for o in outcomes] == ["poet", "capuchin"]
+    for outcome in outcomes:
+        assert [c.corner for c in outcome.corners] == list(CORNERS)
+        assert outcome.corners[0].verdict == outcome.verdict
+        assert [c["name"] for c in outcome.as_dict()["corners"]] == list(CORNERS)
+    assert "typ/slow/costly" in format_table(outcomes).splitlines()[0]
+    assert "typ/slow/costly" not in format_table(compare(request, methods=["capuchin"],
+                                                         settings=SolverSettings(effort=50)))

@@ -32,7 +32,7 @@ from poetsim.boards import (
 from poetsim.boards.corners import CORNERS, corner_board
 from poetsim.boards.spec import Board
 from poetsim.cli import sweep_commands, torch_commands
-from poetsim.cli.options import add_accept_edits
+from poetsim.cli.options import add_accept_edits, add_corners
 from poetsim.compare import compare, format_table, write_outcomes
 from poetsim.costs import op_costs
 from poetsim.demo import (
@@ -746,7 +746,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     board = get_board(args.board)
     request = _request_from_args(args, _graph_from_args(args), board)
-    outcomes = compare(request, settings=_solver_settings(args))
+    outcomes = compare(request, settings=_solver_settings(args), corners=args.corners)
     written = [str(p) for p in write_outcomes(outcomes, request, args.out)] if args.out else []
     if args.json:
         _emit_json([o.as_dict() for o in outcomes])
@@ -895,6 +895,7 @@ def build_parser() -> argparse.ArgumentParser:
                         f"LP iterations; default {DEFAULT_EFFORT}, 0: the time limit alone)")
     p.add_argument("--out", metavar="DIR",
                    help="write every method's schedule and comparison.json into DIR (new)")
+    add_corners(p)
     _add_model_options(p)
     p.set_defaults(func=_cmd_compare)
 
@@ -913,10 +914,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write RAM, power and schedule-matrix plots (.png, .svg or .pdf)")
     p.add_argument("--transfers", action="store_true",
                    help="with --json, include the transfer plan")
-    p.add_argument("--corners", action="store_true",
-                   help="also judge at the slow and the costly corner of the board's ranges "
-                        "(every range at its end that costs time, or energy); the exit "
-                        "status follows the typical corner")
+    add_corners(p)
     add_accept_edits(p)
     p.add_argument("--runs", type=int, metavar="N",
                    help=f"also a Monte Carlo of N runs (1..{MAX_RUNS}) that draw each write's "
