@@ -55,21 +55,27 @@ def _brute_force_arena(buffers: list[Buffer], unit: int) -> int:
     return best
 
 
+def _random_buffers(seed: int, count: int, unit: int) -> list[Buffer]:
+    """``count`` tensor buffers of 1 to 3 ``unit`` over ``count + 2`` steps (seeded)."""
+    import random
+
+    rng = random.Random(seed)
+    buffers = []
+    for op in range(count):
+        start = rng.randrange(0, count)
+        buffers.append(Buffer("tensor", op, start, rng.randrange(start + 1, count + 2),
+                              unit * rng.choice((1, 2, 3))))
+    return buffers
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_tiny_layouts_match_the_brute_force_optimum(seed):
     """Four buffers of 1 to 3 units over five steps: the planner's arena is the least any
     placement on the unit grid can have, and never below the byte peak."""
-    import random
-
     from poetsim.schedule.arena import _ORDERS, _Buffers, _peak, _place
 
-    rng = random.Random(seed)
     unit = 16
-    buffers = []
-    for op in range(4):
-        start = rng.randrange(0, 4)
-        buffers.append(Buffer("tensor", op, start, rng.randrange(start + 1, 6),
-                              unit * rng.choice((1, 2, 3))))
+    buffers = _random_buffers(seed, 4, unit)
     best = min(_place(buffers, order)[1] for order in _ORDERS)
     alone = _Buffers(buffers, [[i] for i in range(4)], [])
     assert best == _brute_force_arena(buffers, unit) >= _peak(alone, 6)
@@ -95,8 +101,6 @@ def test_a_layout_that_overlaps_or_overflows_is_named():
 def test_the_local_search_reaches_the_optimum_the_greedy_orders_miss(seed):
     """Five buffers where every greedy order leaves the arena above the brute-force
     optimum: moving a buffer that reaches the top earlier in the order finds it."""
-    import random
-
     from poetsim.schedule.arena import (
         _ORDERS,
         _Buffers,
@@ -107,13 +111,8 @@ def test_the_local_search_reaches_the_optimum_the_greedy_orders_miss(seed):
         _sequence,
     )
 
-    rng = random.Random(seed)
     unit = 16
-    buffers = []
-    for op in range(5):
-        start = rng.randrange(0, 5)
-        buffers.append(Buffer("tensor", op, start, rng.randrange(start + 1, 7),
-                              unit * rng.choice((1, 2, 3))))
+    buffers = _random_buffers(seed, 5, unit)
     alone = _Buffers(buffers, [[i] for i in range(5)], [])
     greedy = {order: _place(buffers, order)[1] for order in _ORDERS}
     optimum = _brute_force_arena(buffers, unit)
@@ -153,8 +152,6 @@ def test_a_prefetch_that_crowds_the_arena_starts_where_the_layout_leaves_room(re
 def test_the_exact_search_proves_the_brute_force_optimum(seed):
     """From the worst greedy order, SCIP's search finds the least arena of five buffers and
     proves it: the brute force's."""
-    import random
-
     from poetsim.schedule.arena import (
         _ORDERS,
         _Buffers,
@@ -165,13 +162,8 @@ def test_the_exact_search_proves_the_brute_force_optimum(seed):
         _sequence,
     )
 
-    rng = random.Random(seed)
     unit = 16
-    buffers = []
-    for op in range(5):
-        start = rng.randrange(0, 5)
-        buffers.append(Buffer("tensor", op, start, rng.randrange(start + 1, 7),
-                              unit * rng.choice((1, 2, 3))))
+    buffers = _random_buffers(seed, 5, unit)
     alone = _Buffers(buffers, [[i] for i in range(5)], [])
     near = _conflicts(buffers)
     worst = max((_offsets(alone, _sequence(alone, order), near) for order in _ORDERS),
