@@ -302,6 +302,8 @@ def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline:
 
     def consider(rank: float, name: str, plan: StagePlan | None) -> None:
         nonlocal best, best_rank
+        if rank and out_of_time():  # only the plain plan is judged past the stop
+            return
         fitting = _fitting(graph, costs, budget, deadline, storage_capacity, plan)
         if fitting is None:
             return
@@ -328,7 +330,7 @@ def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline:
         if out_of_time():
             return best
         plan = plan_from_schedule(graph, schedule)
-        if plan is None:
+        if plan is None or out_of_time():
             continue
         name = str(schedule.metadata.get("method", "given schedule"))
         # what the list keeps guides the greedy; the plan itself need not hold it idle
