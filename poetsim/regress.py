@@ -39,7 +39,7 @@ from poetsim.runs import Outcome, judge_outcome, run_method
 from poetsim.schedule import Schedule, read_schedule, write_schedule
 from poetsim.schedule.io import DIGEST_FIELD
 from poetsim.schedule.metadata import parse_metadata
-from poetsim.verdict import Verdict, check_on_board
+from poetsim.verdict import CornerVerdict, Verdict, check_on_board, judge_corners
 
 __all__ = ["CASES_FILE", "DEFAULT_TOLERANCE", "Case", "CaseCheck", "Change", "check_goldens",
            "load_cases", "make_goldens", "trained_on", "update_goldens"]
@@ -117,6 +117,8 @@ class CaseCheck:
     changes: tuple[Change, ...] = ()
     error: str = ""
     resolved: Schedule | None = attrs.field(default=None, repr=False, eq=False)
+    #: the golden judged at its board's corners, when asked for
+    corners: tuple[CornerVerdict, ...] = attrs.field(default=(), eq=False)
 
     def line(self) -> str:
         if self.status == "error":
@@ -129,6 +131,9 @@ class CaseCheck:
         if found.get("objective_j") is not None:
             text += (f", objective {found['objective_j']:.6g} J, bound "
                      f"{found.get('bound_j') or 0:.6g} J, gap {found.get('gap') or 0:.2%}")
+        if len(self.corners) > 1:
+            text += "; corners " + "/".join(c.verdict.label for c in self.corners) + (
+                " (typical/slow/costly)")
         if self.changes:
             text += "; " + "; ".join(c.describe() for c in self.changes)
         return text
@@ -137,7 +142,8 @@ class CaseCheck:
         return {"case": self.name, "file": str(self.path), "status": self.status,
                 "found": self.found, "error": self.error or None,
                 "changes": [{"field": c.field, "expected": c.expected, "found": c.found,
-                             "relative": c.relative, "worse": c.worse} for c in self.changes]}
+                             "relative": c.relative, "worse": c.worse} for c in self.changes],
+                **({"corners": [c.as_dict() for c in self.corners]} if self.corners else {})}
 
 
 # ----------------------------------------------------------------------------- cases
@@ -283,12 +289,13 @@ def _compare(expected: dict[str, Any], found: dict[str, Any], fields: Iterable[s
     return changes
 
 
-def _check_one(path: Path, tolerance: float, resolve: bool) -> CaseCheck:
+def _check_one(path: Path, tolerance: float, resolve: bool, corners: bool = False
+               ) -> CaseCheck:
     name = path.stem
     try:
         meta = _golden_metadata_of(path)
         name = meta.case or name
-        request, report, verdict = _simulate(path)
+        request, report, verdict, at_corners = _simulate(path, corners)
         found = _figures(verdict, report.energy_j, None)
         expected = dict(meta.expected)
         fields = ["energy_j", "peak_total_bytes", "arena_bytes", "makespan_s", "verdict"]
@@ -305,7 +312,8 @@ def _check_one(path: Path, tolerance: float, resolve: bool) -> CaseCheck:
     except (PoetsimError, OSError, ValueError) as err:
         return CaseCheck(name, path, "error", {}, error=str(err).splitlines()[0])
     changes = tuple(_compare(expected, found, fields, tolerance))
-    return CaseCheck(name, path, _status(changes), found, changes, resolved=resolved)
+    return CaseCheck(name, path, _status(changes), found, changes, resolved=resolved,
+                     corners=tuple(at_corners))
 
 
 #: Figures that trade against the energy: worse alone, an improvement with less energy.
@@ -358,12 +366,14 @@ def _golden_metadata_of(path: Path) -> Any:
     return meta
 
 
-def _simulate(path: Path) -> tuple[Request, Any, Verdict]:
+def _simulate(path: Path, corners: bool = False
+              ) -> tuple[Request, Any, Verdict, list[CornerVerdict]]:
     """The golden's request, as its file records it, and its schedule simulated and judged
-    on the board."""
+    on the board (with ``corners``, at every corner of its ranges too)."""
     request, schedule = _golden(path)
     report, verdict = check_on_board(request, schedule)
-    return request, report, verdict
+    return (request, report, verdict,
+            judge_corners(request, schedule, verdict) if corners else [])
 
 
 def _goldens(folder: Path) -> list[Path]:
@@ -377,12 +387,14 @@ def _goldens(folder: Path) -> list[Path]:
 
 
 def check_goldens(folder: str | Path, *, tolerance: float = DEFAULT_TOLERANCE,
-                  resolve: bool = False) -> list[CaseCheck]:
-    """Check every golden of ``folder`` (see the module docstring), in file-name order."""
+                  resolve: bool = False, corners: bool = False) -> list[CaseCheck]:
+    """Check every golden of ``folder`` (see the module docstring), in file-name order;
+    with ``corners``, each also judged at the corners of its board's ranges (reported,
+    not compared: the expected figures are the typical corner's)."""
     if not (0 <= tolerance < 1):
         raise InputError(f"tolerance = {tolerance!r}: must be in [0, 1)")
     folder = Path(folder)
-    checks = [_check_one(path, tolerance, resolve) for path in _goldens(folder)]
+    checks = [_check_one(path, tolerance, resolve, corners) for path in _goldens(folder)]
     if (folder / CASES_FILE).exists():  # a case whose golden is gone is an error, not a pass
         found = {check.path.stem for check in checks}
         checks += [CaseCheck(case.name, folder / f"{case.name}.json", "error", {},

@@ -216,3 +216,16 @@ def test_boards_show_lists_the_training_jobs(capsys):
     main(["boards", "show", "mkr1000", "--goldens", str(LANDED), "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert doc["trains"] and doc["trains"][0]["model"] == "mlp"
+
+
+def test_corners_are_reported_beside_the_figures_not_compared(goldens, capsys):
+    """#29: with --corners each golden is judged at its board's corners too (the
+    nRF52840's measured SD ranges); the expected figures stay the typical corner's."""
+    checks = check_goldens(goldens, corners=True)
+    assert [c.status for c in checks] == ["ok", "ok"]
+    for check in checks:
+        assert [c.corner for c in check.corners] == ["typical", "slow", "costly"]
+        assert "; corners " in check.line() and "corners" in check.as_dict()
+    assert not check_goldens(goldens)[0].corners
+    assert main(["regress", str(goldens), "--corners"]) == 0
+    assert "(typical/slow/costly)" in capsys.readouterr().out

@@ -25,6 +25,7 @@ from poetsim.methods import SolverSettings
 from poetsim.request import Request, resolve_request
 from poetsim.runs import Outcome, run_and_judge
 from poetsim.units import format_bytes, format_quantity
+from poetsim.verdict import judge_corners
 from poetsim.zoo import build_model
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "mcu_training.md"
@@ -85,7 +86,19 @@ def _cell(request: Request, outcome: Outcome) -> str:
                   else "")
                + " streamed" if streamed else "")
             + (f", storage lifetime {life:.3g} iterations" if life is not None
-               else ", no storage writes"))
+               else ", no storage writes")
+            + _slow_corner(request, outcome))
+
+
+def _slow_corner(request: Request, outcome: Outcome) -> str:
+    """The verdict at the board's slow corner, when its file gives ranges."""
+    if not request.board.ranges or outcome.schedule is None:
+        return ""
+    slow = judge_corners(request, outcome.schedule, outcome.verdict)[1].verdict
+    if slow.passed:
+        return (f"; slow corner: PASS, {format_quantity(slow.energy_j, 'J')}, "
+                f"{format_quantity(slow.makespan_s, 's')}")
+    return f"; slow corner: **FAIL**, {slow.violations[0]}"
 
 
 def table() -> str:
@@ -100,7 +113,9 @@ def table() -> str:
              "every buffer laid out in one static arena (planned again with fewer bytes "
              "when the layout does not fit). A cell: energy and time per iteration, peak "
              "RAM in all and the arena that holds it, storage lifetime, or why no "
-             "schedule fits.", "",
+             "schedule fits; on a board whose file gives measured ranges (the nRF52840's "
+             "SD card, the RP2040's SD writes), the verdict at its slow corner too (every "
+             "range at the end that costs time; `poetsim simulate --corners`).", "",
              "| job | " + " | ".join(BOARDS) + " |",
              "|---|" + "---|" * len(BOARDS)]
     started = time.perf_counter()

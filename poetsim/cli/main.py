@@ -778,7 +778,7 @@ def _cmd_regress(args: argparse.Namespace) -> int:
     if args.make:
         make_goldens(args.dir, say=say)
     checks = check_goldens(args.dir, tolerance=_tolerance(args.tolerance),
-                           resolve=args.resolve)
+                           resolve=args.resolve, corners=args.corners)
     updated = update_goldens(checks) if args.update else []
     regressed = [c.name for c in checks if c.status in ("regressed", "error")]
     if args.json:
@@ -971,6 +971,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="first make the goldens that DIR/cases.toml lists and DIR lacks")
     p.add_argument("--tolerance", default="0.1%", metavar="SHARE",
                    help="relative change before a figure counts as moved (default 0.1%%)")
+    add_corners(p)
     p.set_defaults(func=_cmd_regress)
     sweep_commands.register(sub, with_json)
     return parser
