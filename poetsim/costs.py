@@ -22,7 +22,10 @@ at the op's compute width (the widest tensor it reads): an int8 op (width 1) run
 ``cpu.int8_ops_per_s``, an fp16 op (width 2) at ``cpu.fp16_flops_per_s``, an fp32 one at
 ``cpu.flops_per_s``. A board without the figure for a width falls back to
 ``flops_per_s`` (:func:`compute_rate` says so, and the cost summary marks the compute
-time as an estimate). Paper-profile boards keep POET's formulas and fp32 figures.
+time as an estimate). A board's optional ``[cpu.efficiency]`` scales that rate per op
+class and width (``depthwise_int8 = 0.6``: depthwise convolutions run at 60% of the int8
+rate; :data:`OP_CLASSES`), as measured kernels differ by op kind.
+Paper-profile boards keep POET's formulas and fp32 figures.
 The data input op reads the batch from storage, so its "compute" is a page-in; with DMA
 the CPU waits for it, awake, at ``cpu.idle_power_w`` (without DMA it moves the bytes
 itself, which the page-in's mover power already prices).
@@ -344,15 +347,41 @@ class ComputeRate:
 #: The optional CPU field giving the throughput of each narrow width.
 RATE_FIELDS = {1: "int8_ops_per_s", 2: "fp16_flops_per_s"}
 
+#: The op kinds of each class a board's ``[cpu.efficiency]`` rates apart
+#: (:data:`poetsim.boards.spec.EFFICIENCY_CLASSES`); any other kind runs at its width's rate.
+OP_CLASSES: dict[str, frozenset[str]] = {
+    "conv": frozenset({"conv2d", "conv2d_relu", "conv2d_relu6"}),
+    "depthwise": frozenset({"dwconv2d", "dwconv2d_relu", "dwconv2d_relu6"}),
+    "dense": frozenset({"linear", "matmul", "embedding"}),
+    "elementwise": frozenset({"relu", "relu6", "gelu", "tanh", "add", "cat", "grad_sum"}),
+    "norm": frozenset({"batchnorm", "layernorm", "softmax"}),
+    "pool": frozenset({"maxpool", "avgpool"}),
+}
+_CLASS_OF = {kind: name for name, kinds in OP_CLASSES.items() for kind in kinds}
+_WIDTH_NAMES = {1: "int8", 2: "fp16", 4: "fp32"}
 
-def compute_rate(board: Board, width: int) -> ComputeRate:
+
+def op_class(kind: str) -> str | None:
+    """The efficiency class of an op kind (:data:`OP_CLASSES`), or None."""
+    return _CLASS_OF.get(kind)
+
+
+def compute_rate(board: Board, width: int, kind: str | None = None) -> ComputeRate:
     """Throughput of ``board``'s CPU for ops of compute width ``width`` (bytes per element;
-    see the module docstring)."""
+    see the module docstring), for an op of ``kind`` when its class has a factor in the
+    board's ``[cpu.efficiency]``."""
     field = RATE_FIELDS.get(width)
     value = getattr(board.cpu, field) if field else None
-    if value is None:
-        return ComputeRate(board.cpu.flops_per_s, "flops_per_s", field is not None)
-    return ComputeRate(value, field, False)  # type: ignore[arg-type]
+    rate = (ComputeRate(board.cpu.flops_per_s, "flops_per_s", field is not None)
+            if value is None else ComputeRate(value, field, False))  # type: ignore[arg-type]
+    efficiency = board.cpu.efficiency
+    name = op_class(kind) if kind is not None else None
+    factor = (getattr(efficiency, f"{name}_{_WIDTH_NAMES.get(width, 'fp32')}")
+              if efficiency is not None and name is not None else None)
+    if factor is None:
+        return rate
+    return ComputeRate(rate.ops_per_s * factor, f"{rate.field} x cpu.efficiency."
+                       f"{name}_{_WIDTH_NAMES.get(width, 'fp32')}", rate.fallback)
 
 
 def _moved_bytes(graph: TrainingGraph, k: int) -> int:
@@ -390,7 +419,7 @@ def _compute(graph: TrainingGraph, board: Board, k: int, width: int,
         if board.dma.present:  # the CPU waits, awake, for the batch the DMA brings in
             return _Run(read.time_s, read.energy_j + read.time_s * cpu.idle_power_w)
         return _Run(read.time_s, read.energy_j)
-    time_s = max(op.flops / compute_rate(board, width).ops_per_s,
+    time_s = max(op.flops / compute_rate(board, width, op.kind).ops_per_s,
                  _moved_bytes(graph, k) / board.ram.bandwidth_bytes_per_s)
     compute = _Run(time_s, time_s * cpu.active_power_w)
     if not on_storage:  # weights in RAM or flash: nothing streamed

@@ -18,7 +18,7 @@ PINNED = {("mlp", ()): "46dbf16557a0939a0a080aaf179bea58e78cffd55334d1488a19ef1e
           ("resnet18_cifar", ()):
               "5a100be90992b49209d2aad2273f1aa5a345349bf241eae76b402eca6337ed32",
           ("ds_cnn_s", (("train_last", 2),)):
-              "dca679596c7dbcd75e693236e26df7474a027d6012054acab01fc0f2aa88d56a"}
+              "8eea766c356be4df45e704527749c19966e4e7f41dc304d0ed091ddc6da44b64"}
 
 
 @pytest.mark.parametrize(("model", "options"), sorted(PINNED))

@@ -35,7 +35,10 @@ __all__ = [
     "Bus",
     "ContentionModel",
     "Cpu",
+    "CpuEfficiency",
     "Dma",
+    "EFFICIENCY_CLASSES",
+    "EFFICIENCY_WIDTHS",
     "Flash",
     "Profile",
     "Ram",
@@ -199,6 +202,22 @@ def _choice(enum_cls: type[enum.Enum], name: str):
 
 # ----------------------------------------------------------------------------- sections
 
+#: The op classes whose compute rate a board may give apart (``[cpu.efficiency]``) and
+#: the compute widths; :data:`poetsim.costs.OP_CLASSES` says which kinds are in each.
+EFFICIENCY_CLASSES = ("conv", "depthwise", "dense", "elementwise", "norm", "pool")
+EFFICIENCY_WIDTHS = ("int8", "fp16", "fp32")
+
+#: ``[cpu.efficiency]``: per op class and compute width (``depthwise_int8``), the factor
+#: the width's rate (``int8_ops_per_s``, ``fp16_flops_per_s``, ``flops_per_s``) runs at
+#: for that class; absent: 1 (the one figure). Fitted by ``poetsim boards calibrate``.
+CpuEfficiency = attrs.make_class("CpuEfficiency", {
+    f"{op_class}_{width}": _number(
+        "x", plausible=(1e-3, 100.0), optional=True,
+        doc=f"{op_class} ops at {width}: this times the width's rate")
+    for op_class in EFFICIENCY_CLASSES for width in EFFICIENCY_WIDTHS},
+    frozen=True, slots=True)
+
+
 @attrs.frozen
 class Cpu:
     """The processor that runs the training ops."""
@@ -229,6 +248,12 @@ class Cpu:
         doc="effective fp16 throughput, used for ops whose widest tensor is 2 bytes; "
             "absent: flops_per_s stands in (an estimate)",
     )
+    efficiency: Any = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(attrs.validators.instance_of(CpuEfficiency)),
+        metadata={"section": CpuEfficiency,
+                  "doc": "optional [cpu.efficiency] table: per op class and width, the "
+                         "factor its rate is of the width's (absent: 1)"})
 
     def __attrs_post_init__(self) -> None:
         if self.idle_power_w > self.active_power_w:

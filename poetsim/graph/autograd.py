@@ -151,6 +151,14 @@ KINDS: dict[str, KindRule] = {
                             saves_inputs_only_with_params=True),
     "conv2d_relu6": KindRule(True, True, _fused_backward(2),
                              saves_inputs_only_with_params=True),
+    # A depthwise convolution (one input channel per output channel; TFLite's
+    # DEPTHWISE_CONV_2D): the same autograd as a convolution, its own kind because its
+    # kernels run at their own rate (``cpu.efficiency``, :mod:`poetsim.costs`).
+    "dwconv2d": KindRule(True, False, _mac_backward, saves_inputs_only_with_params=True),
+    "dwconv2d_relu": KindRule(True, True, _fused_backward(1),
+                              saves_inputs_only_with_params=True),
+    "dwconv2d_relu6": KindRule(True, True, _fused_backward(2),
+                               saves_inputs_only_with_params=True),
     "relu": KindRule(False, True, _per_output_element(1)),
     "relu6": KindRule(True, False, _per_output_element(2)),
     "gelu": KindRule(True, False, _per_output_element(8)),
@@ -172,7 +180,8 @@ KINDS: dict[str, KindRule] = {
 
 #: Kinds whose FLOPs are exactly 2 x multiply-accumulates (a fused activation is the
 #: requantisation's clamp and adds none).
-MAC_KINDS = frozenset({"conv2d", "conv2d_relu", "conv2d_relu6", "linear", "matmul"})
+MAC_KINDS = frozenset({"conv2d", "conv2d_relu", "conv2d_relu6", "dwconv2d", "dwconv2d_relu",
+                       "dwconv2d_relu6", "linear", "matmul"})
 
 #: Kinds that may serve as the loss.
 LOSS_KINDS = frozenset({"cross_entropy", "mse"})

@@ -459,7 +459,8 @@ OPTIMIZER_STATE_COPIES = {"sgd": 0, "momentum": 1, "adam": 2}
 
 #: Kinds whose FLOPs are exactly 2 x MACs and whose weights split by output channel
 #: (:data:`poetsim.graph.autograd.MAC_KINDS` without the weightless matmul).
-CHANNEL_KINDS = frozenset({"conv2d", "conv2d_relu", "conv2d_relu6", "linear"})
+CHANNEL_KINDS = frozenset({"conv2d", "conv2d_relu", "conv2d_relu6", "dwconv2d", "dwconv2d_relu",
+                           "dwconv2d_relu6", "linear"})
 
 
 def weights_per_output_channel(op: Op, activation_bytes: int) -> float | None:

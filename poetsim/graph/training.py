@@ -53,7 +53,8 @@ __all__ = ["LAYER_KINDS", "MODES", "NORM_KINDS", "TrainedParams", "Training", "l
 MODES = ("full", "last", "bias", "sparse")
 
 #: Kinds whose parameters are a layer's weights (and bias).
-LAYER_KINDS = frozenset({"conv2d", "conv2d_relu", "conv2d_relu6", "linear", "embedding"})
+LAYER_KINDS = frozenset({"conv2d", "conv2d_relu", "conv2d_relu6", "dwconv2d", "dwconv2d_relu",
+                         "dwconv2d_relu6", "linear", "embedding"})
 
 #: Norms that join the layer they read directly.
 NORM_KINDS = frozenset({"batchnorm", "layernorm"})

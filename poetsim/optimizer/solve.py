@@ -294,15 +294,18 @@ def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline:
     schedule's keep decisions (a baseline that drops and recomputes within a stage has no
     stage form within the budget, but what it chose to keep still guides the greedy well).
     Past ``stop_at`` no further candidate is made, and a greedy pass under way gives up
-    (the plain plan is always made). Of equal energies the first in the order plain,
-    lifted schedules, greedy, guided greedy wins, whatever order they were made in."""
+    (the plain plan and the first greedy plan are always made, so that a loaded machine
+    still gets the schedule an idle one would start from). Of equal energies the first in
+    the order plain, lifted schedules, greedy, guided greedy wins, whatever order they were
+    made in."""
     best: tuple[StagePlan | None, PlanMetrics | None, str | None] = (None, None, None)
     best_rank = math.inf
     count = len(warm_starts)
 
-    def consider(rank: float, name: str, plan: StagePlan | None) -> None:
+    def consider(rank: float, name: str, plan: StagePlan | None,
+                 always: bool = False) -> None:
         nonlocal best, best_rank
-        if rank and out_of_time():  # only the plain plan is judged past the stop
+        if not always and out_of_time():  # past the stop, only the first two are judged
             return
         fitting = _fitting(graph, costs, budget, deadline, storage_capacity, plan)
         if fitting is None:
@@ -319,10 +322,11 @@ def _best_heuristic(graph: TrainingGraph, costs: OpCosts, budget: int, deadline:
         return True
 
     # the cheap candidates first, so that a time limit leaves out the costlier ones
-    consider(0, "plain", plain_plan(graph))
+    consider(0, "plain", plain_plan(graph), always=True)
     runs = _greedy_variants(formulation, "", None)
     after_lifted = 1 + count
-    consider(after_lifted, *_greedy_run(graph, costs, budget, *runs[0], stop_at=stop_at))
+    # the first greedy plan always, so that a loaded machine still gets a schedule
+    consider(after_lifted, *_greedy_run(graph, costs, budget, *runs[0]), always=True)
     if out_of_time():
         return best
     lifted: list[tuple[int, str, StagePlan]] = []

@@ -346,6 +346,14 @@ def _in_place_input(node: Any, tensors: Sequence[Any], op_of: Mapping[Any, str])
     return op_of.get(first) if first in tensors and _numel(first) == _numel(node) else None
 
 
+def _depthwise(node: Any) -> bool:
+    """Whether an ``aten.conv2d`` node is depthwise: one input channel per output channel,
+    as many outputs as inputs (weight ``(C, 1, kh, kw)`` on a ``(N, C, H, W)`` input)."""
+    weight, data = _val(node.args[1]), _val(node.args[0])
+    return (len(weight.shape) == 4 and int(weight.shape[1]) == 1 and len(data.shape) == 4
+            and int(weight.shape[0]) == int(data.shape[1]) > 1)
+
+
 def _numel(node: Any) -> int:
     torch = require_torch()
     val = _val(node)
@@ -556,6 +564,8 @@ def _lower(program: Any, module: Any, inputs: tuple[Any, ...], *, name: str, los
         if cls.get(n) is not Cls.CORE:
             continue
         kind = t.core[n.target]
+        if kind == "conv2d" and _depthwise(n):
+            kind = "dwconv2d"
         tensors, params, extra_flops, scaled = gather(n, _STATE_ARGS.get(kind, ()))
         if not tensors:
             raise _unsupported(n, "it reads no data tensor (only parameters)")
@@ -652,7 +662,7 @@ def _owns_path(module_type: Any, kind: str) -> bool:
 def _flops(n: Any, kind: str, tensors: list[Any], cls: Mapping[Any, Cls]) -> tuple[float, int]:
     """Analytic FLOPs and workspace elements of core node ``n`` (zoo conventions)."""
     out = _numel(n)
-    if kind == "conv2d":
+    if kind in ("conv2d", "dwconv2d"):
         weight = _val(n.args[1])  # (Cout, Cin / groups, kh, kw)
         per_output = int(math.prod(weight.shape[1:]))
         return 2.0 * out * per_output, 2 * per_output

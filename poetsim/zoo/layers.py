@@ -148,6 +148,8 @@ def conv2d(fg: ForwardGraph, name: str, x: Tensor, out_channels: int,
         # copied out, and the output channel written over the input's
         padded = max((ho - 1) * sh + kh, h) * max((wo - 1) * sw + kw, w)
         workspace, overwrites = max(workspace, padded), x.name
+    if groups == cin == out_channels > 1:
+        kind = "dw" + kind  # a depthwise convolution: its own kind, as TFLite has it
     fg.op(name, kind, [x.name], output_elements=_batch(fg, out.elements),
           flops=2.0 * _batch(fg, macs), param_count=params,
           workspace_elements=workspace, bias_count=out_channels if bias else 0,
@@ -162,7 +164,8 @@ def conv_bn_act(fg: ForwardGraph, prefix: str, x: Tensor, out_channels: int,
     """``{prefix}.conv``, ``{prefix}.bn`` and ``{prefix}.{activation}`` (``"relu"``,
     ``"relu6"`` or ``None``), or in an int8 graph one fused op ``{prefix}.conv``.
 
-    The fused op (kind ``conv2d``, ``conv2d_relu`` or ``conv2d_relu6``) has the
+    The fused op (kind ``conv2d``, ``conv2d_relu`` or ``conv2d_relu6``; ``dwconv2d...``
+    for a depthwise one) has the
     convolution's MACs and weights and one bias per output channel (the norm's shift
     folded in, with the convolution's own bias: the norm's scale folds into the weights);
     the clamp is part of the requantisation and costs no FLOPs. Its backward reads the
