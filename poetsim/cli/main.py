@@ -31,7 +31,7 @@ from poetsim.boards import (
 )
 from poetsim.boards.corners import CORNERS, corner_board
 from poetsim.boards.spec import Board
-from poetsim.cli import sweep_commands, torch_commands
+from poetsim.cli import calibrate_command, sweep_commands, torch_commands
 from poetsim.cli.options import add_accept_edits, add_corners
 from poetsim.compare import compare, format_table, write_outcomes
 from poetsim.costs import op_costs
@@ -816,7 +816,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     torch_commands.register(sub, with_json)
 
-    boards = sub.add_parser("boards", help="list, show and validate board files")
+    boards = sub.add_parser("boards", help="list, show, validate and calibrate board files")
     boards_sub = boards.add_subparsers(dest="action", required=True, metavar="ACTION")
     with_json(boards_sub.add_parser("list", help="list the built-in boards")).set_defaults(
         func=_cmd_boards_list)
@@ -830,6 +830,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = with_json(boards_sub.add_parser("validate", help="check board files"))
     p.add_argument("files", nargs="+", metavar="FILE")
     p.set_defaults(func=_cmd_boards_validate)
+    calibrate_command.register(boards_sub, with_json)
 
     models = sub.add_parser("models", help="list and show the model zoo")
     models_sub = models.add_subparsers(dest="action", required=True, metavar="ACTION")
