@@ -295,7 +295,9 @@ def _check_one(path: Path, tolerance: float, resolve: bool, corners: bool = Fals
     try:
         meta = _golden_metadata_of(path)
         name = meta.case or name
-        request, report, verdict, at_corners = _simulate(path, corners)
+        request, schedule = _golden(path)
+        report, verdict = check_on_board(request, schedule)
+        at_corners = judge_corners(request, schedule, verdict) if corners else []
         found = _figures(verdict, report.energy_j, None)
         expected = dict(meta.expected)
         fields = ["energy_j", "peak_total_bytes", "arena_bytes", "makespan_s", "verdict"]
@@ -366,14 +368,12 @@ def _golden_metadata_of(path: Path) -> Any:
     return meta
 
 
-def _simulate(path: Path, corners: bool = False
-              ) -> tuple[Request, Any, Verdict, list[CornerVerdict]]:
+def _simulate(path: Path) -> tuple[Request, Any, Verdict]:
     """The golden's request, as its file records it, and its schedule simulated and judged
-    on the board (with ``corners``, at every corner of its ranges too)."""
+    on the board."""
     request, schedule = _golden(path)
     report, verdict = check_on_board(request, schedule)
-    return (request, report, verdict,
-            judge_corners(request, schedule, verdict) if corners else [])
+    return request, report, verdict
 
 
 def _goldens(folder: Path) -> list[Path]:
