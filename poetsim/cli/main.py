@@ -244,7 +244,10 @@ def _print_board(board: Board) -> None:
             if key in nested:
                 continue
             if isinstance(value, dict):
-                print(f"  {key:<30} {value['value']:<14g} [{value['source']}] {value['ref']}")
+                spread = (f" (range {value['min']:g} to {value['max']:g})"
+                          if "min" in value else "")
+                print(f"  {key:<30} {value['value']:<14g} [{value['source']}]{spread} "
+                      f"{value['ref']}")
             else:
                 print(f"  {key:<30} {value}")
         for key, value in nested.items():  # sub-tables such as [storage.write_busy]
