@@ -164,6 +164,28 @@ def test_run_point_result_and_error(tmp_path):
     assert tiny["status"] == "done" and tiny["feasible"] is False and tiny["reason"]
 
 
+def test_a_sweep_may_judge_every_point_at_the_corners():
+    """#29: with corners = true each point is judged at its board's slow and costly corners
+    too (the nRF52840's measured SD ranges); without it the columns stay empty and the
+    points keep their keys."""
+    plain = parse_sweep(doc(methods=["dtr"], accounting="physical", ram=["board"],
+                            models=[{"name": "ds_cnn_s", "train_last": 3}]))
+    sweep = parse_sweep(doc(methods=["dtr"], accounting="physical", ram=["board"],
+                            models=[{"name": "ds_cnn_s", "train_last": 3}], corners=True))
+    assert sweep.corners and sweep.as_dict()["corners"] is True
+    (point,), (bare,) = expand_points(sweep), expand_points(plain)
+    assert point.point_id != bare.point_id
+    row = run_point(point, None)
+    assert row["verdict"] == row["slow_verdict"] == row["costly_verdict"] == "PASS"
+    assert row["costly_energy_j"] > row["slow_energy_j"] > row["energy_j"]
+    assert row["slow_makespan_s"] > row["makespan_s"]
+    assert "slow_verdict" not in run_point(bare, None)
+    table = format_table([{**row, **point.inputs(), "wall_s": 0.0}])
+    assert "slow/costly" in table and "PASS/PASS" in table
+    with pytest.raises(SweepError, match="corners = 'yes': must be true or false"):
+        parse_sweep(doc(corners="yes"))
+
+
 def test_a_physical_sweep_judges_everything_resident():
     sweep = parse_sweep(doc(accounting="physical", boards=["nrf52840", "rpi4"], ram=["board"]))
     assert sweep.accounting.value == "physical"

@@ -90,12 +90,15 @@ def _cell(value: Any, spec: str, width: int) -> str:
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """A plain-text table, one line per point, then a summary line."""
+    corners = any(r.get("slow_verdict") for r in rows)
     header = (f"{'#':>4} {'model':<16} {'ram':>7} {'deadline':>8} {'method':<14} "
               f"{'status':<13} {'feas':>4} {'energy_J':>10} {'overhead':>9} "
               f"{'makespan_s':>10} {'peak_B':>9} {'gap':>7} {'cached':>6} {'wall_s':>7}  "
-              "variant  [reason]")
+              + (f"{'slow/costly':>11}  " if corners else "") + "variant  [reason]")
     lines = [header]
     for r in rows:
+        at_corners = (f"{r['slow_verdict']}/{r['costly_verdict']}" if r.get("slow_verdict")
+                      else "-")
         status = r["method_status"] if r["status"] == "done" else "ERROR"
         overhead = (None if r.get("energy_overhead") is None
                     else f"{100 * r['energy_overhead']:+.1f}%")
@@ -107,7 +110,8 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
             f"{_cell(r.get('energy_j'), '.5g', 10)} {_cell(overhead, '', 9)} "
             f"{_cell(r.get('makespan_s'), '.5g', 10)} {_cell(r.get('peak_total_bytes'), 'd', 9)} "
             f"{_cell(gap, '', 7)} {_cell(r.get('cached'), '', 6)} "
-            f"{_cell(r.get('wall_s'), '.2f', 7)}  {r['variant']}"
+            f"{_cell(r.get('wall_s'), '.2f', 7)}  "
+            + (f"{at_corners:>11}  " if corners else "") + f"{r['variant']}"
             + (f"  [{note}]" if note else ""))
     c = summary_counts(rows)
     lines.append(f"{c['points']} points: {c['done']} done ({c['feasible']} feasible, "

@@ -68,7 +68,7 @@ __all__ = ["BOARD_BUDGET", "Point", "SolverSettings", "Sweep", "SweepError", "ap
 BOARD_BUDGET = BOARD_RAM
 
 _TOP_KEYS = ("name", "models", "boards", "overrides", "ram", "accounting", "deadlines",
-             "methods", "solver")
+             "methods", "solver", "corners")
 _SOLVER_KEYS = ("time_limit_s", "gap_limit", "seed", "effort")
 
 
@@ -99,6 +99,9 @@ class Sweep:
     methods: tuple[str, ...]
     solver: SolverSettings = SolverSettings()
     accounting: Accounting = Accounting.PHYSICAL
+    #: judge every schedule at the corners of its board's ranges too
+    #: (:mod:`poetsim.boards.corners`)
+    corners: bool = False
 
     @property
     def size(self) -> int:
@@ -114,7 +117,8 @@ class Sweep:
                 "overrides": {k: list(v) for k, v in self.overrides},
                 "ram": list(self.ram), "accounting": self.accounting.value,
                 "deadlines": [d or "none" for d in self.deadlines],
-                "methods": list(self.methods), "solver": attrs.asdict(self.solver)}
+                "methods": list(self.methods), "solver": attrs.asdict(self.solver),
+                **({"corners": True} if self.corners else {})}
 
 
 @attrs.frozen
@@ -137,6 +141,7 @@ class Point:
     solver: SolverSettings
     point_id: str
     accounting: Accounting = Accounting.PHYSICAL
+    corners: bool = False
 
     def inputs(self) -> dict[str, Any]:
         """The point's inputs as JSON-ready columns of the results store."""
@@ -404,9 +409,17 @@ def parse_sweep(data: Mapping[str, Any], *, origin: str = "<sweep>",
         deadlines=_deadlines(origin, _list(origin, data, "deadlines", ["none"])),
         methods=_methods(origin, _list(origin, data, "methods")),
         solver=_solver(origin, data.get("solver")),
+        corners=_flag(origin, data, "corners"),
     )
     expand_points(sweep)  # every override combination on every board must validate
     return sweep
+
+
+def _flag(origin: str, data: dict[str, Any], key: str) -> bool:
+    value = data.get(key, False)
+    if not isinstance(value, bool):
+        raise SweepError(f"{origin}: {key} = {value!r}: must be true or false")
+    return value
 
 
 def load_sweep(path: str | Path) -> Sweep:
@@ -419,10 +432,13 @@ def load_sweep(path: str | Path) -> Sweep:
 # ----------------------------------------------------------------------------- points
 
 def _point_id(model: ModelChoice, board: Board, variant: str, ram: str, deadline: str | None,
-              method: str, solver: SolverSettings, accounting: Accounting) -> str:
+              method: str, solver: SolverSettings, accounting: Accounting,
+              corners: bool = False) -> str:
     doc = {"model": model.name, "options": dict(model.options), "board": board_numbers(board),
            "variant": variant, "ram": ram, "deadline": deadline, "method": method,
-           "solver": solver.for_method(method), "accounting": accounting.value}
+           "solver": solver.for_method(method), "accounting": accounting.value,
+           # only when asked for, so that the points of sweeps without them keep their keys
+           **({"corners": dict(board.ranges)} if corners else {})}
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -442,7 +458,7 @@ def expand_points(sweep: Sweep) -> list[Point]:
                 for ram, deadline, method in itertools.product(sweep.ram, sweep.deadlines,
                                                                sweep.methods):
                     pid = _point_id(model, board, variant, ram, deadline, method, sweep.solver,
-                                    sweep.accounting)
+                                    sweep.accounting, sweep.corners)
                     if pid in seen:
                         continue
                     seen.add(pid)
@@ -450,5 +466,5 @@ def expand_points(sweep: Sweep) -> list[Point]:
                                         variant=variant, overrides=overrides, ram=ram,
                                         deadline=deadline, method=method,
                                         solver=sweep.solver, point_id=pid,
-                                        accounting=sweep.accounting))
+                                        accounting=sweep.accounting, corners=sweep.corners))
     return points

@@ -34,7 +34,7 @@ from poetsim.sweep.spec import SweepError
 __all__ = ["COLUMNS", "FINAL_STATUSES", "STORE_VERSION", "ResultsStore", "cache_dir_for",
            "pending_points"]
 
-STORE_VERSION = 4
+STORE_VERSION = 5
 
 #: Statuses after which a rerun skips the point (``error`` only without --retry-failed).
 FINAL_STATUSES = ("done", "error")
@@ -58,6 +58,9 @@ COLUMNS: dict[str, str] = {
     "row_bands": "INTEGER", "deadline_s": "REAL",
     "within_budget": "INTEGER", "deadline_met": "INTEGER", "gap": "REAL", "bound_j": "REAL",
     "recomputations": "INTEGER", "page_outs": "INTEGER", "page_ins": "INTEGER",
+    # at the corners of the board's ranges, when the sweep asks (poetsim.boards.corners)
+    "slow_verdict": "TEXT", "slow_makespan_s": "REAL", "slow_energy_j": "REAL",
+    "costly_verdict": "TEXT", "costly_energy_j": "REAL",
     # bookkeeping
     "cached": "INTEGER", "solve_time_s": "REAL", "sim_time_s": "REAL", "wall_s": "REAL",
     "worker": "TEXT", "session": "INTEGER", "finished_at": "REAL", "poetsim_version": "TEXT",

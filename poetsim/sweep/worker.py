@@ -27,6 +27,7 @@ from poetsim.graph.graph import TrainingGraph
 from poetsim.request import Request, resolve_request
 from poetsim.runs import RunCache, reference_energy_j, run_and_judge, with_overheads
 from poetsim.sweep.spec import ModelChoice, Point
+from poetsim.verdict import judge_corners
 
 __all__ = ["run_point"]
 
@@ -86,7 +87,19 @@ def _evaluate(point: Point, cache_dir: str | None) -> dict[str, Any]:
         "page_ins": row["page_ins"], "cached": row["cached"],
         # a cached run costs nothing now: report the time it took here, not originally
         "solve_time_s": judged - started, "sim_time_s": 0.0,
+        **_corners(point, request, outcome),
     }
+
+
+def _corners(point: Point, request: Request, outcome: Any) -> dict[str, Any]:
+    """The slow and costly corners' figures, when the sweep asks and the board has ranges."""
+    if not (point.corners and point.board.ranges and outcome.schedule is not None
+            and outcome.verdict is not None):
+        return {}
+    _, slow, costly = judge_corners(request, outcome.schedule, outcome.verdict)
+    return {"slow_verdict": slow.verdict.label, "slow_makespan_s": slow.verdict.makespan_s,
+            "slow_energy_j": slow.verdict.energy_j, "costly_verdict": costly.verdict.label,
+            "costly_energy_j": costly.verdict.energy_j}
 
 
 def run_point(point: Point, cache_dir: str | None) -> dict[str, Any]:
