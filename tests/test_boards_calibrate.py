@@ -106,3 +106,17 @@ def test_bad_measurements_are_one_line_and_nothing_is_written(tmp_path, capsys, 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and all(f in err for f in fragments), err
     assert not (tmp_path / "new.toml").exists()
+
+
+def test_op_times_with_currents_fit_the_active_power(tmp_path):
+    """Rows with current_a (at --voltage, or their own voltage_v): the active power is the
+    energy of the rows over their time."""
+    times = tmp_path / "t.csv"
+    times.write_text("op,time_s,current_a,voltage_v\nconv1.conv,0.2,0.004,3.3\n"
+                     "ds1.dw.conv,0.1,0.0031,\n")
+    with pytest.raises(InputError, match="row 3: current_a without a voltage"):
+        calibrate(get_board("nrf52840"), graph=build_model("ds_cnn_s"), op_times=times)
+    _, calibration = calibrate(get_board("nrf52840"), graph=build_model("ds_cnn_s"),
+                               op_times=times, voltage_v=3.0)
+    power = next(f.value for f in calibration.fitted if f.key == "cpu.active_power_w")
+    assert power == pytest.approx((0.2 * 0.004 * 3.3 + 0.1 * 0.0031 * 3.0) / 0.3)

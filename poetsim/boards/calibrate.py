@@ -2,9 +2,9 @@
 
 Three kinds of measurement, each optional:
 
-* **op times** (CSV ``op,time_s[,energy_j|current_a]``): an op of the graph by name, or a
-  whole phase (``forward``, ``backward``, ``iteration``), and the seconds it took on the
-  board. The compute side of the cost model is linear in the inverse of each op class's
+* **op times** (CSV ``op,time_s[,energy_j|current_a[,voltage_v]]``): an op of the graph
+  by name, or a whole phase (``forward``, ``backward``, ``iteration``), and the seconds it
+  took on the board. The compute side of the cost model is linear in the inverse of each op class's
   efficiency (:data:`poetsim.costs.OP_CLASSES`, ``[cpu.efficiency]``): a row's time is
   ``sum_k flops_k / (rate_w(k) * e_c(k))`` over its ops, plus the modelled time of ops in
   no class. The factors ``e`` are fitted by least squares over the rows, each weighted by
@@ -141,9 +141,11 @@ def _positive(path: str | Path, line: int, column: str, text: str) -> float:
 
 # ----------------------------------------------------------------------------- compute
 
-def _op_rows(path: str | Path, graph: TrainingGraph
+def _op_rows(path: str | Path, graph: TrainingGraph, voltage_v: float | None = None
              ) -> list[tuple[str, list[int], float, float | None]]:
-    """(label, ops, seconds, joules or None) per row of an op-times file."""
+    """(label, ops, seconds, joules or None) per row of an op-times file (``current_a``
+    rows: joules from the current, the row's ``voltage_v`` or ``voltage_v``, and the
+    time)."""
     rows = _rows(path, ("op", "time_s"))
     out = []
     for line, row in enumerate(rows, start=2):
@@ -159,17 +161,20 @@ def _op_rows(path: str | Path, graph: TrainingGraph
         joules = None
         if row.get("energy_j"):
             joules = _positive(path, line, "energy_j", row["energy_j"])
+        elif row.get("current_a"):
+            joules = _watts(path, line, row, voltage_v) * seconds
         out.append((name, ops, seconds, joules))
     return out
 
 
-def _fit_compute(graph: TrainingGraph, board: Board, path: str | Path
+def _fit_compute(graph: TrainingGraph, board: Board, path: str | Path,
+                 voltage_v: float | None = None
                  ) -> tuple[list[Fitted], list[tuple[str, list[int], float]]]:
     """The ``[cpu.efficiency]`` factors the op times fit (see the module docstring), and
     the rows to judge them by."""
     from poetsim.costs import compute_rate, op_class, op_costs
 
-    rows = _op_rows(path, graph)
+    rows = _op_rows(path, graph, voltage_v)
     widths = compute_widths(graph)
     nominal = op_costs(graph, attrs.evolve(board, cpu=attrs.evolve(board.cpu, efficiency=None)))
     columns: dict[str, int] = {}
@@ -308,17 +313,23 @@ def _fit_power(path: str | Path, voltage_v: float | None) -> list[Fitted]:
         if row.get("power_w"):
             watts = _positive(path, line, "power_w", row["power_w"])
         elif row.get("current_a"):
-            volts = (_positive(path, line, "voltage_v", row["voltage_v"])
-                     if row.get("voltage_v") else voltage_v)
-            if volts is None:
-                raise InputError(f"{path}: row {line}: current_a without a voltage: give a "
-                                 "voltage_v column or --voltage")
-            watts = _positive(path, line, "current_a", row["current_a"]) * volts
+            watts = _watts(path, line, row, voltage_v)
         else:
             raise InputError(f"{path}: row {line}: state {state!r} has neither power_w nor "
                              "current_a")
         fitted.append(Fitted(POWER_STATES[state], watts, str(path), f"state {state}"))
     return fitted
+
+
+def _watts(path: str | Path, line: int, row: dict[str, str], voltage_v: float | None
+           ) -> float:
+    """A row's ``current_a`` times its ``voltage_v`` (else ``voltage_v``)."""
+    volts = (_positive(path, line, "voltage_v", row["voltage_v"]) if row.get("voltage_v")
+             else voltage_v)
+    if volts is None:
+        raise InputError(f"{path}: row {line}: current_a without a voltage: give a "
+                         "voltage_v column or --voltage")
+    return _positive(path, line, "current_a", row["current_a"]) * volts
 
 
 # ----------------------------------------------------------------------------- together
@@ -343,7 +354,7 @@ def calibrate(board: Board, *, graph: TrainingGraph | None = None,
     if op_times is not None:
         if graph is None:
             raise InputError("--op-times needs the graph it timed: give --model or --graph")
-        found, rows = _fit_compute(graph, board, op_times)
+        found, rows = _fit_compute(graph, board, op_times, voltage_v)
         fitted += found
     new = _with_numbers(board, fitted)
     if rows:

@@ -42,7 +42,8 @@ def register(boards_sub: Any, with_json: Any) -> None:
     source.add_argument("--graph", metavar="FILE", help="graph file the op times are of")
     _add_model_options(p)
     p.add_argument("--op-times", metavar="FILE.csv",
-                   help="CSV op,time_s[,energy_j]: an op name, or forward / backward / "
+                   help="CSV op,time_s[,energy_j|current_a[,voltage_v]]: an op name, or "
+                        "forward / backward / "
                         "iteration, and its measured seconds")
     p.add_argument("--storage-bench", metavar="FILE",
                    help="SdFat bench output, or CSV op,block_bytes,throughput_bytes_per_s,"
