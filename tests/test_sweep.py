@@ -184,6 +184,11 @@ def test_a_sweep_may_judge_every_point_at_the_corners():
     assert "slow/costly" in table and "PASS/PASS" in table
     with pytest.raises(SweepError, match="corners = 'yes': must be true or false"):
         parse_sweep(doc(corners="yes"))
+    # an overridden number is the sweep's at every corner: its measured range goes
+    faster = apply_overrides(get_board("nrf52840"),
+                             (("storage.read_throughput_bytes_per_s", 2e6),))
+    assert "storage.read_throughput_bytes_per_s" not in faster.ranges
+    assert "storage.write_throughput_bytes_per_s" in faster.ranges
 
 
 def test_a_physical_sweep_judges_everything_resident():

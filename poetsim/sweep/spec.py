@@ -206,7 +206,8 @@ def apply_overrides(board: Board, overrides: tuple[tuple[str, Any], ...], *,
 
     Each section is rebuilt once with all its overridden fields, then the board, so every
     validator of :mod:`poetsim.boards.spec` runs on the combination. Overridden numbers
-    get the source kind ``what-if``. Raises :class:`SweepError` naming the key and value.
+    get the source kind ``what-if`` and lose any range they had (a what-if value is the
+    same at every corner). Raises :class:`SweepError` naming the key and value.
     """
     if not overrides:
         return board
@@ -230,8 +231,11 @@ def apply_overrides(board: Board, overrides: tuple[tuple[str, Any], ...], *,
     sources = dict(board.sources)
     for key, _ in overrides:
         sources[key] = Source(SourceKind.WHAT_IF, f"sweep {origin}")
+    # a number set by the sweep is that number at every corner: its measured range goes
+    overridden = {key for key, _ in overrides}
+    ranges = {key: ends for key, ends in board.ranges.items() if key not in overridden}
     try:
-        return attrs.evolve(board, sources=sources, **changes)
+        return attrs.evolve(board, sources=sources, ranges=ranges, **changes)
     except BoardFieldError as err:
         raise SweepError(f"{where}: {err.field} = {err.value!r}: {err.rule}") from None
 
