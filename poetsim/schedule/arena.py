@@ -97,6 +97,14 @@ class _Buffers:
     groups: list[list[int]]
     shared: list[tuple[int, int, int]]
 
+    def group_of(self) -> list[int]:
+        """Each buffer's group."""
+        out = [0] * len(self.buffers)
+        for g, members in enumerate(self.groups):
+            for i in members:
+                out[i] = g
+        return out
+
 
 def _lifetimes(replay: Replay, prefetch_from: Mapping[int, int]) -> _Buffers:
     """The buffers of a finished replay, unplaced (see the module docstring)."""
@@ -232,10 +240,7 @@ def _offsets(found: _Buffers, sequence: Sequence[int], near: list[list[int]]
     the top address of every group."""
     buffers, groups = found.buffers, found.groups
     size = [b.size_bytes for b in buffers]
-    group_of = [0] * len(buffers)
-    for g, members in enumerate(groups):
-        for i in members:
-            group_of[i] = g
+    group_of = found.group_of()
     at = [-1] * len(groups)
     tops = [0] * len(groups)
     for g in sequence:
@@ -311,10 +316,7 @@ def _exact(found: _Buffers, near: list[list[int]], offsets: list[int], top: int,
     from poetsim.interrupt import scip_model, solving
 
     buffers, groups = found.buffers, found.groups
-    group_of = [0] * len(buffers)
-    for g, members in enumerate(groups):
-        for i in members:
-            group_of[i] = g
+    group_of = found.group_of()
     size = [max(buffers[i].size_bytes for i in members) for members in groups]
     at = [0] * len(groups)
     for i, o in enumerate(offsets):
@@ -386,23 +388,24 @@ def plan_arena(replay: Replay, *, resident_bytes: int = 0,
 
 def _plan(replay: Replay, resident_bytes: int, prefetch_from: Mapping[int, int],
           fit_bytes: int | None) -> ArenaPlan:
-    plan = _placed(replay, resident_bytes, prefetch_from, fit_bytes)
+    n = len(replay.steps)
+    plan = _placed(_lifetimes(replay, prefetch_from), n, resident_bytes, prefetch_from,
+                   fit_bytes)
     if prefetch_from and fit_bytes is not None and plan.arena_bytes > fit_bytes:
         # prefetched buffers taken early crowd the layout: lay every buffer out from its
         # own step, then let each prefetch start as early as its place stays free (its
         # transfer may then stall its reader; a layout that fits comes first)
-        late = _placed(replay, resident_bytes, {}, fit_bytes)
-        late = _prefetch_into_free_space(late, replay, prefetch_from)
+        found = _lifetimes(replay, {})
+        late = _placed(found, n, resident_bytes, {}, fit_bytes)
+        late = _prefetch_into_free_space(late, replay, prefetch_from, found.shared)
         if late.arena_bytes < plan.arena_bytes:
             plan = late
     return plan
 
 
-def _placed(replay: Replay, resident_bytes: int, prefetch_from: Mapping[int, int],
+def _placed(found: _Buffers, n: int, resident_bytes: int, prefetch_from: Mapping[int, int],
             fit_bytes: int | None) -> ArenaPlan:
-    found = _lifetimes(replay, prefetch_from)
     buffers = found.buffers
-    n = len(replay.steps)
     peak = _peak(found, n)
     near = _conflicts(buffers)
     best: tuple[int, str, list[int]] | None = None
@@ -437,9 +440,11 @@ def _placed(replay: Replay, resident_bytes: int, prefetch_from: Mapping[int, int
 
 
 def _prefetch_into_free_space(plan: ArenaPlan, replay: Replay,
-                              prefetch_from: Mapping[int, int]) -> ArenaPlan:
+                              prefetch_from: Mapping[int, int],
+                              shared: list[tuple[int, int, int]]) -> ArenaPlan:
     """``plan`` (laid out without prefetches) with each PAGE_IN's buffer taken earlier, up
-    to the step ``prefetch_from`` wants, while no other buffer is live in its bytes."""
+    to the step ``prefetch_from`` wants, while no other buffer is live in its bytes;
+    ``shared``: the in-place intervals of its buffers (:class:`_Buffers`)."""
     buffers = list(plan.buffers)
     steps = replay.steps
     index = {(b.op, b.start): i for i, b in enumerate(buffers) if b.kind == "tensor"}
@@ -457,7 +462,6 @@ def _prefetch_into_free_space(plan: ArenaPlan, replay: Replay,
             buffers[i] = attrs.evolve(b, start=start)
             earliest[p] = start
     resident = [b.size_bytes for b in buffers if b.op < 0]
-    shared = _lifetimes(replay, {}).shared
     peak = _peak(_Buffers([b for b in buffers if b.op >= 0], [], shared), len(steps))
     return ArenaPlan(tuple(sorted(buffers, key=lambda b: (b.start, b.offset_bytes))),
                      plan.arena_bytes, peak + sum(resident), plan.order + ", prefetch fitted",
