@@ -15,7 +15,8 @@ from poetsim.graph.autograd import KINDS, KindRule
 from poetsim.methods import SolverSettings, seeded_solve
 from poetsim.schedule import Action, Schedule, check_schedule
 from poetsim.torchio import ExecutionError, execute_schedule, import_module
-from poetsim.torchio import execute as execute_module
+from poetsim.torchio import runner as runner_module
+from poetsim.torchio import weights as weights_module
 
 torch = pytest.importorskip("torch")
 
@@ -219,13 +220,13 @@ def test_momentum_and_adam_steps_and_state_match_torch_optim(optimizer, inplace)
 
 
 def test_a_wrong_optimizer_state_is_detected(monkeypatch):
-    original = execute_module.optim_step
+    original = runner_module.optim_step
 
     def drifting(param, grad, state, optimizer, lr):
         original(param, grad, state, optimizer, lr)
         state["exp_avg"].add_(1e-3)  # the weights are right; the state kept is not
 
-    monkeypatch.setattr(execute_module, "optim_step", drifting)
+    monkeypatch.setattr(runner_module, "optim_step", drifting)
     model = import_module(tm.mlp(), tm.mlp_inputs())
     schedule = tm.remat_and_page_schedule(model.graph, set(), set())
     report = execute_schedule(model, schedule.with_metadata(optimizer="adam"))
@@ -241,14 +242,14 @@ def test_an_unknown_optimizer_is_one_line(imported):
 
 
 def test_a_changed_frozen_parameter_is_detected(monkeypatch):
-    original = execute_module._Runner.step_the_rest
+    original = runner_module.Runner.step_the_rest
 
     def nudge(self):
         with torch.no_grad():
             self.params["fc2.weight"].view(-1)[0] += 1e-12
         return original(self)
 
-    monkeypatch.setattr(execute_module._Runner, "step_the_rest", nudge)
+    monkeypatch.setattr(runner_module.Runner, "step_the_rest", nudge)
     model = import_module(tm.frozen_mlp(), tm.mlp_inputs())
     report = execute_schedule(model, tm.remat_and_page_schedule(model.graph, set(), set()))
     assert not report.passed
@@ -257,13 +258,13 @@ def test_a_changed_frozen_parameter_is_detected(monkeypatch):
 
 @pytest.mark.parametrize("inplace", [True, False])
 def test_an_update_applied_twice_is_detected(monkeypatch, inplace):
-    original = execute_module._Runner.apply_step
+    original = runner_module.Runner.apply_step
 
     def twice(self, name, grad):
         original(self, name, grad)
         original(self, name, grad)
 
-    monkeypatch.setattr(execute_module._Runner, "apply_step", twice)
+    monkeypatch.setattr(runner_module.Runner, "apply_step", twice)
     model = import_module(tm.mlp(), tm.mlp_inputs(), inplace_update=inplace)
     report = execute_schedule(model, tm.remat_and_page_schedule(model.graph, {"fc1"}, set()))
     assert not report.passed
@@ -335,17 +336,18 @@ def _streamed(case: str):
 
 
 def _record_loads(monkeypatch):
-    """Wrap weight loading: which parameters each op loaded, and that none of the weights on
-    storage was in RAM besides them."""
+    """Wrap each step: which parameters each READ_WEIGHTS loaded, and that none of the
+    weights on storage was ever in RAM besides them."""
     loads: list[tuple[str, tuple[str, ...]]] = []
-    original = execute_module._Runner.load_weights
+    original = runner_module.Runner.run
 
-    def load(self, k):
-        original(self, k)
-        assert not set(self.params) & set(self.weight_files)  # never held in RAM
-        loads.append((self.graph.ops[k].name, tuple(sorted(self.loaded))))
+    def run(self, position, step, reads_weights, overwrites=-1):
+        original(self, position, step, reads_weights, overwrites)
+        assert not set(self.params) & set(self.files.weight_files)  # never held in RAM
+        if step.action is Action.READ_WEIGHTS:
+            loads.append((self.graph.ops[step.op].name, tuple(sorted(self.files.loaded))))
 
-    monkeypatch.setattr(execute_module._Runner, "load_weights", load)
+    monkeypatch.setattr(runner_module.Runner, "run", run)
     return loads
 
 
@@ -454,7 +456,7 @@ def test_adam_state_on_storage_is_loaded_and_written_back_by_the_in_place_update
 def test_a_skipped_write_back_fails_the_weight_check(monkeypatch):
     model, board, request = _streamed("trained")
     schedule = tm.remat_and_page_schedule(request.graph, set(), set())
-    monkeypatch.setattr(execute_module._Runner, "write_back", lambda self, name: None)
+    monkeypatch.setattr(weights_module.WeightFiles, "write_back", lambda self, name: None)
     report = execute_schedule(model, schedule, board=board)
     assert not report.passed
     assert report.max_rel_grad_error <= 1e-9  # the gradients are right; the card is not
@@ -468,8 +470,8 @@ def test_an_op_that_reads_weights_it_did_not_load_is_an_error(monkeypatch):
     # if the graph said a backward op read no weights, the op could not run from what it
     # loaded: it needs its layer's weights for the input gradient
     model, board, request = _streamed("frozen")
-    original = execute_module._Runner.weights_of
-    monkeypatch.setattr(execute_module._Runner, "weights_of",
+    original = weights_module.WeightFiles.weights_of
+    monkeypatch.setattr(weights_module.WeightFiles, "weights_of",
                         lambda self, k: [] if self.graph.ops[k].name == "fc2/grad"
                         else original(self, k))
     schedule = tm.remat_and_page_schedule(request.graph, set(), set())
