@@ -231,7 +231,7 @@ def test_usage_errors_are_one_line_with_status_2(capsys):
 
 
 def test_an_internal_error_exits_3_with_the_traceback_saved(capsys, monkeypatch, tmp_path):
-    import poetsim.cli.main as cli
+    import poetsim.cli.commands.costs as cli
 
     def broken(*_a, **_k):
         raise ZeroDivisionError("a bug\nsecond line")

@@ -1,8 +1,24 @@
-"""Command-line options that several commands share, defined once."""
+"""Command-line options that several commands share: each defined once, and read once into
+the library's values (a graph, a request, solver settings)."""
 
 from __future__ import annotations
 
 import argparse
+
+from poetsim.boards import DEFAULT_BOARD
+from poetsim.boards.spec import Board
+from poetsim.errors import InputError
+from poetsim.graph import TrainingGraph, read_graph
+from poetsim.graph.graph import OPTIMIZER_STATE_COPIES
+from poetsim.methods import DEFAULT_EFFORT, SolverSettings
+from poetsim.request import Accounting, Request, resolve_request
+from poetsim.zoo import DEFAULT_MODEL, build_model
+
+
+def add_json(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``--json``: machine-readable output instead of lines for a reader."""
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
 
 
 def add_accept_edits(parser: argparse.ArgumentParser) -> None:
@@ -19,3 +35,101 @@ def add_corners(parser: argparse.ArgumentParser) -> None:
                         help="also judge at the slow and the costly corner of the board's "
                              "ranges (every range at its end that costs time, or energy); "
                              "the exit status follows the typical corner")
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """``--batch-size`` and ``--set KEY=VALUE``: a zoo model's options."""
+    parser.add_argument("--batch-size", type=int, metavar="N", help="batch size (default 1)")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE",
+                        help="a model option, e.g. --set seq_len=64 (repeatable)")
+
+
+def add_graph_and_board(parser: argparse.ArgumentParser, *, model: str = DEFAULT_MODEL,
+                        board: str = DEFAULT_BOARD) -> None:
+    """``--model`` or ``--graph``, and ``--board``."""
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--model", default=model, metavar="NAME",
+                        help=f"zoo model (default {model})")
+    source.add_argument("--graph", metavar="FILE", help="graph file (JSON) instead of a model")
+    parser.add_argument("--board", default=board, metavar="NAME|FILE",
+                        help=f"built-in board or board file (default {board})")
+
+
+def add_request_options(parser: argparse.ArgumentParser, *, ram: str | None,
+                        deadline: str | None) -> None:
+    """--ram, --deadline, --accounting and --optimizer: what every request is made of."""
+    parser.add_argument("--ram", default=ram, metavar="50%|256KiB|BYTES|board",
+                        help="RAM budget: a percentage of the plain schedule's activation "
+                             "peak, a size (the whole RAM under physical accounting, "
+                             "activations under paper), or 'board' (all usable RAM)"
+                             + (f"; default {ram}".replace("%", "%%") if ram else ""))
+    parser.add_argument("--deadline", default=deadline, metavar="1.5x|SECONDS",
+                        help="time budget: a factor of the plain compute time, or seconds"
+                             + (f"; default {deadline}" if deadline else ""))
+    from_file = ram is None  # simulate: the schedule file's words are the defaults
+    parser.add_argument("--accounting", default=None if from_file else Accounting.PHYSICAL.value,
+                        choices=[a.value for a in Accounting],
+                        help="physical: everything resident must fit the budget and the "
+                             "board's RAM; paper: the budget covers activations only, as "
+                             "POET's mu_RAM (the physical need is still reported). Default: "
+                             + ("the one the schedule file records, else physical" if from_file
+                                else "physical"))
+    add_optimizer(parser, "" if ram else ", or the one the schedule file records")
+
+
+def add_optimizer(parser: argparse.ArgumentParser, default_note: str = "") -> None:
+    """``--optimizer``: the training step's optimizer (sgd, momentum, adam)."""
+    parser.add_argument("--optimizer", default=None, choices=list(OPTIMIZER_STATE_COPIES),
+                        help="the training step's optimizer, which decides the optimizer "
+                             "state (sgd: none, momentum: one copy of the trained weights, "
+                             f"adam: two); default sgd{default_note}")
+
+
+def model_options(args: argparse.Namespace) -> dict[str, int]:
+    """The zoo model options the user gave (``--set`` and ``--batch-size``)."""
+    options: dict[str, int] = {}
+    for item in args.set or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InputError(f"--set {item!r}: expected KEY=VALUE, e.g. --set seq_len=64")
+        try:
+            options[key] = int(value)
+        except ValueError:
+            raise InputError(f"--set {item!r}: {key} must be a whole number") from None
+    if args.batch_size is not None:
+        options["batch_size"] = args.batch_size
+    return options
+
+
+def graph_from_args(args: argparse.Namespace,
+                    defaults: dict[str, int] | None = None) -> TrainingGraph:
+    """The graph file, or the zoo model with ``defaults`` under the user's options."""
+    if getattr(args, "graph", None):
+        return read_graph(args.graph)
+    return build_model(args.model, **{**(defaults or {}), **model_options(args)})
+
+
+def request_from_args(args: argparse.Namespace, graph: TrainingGraph, board: Board) -> Request:
+    """The user's request (:func:`~poetsim.request.resolve_request`)."""
+    return resolve_request(graph, board, ram=args.ram, deadline=args.deadline,
+                           accounting=args.accounting, optimizer=args.optimizer or "sgd",
+                           deadline_margin=getattr(args, "deadline_margin", None))
+
+
+#: The flag of each solver setting, for messages that name what the user typed.
+_SETTING_FLAGS = {"time_limit_s": "--time-limit", "gap_limit": "--gap", "seed": "--seed",
+                  "threads": "--threads", "effort": "--effort"}
+
+
+def solver_settings(args: argparse.Namespace) -> SolverSettings:
+    """The solver settings the user gave, a bad one named by its flag."""
+    try:
+        return SolverSettings(time_limit_s=args.time_limit, gap_limit=getattr(args, "gap", 0.0),
+                              seed=getattr(args, "seed", 0),
+                              threads=getattr(args, "threads", 1),
+                              effort=getattr(args, "effort", DEFAULT_EFFORT))
+    except InputError as err:
+        field, _, rest = str(err).partition(" = ")
+        if field in _SETTING_FLAGS:
+            raise InputError(f"{_SETTING_FLAGS[field]} {rest}") from None
+        raise

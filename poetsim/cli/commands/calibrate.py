@@ -11,6 +11,8 @@ from typing import Any
 
 import attrs
 
+from poetsim.cli.options import add_json, add_model_options, graph_from_args
+from poetsim.cli.output import row
 from poetsim.errors import InputError, InternalError
 
 EXAMPLE = """\
@@ -22,11 +24,9 @@ example (the measurement files are made up for the example, and say so):
 """
 
 
-def register(boards_sub: Any, with_json: Any) -> None:
+def register(boards_sub: Any) -> None:
     """Add ``calibrate`` to the ``poetsim boards`` actions."""
-    from poetsim.cli.main import _add_model_options  # main is loaded: it calls this
-
-    p = with_json(boards_sub.add_parser(
+    p = add_json(boards_sub.add_parser(
         "calibrate", help="fit a board file to your own measurements",
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLE,
         description="Write a new board file whose numbers are fitted to measurements on the "
@@ -40,7 +40,7 @@ def register(boards_sub: Any, with_json: Any) -> None:
     source = p.add_mutually_exclusive_group()
     source.add_argument("--model", metavar="NAME", help="zoo model the op times are of")
     source.add_argument("--graph", metavar="FILE", help="graph file the op times are of")
-    _add_model_options(p)
+    add_model_options(p)
     p.add_argument("--op-times", metavar="FILE.csv",
                    help="CSV op,time_s[,energy_j|current_a[,voltage_v]]: an op name, or "
                         "forward / backward / "
@@ -63,7 +63,6 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     from poetsim.boards import builtin_board_dir, get_board
     from poetsim.boards.calibrate import calibrate, calibrated_text
     from poetsim.boards.load import board_from_dict
-    from poetsim.cli.main import _graph_from_args, _row
     from poetsim.fileio import atomic_write_text
 
     board = get_board(args.board)
@@ -72,7 +71,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix != ".toml":
         raise InputError(f"--out {args.out!r}: must name a .toml board file")
-    graph = _graph_from_args(args) if args.model or args.graph else None
+    graph = graph_from_args(args) if args.model or args.graph else None
     new, calibration = calibrate(board, graph=graph, op_times=args.op_times,
                                  storage_bench=args.storage_bench, power=args.power,
                                  voltage_v=args.voltage)
@@ -95,16 +94,16 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     print(f"calibrated {board.name} -> {out}")
     for f in calibration.fitted:
         was = _was(board, f.key)
-        print(_row(f.key, f"{f.value:.6g}" + (f" (was {was:.6g})" if was is not None else "")
+        print(row(f.key, f"{f.value:.6g}" + (f" (was {was:.6g})" if was is not None else "")
                    + f": {f.how}"))
     for prefix, what in (("op ", "op times"), ("storage ", "storage throughput")):
         median = calibration.median_error(prefix)
         if median is not None:
             worst = max((r for r in calibration.residuals if r.label.startswith(prefix)),
                         key=lambda r: abs(r.relative))
-            print(_row(f"{what} reproduced", f"median error {median:.2%}, worst "
+            print(row(f"{what} reproduced", f"median error {median:.2%}, worst "
                        f"{worst.relative:+.2%} ({worst.label.removeprefix(prefix)})"))
-    print(_row("wrote", str(out)))
+    print(row("wrote", str(out)))
     return 0
 
 

@@ -150,10 +150,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return _cmd_run(argv)
 
 
-def register(sub: Any, with_json: Callable[[argparse.ArgumentParser], Any] | None = None
-             ) -> None:
-    """Add ``sweep`` to the ``poetsim`` subcommands (``with_json`` is unused: both forms
-    take their own ``--json``)."""
+def register(sub: Any) -> None:
+    """Add ``sweep`` to the ``poetsim`` subcommands (both forms parse their own arguments,
+    ``--json`` among them)."""
     p = sub.add_parser("sweep", help="run a what-if sweep on Dask, or report one",
                        description=_DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter,
