@@ -1242,20 +1242,23 @@ def test_window_search_never_worsens_the_incumbent() -> None:
     from poetsim.costs import op_costs
     from poetsim.optimizer.milp import Formulation, build_milp
     from poetsim.optimizer.plan import evaluate_plan, lower_plan
-    from poetsim.optimizer.solve import _best_heuristic, _window_search
+    from poetsim.optimizer.search.portfolio import best_heuristic
+    from poetsim.optimizer.search.problem import Problem
+    from poetsim.optimizer.search.windows import window_search
     from poetsim.schedule import check_schedule
     from poetsim.zoo import build_model
 
     graph, board = build_model("mlp"), get_board("nrf52840")
     costs = op_costs(graph, board)
     budget = paper_request(graph, board, "60%").activation_budget_bytes
-    plan, metrics, _ = _best_heuristic(graph, costs, budget, None, Formulation())
+    problem = Problem(graph, costs, budget)
+    plan, metrics, _ = best_heuristic(problem, Formulation())
     milp = build_milp(graph, costs, budget, None, Formulation(),
                       storage_capacity_bytes=None,
                       energy_reference_j=float(costs.compute_energy_j.sum()))
     assert milp.add_warm_start(plan)
-    better, found, _ = _window_search(milp, plan, metrics, budget, None,
-                                      time_budget=3.0, gap_limit=0.0)
+    better, found, _ = window_search(milp, problem, plan, metrics, time_budget=3.0,
+                                     gap_limit=0.0)
     assert found.energy_j <= metrics.energy_j
     assert evaluate_plan(graph, costs, better) == found
     assert check_schedule(graph, lower_plan(graph, better), budget_bytes=budget).valid
@@ -1267,12 +1270,12 @@ def test_window_search_never_worsens_the_incumbent() -> None:
 def test_effort_makes_the_search_independent_of_the_clock(monkeypatch):
     """With a node budget the same request gives the same schedule whatever the clock
     says (a slow or busy machine is a clock running fast)."""
-    import sys
+    import importlib
     import time
 
     from poetsim.boards import get_board
 
-    module = sys.modules["poetsim.optimizer.solve"]
+    module = importlib.import_module("poetsim.optimizer.search.pipeline")
     monkeypatch.setattr(module, "_WINDOW_SEARCH_BINARIES", 0)  # the windows run too
     graph, board = build_model("mlp", layers=4, width=64), get_board("nrf52840")
     request = paper_request(graph, board, "90%", "1.3x")
@@ -1292,14 +1295,15 @@ def test_effort_makes_the_search_independent_of_the_clock(monkeypatch):
 def test_graphs_beyond_stage_form_get_the_best_checked_op_list(monkeypatch):
     """Past ``STAGE_MAX_OPS`` no n x n matrix is built: the answer is the cheapest of
     checkpoint-all and the warm starts that the checker accepts, against every op once."""
-    import sys
+    import importlib
 
     from poetsim.baselines import dtr
     from poetsim.boards import get_board
     from poetsim.optimizer import SolveStatus
     from poetsim.schedule.model import predict
 
-    monkeypatch.setattr(sys.modules["poetsim.optimizer.solve"], "STAGE_MAX_OPS", 10)
+    monkeypatch.setattr(importlib.import_module("poetsim.optimizer.search.oplist"),
+                        "STAGE_MAX_OPS", 10)
     graph, board = build_model("mlp", layers=4, width=64), get_board("rpi4")
     request = paper_request(graph, board, "80%", "3x")
     budget = request.activation_budget_bytes
@@ -1330,7 +1334,7 @@ def test_the_remat_neighbourhood_pages_checkpoints_to_meet_a_deadline(monkeypatc
 
     from poetsim.boards import get_board
 
-    solve_module = importlib.import_module("poetsim.optimizer.solve")
+    pipeline = importlib.import_module("poetsim.optimizer.search.pipeline")
     board = get_board("nrf52840")
     graph = build_model("mlp", layers=5, width=256)
     request = resolve_request(graph, board, ram="50%", deadline="1.2x", accounting="paper")
@@ -1340,7 +1344,7 @@ def test_the_remat_neighbourhood_pages_checkpoints_to_meet_a_deadline(monkeypatc
     assert result.warm_start == "remat neighbourhood"
     assert_result_is_sound(graph, board, result, request.activation_budget_bytes,
                            request.deadline_s)
-    monkeypatch.setattr(solve_module, "_remat_neighbourhood", lambda search, milp: None)
+    monkeypatch.setattr(pipeline, "remat_neighbourhood", lambda search, milp: None)
     without = solve(request, time_limit_s=30, effort=60)
     assert without.warm_start != "remat neighbourhood"
     assert result.metrics.energy_j <= without.metrics.energy_j * (1 + 1e-3)
@@ -1352,25 +1356,23 @@ def test_an_unproven_incumbent_hides_its_transfers_before_it_is_returned():
     at 30% on the rpi4 makes the CPU wait for writes at the stage ends that free their
     tensors, which the board's runtime would not; after the pass the plan costs less in
     the stage model and still fits."""
-    import importlib
-
     from poetsim.baselines.capuchin import capuchin
     from poetsim.boards import get_board
     from poetsim.optimizer.milp import Formulation
     from poetsim.optimizer.plan import evaluate_plan, plan_from_schedule
+    from poetsim.optimizer.search.portfolio import overlap_incumbent
+    from poetsim.optimizer.search.state import Search
 
-    solve_module = importlib.import_module("poetsim.optimizer.solve")
     graph = build_model("resnet18_cifar")
     request = resolve_request(graph, get_board("rpi4"), ram="30%", deadline="1.5x")
     budget = request.activation_budget_bytes
     plan = plan_from_schedule(graph, capuchin(graph, request.board, request.costs,
                                               budget).schedule)
     before = evaluate_plan(graph, request.costs, plan)
-    search = solve_module._Search(request=request, formulation=Formulation(),
-                                  deadline_s=request.deadline_s, time_limit_s=60.0,
-                                  gap_limit=0.0, threads=1, seed=0, progress=None,
-                                  warm_starts=(), plan=plan, metrics=before)
-    solve_module._overlap_incumbent(search)
+    search = Search(request=request, formulation=Formulation(), deadline_s=request.deadline_s,
+                    time_limit_s=60.0, gap_limit=0.0, threads=1, seed=0, progress=None,
+                    warm_starts=(), plan=plan, metrics=before)
+    overlap_incumbent(search)
     assert search.metrics.energy_j < before.energy_j * (1 - 1e-3)
     assert search.metrics.fits(budget, request.deadline_s)
     assert search.metrics.time_s <= before.time_s

@@ -3,8 +3,9 @@
 * :mod:`poetsim.optimizer.plan`: decision matrices, their exact accounting, lowering to a
   :class:`~poetsim.schedule.Schedule`;
 * :mod:`poetsim.optimizer.heuristic`: the greedy plan that warm-starts SCIP;
-* :mod:`poetsim.optimizer.milp`: the formulation;
-* :mod:`poetsim.optimizer.solve`: a resolved request in, diagnostics and honest status out.
+* :mod:`poetsim.optimizer.milp`: the formulation, one module per family of rows;
+* :mod:`poetsim.optimizer.search`: a resolved request in, diagnostics and honest status out
+  (:func:`solve`, also importable as :mod:`poetsim.optimizer.solve`).
 """
 
 from poetsim.optimizer.heuristic import greedy_plan, plain_plan
