@@ -66,14 +66,11 @@ from functools import partial
 from typing import Any
 
 import attrs
-import numpy as np
 import simpy
 
-from poetsim.boards.spec import Board, WriteBusy
-from poetsim.costs import OpCosts, transfer_phases
-from poetsim.graph.streaming import WeightsOnStorage, stream_commands
-from poetsim.schedule.arena import adopt_layout, plan_arena
-from poetsim.schedule.model import predict
+from poetsim.boards.spec import Board
+from poetsim.costs import OpCosts
+from poetsim.schedule.arena import ArenaPlan, adopt_layout, plan_arena
 from poetsim.schedule.ops import Action
 from poetsim.schedule.replay import Replay
 from poetsim.sim.bus import make_bus
@@ -89,20 +86,15 @@ from poetsim.sim.dma import (
     TransferJob,
     run_transfer,
 )
+from poetsim.sim.jobs import draw_run_write_busy, transfer_jobs
 from poetsim.sim.planner import plan_transfers, program_profile
 from poetsim.sim.power import EnergyLedger
 from poetsim.sim.ram import RamModel
-from poetsim.sim.report import Prediction, SimReport, SimViolation, TransferRecord
+from poetsim.sim.report import SimReport, SimViolation
+from poetsim.sim.reporting import finished_report
 from poetsim.sim.storage import (
     StorageModel,
-    TransferTiming,
-    draw_write_busy,
-    transfer_timing,
-    with_write_busy,
-    write_commands,
 )
-from poetsim.sim.timeline import Slice, StateSlice, Timeline
-from poetsim.units import meets_deadline
 
 __all__ = ["Simulation"]
 
@@ -154,45 +146,13 @@ class Simulation:
         self.plan = plan_transfers(replay, costs, self.profile,
                                    ram_limit_bytes=self.ram_limit, dma=dma,
                                    wakeup_latency_s=board.storage.wakeup_latency_s)
-        # where the runtime keeps every buffer: the schedule's own layout when it has one
-        # for this resident state, else one planned, a prefetch holding its buffer from its
-        # trigger (or, when that does not fit, from where the layout leaves room); a layout
-        # for another resident state is still checked against the steps
-        layout = replay.schedule.layout if replay.schedule is not None else None
-        if layout is not None and layout.resident_bytes != resident_bytes:
-            adopt_layout(replay, layout, resident_bytes=None)
-            layout = None
-        if layout is not None:
-            self.arena = adopt_layout(replay, layout, resident_bytes=resident_bytes)
-        else:
-            self.arena = plan_arena(replay, resident_bytes=resident_bytes, prefetch_from={
-                p.step: p.trigger_step for p in self.plan
-                if p.kind == "page_in" and p.trigger_step < p.step}, fit_bytes=budget_bytes)
-        # a prefetch starts no earlier than the layout holds its buffer
-        earliest = self.arena.prefetch_from
-        self.plan = [
-            attrs.evolve(p, trigger_step=earliest.get(p.step, p.step), offset_s=0.0)
-            if p.kind == "page_in" and p.trigger_step < earliest.get(p.step, p.step)
-            else p for p in self.plan]
-        timings: dict[tuple[int, bool, float, float], TransferTiming] = {}
-        in_s, in_j = costs.pagein_time_s.tolist(), costs.pagein_energy_j.tolist()
-        out_s, out_j = costs.pageout_time_s.tolist(), costs.pageout_energy_j.tolist()
-        self.jobs: list[TransferJob] = []
-        self.job_at: dict[int, TransferJob] = {}
+        self.arena = self._lay_out(resident_bytes, budget_bytes)
+        self.jobs = transfer_jobs(board, costs, self.plan)
+        self.job_at: dict[int, TransferJob] = {job.step: job for job in self.jobs}
         self.triggers: dict[int, list[TransferJob]] = {}
-        for planned in self.plan:
-            k, write = planned.tensor, planned.kind == "page_out"
-            key = ((self.size[k], True, out_s[k], out_j[k]) if write
-                   else (self.size[k], False, in_s[k], in_j[k]))
-            timing = timings.get(key)
-            if timing is None:
-                timing = timings[key] = transfer_timing(board, key[0], write=write,
-                                                        time_s=key[2], energy_j=key[3])
-            job = TransferJob(planned.kind, k, planned.op, planned.step, timing, planned)
-            self.jobs.append(job)
-            self.job_at[planned.step] = job
-            if dma and not write:
-                self.triggers.setdefault(planned.trigger_step, []).append(job)
+        for job in self.jobs:
+            if dma and job.kind == "page_in":
+                self.triggers.setdefault(job.plan.trigger_step, []).append(job)
 
         self.seed = seed
         #: COMPUTE position -> (extra write-busy seconds, storage joules) of the weights it
@@ -200,7 +160,7 @@ class Simulation:
         self.writeback_busy: dict[int, tuple[float, float]] = {}
         busy = board.storage.write_busy
         if seed is not None and busy is not None:
-            self._draw_write_busy(busy, seed)
+            self.writeback_busy = draw_run_write_busy(replay, costs, board, self.jobs, busy, seed)
 
         self.dma: DmaEngine | None = None
         if dma:
@@ -229,6 +189,32 @@ class Simulation:
         self.slices: list[tuple[str, str, float, float, dict]] | None = [] if trace else None
         self.main = env.process(self._program())
 
+    def _lay_out(self, resident_bytes: int, budget_bytes: int) -> ArenaPlan:
+        """Where the runtime keeps every buffer, and the plan's prefetches clamped to it.
+
+        The schedule's own layout when it has one for this resident state, else one planned,
+        a prefetch holding its buffer from its trigger (or, when that does not fit, from
+        where the layout leaves room); a layout for another resident state is still checked
+        against the steps."""
+        replay = self.replay
+        layout = replay.schedule.layout if replay.schedule is not None else None
+        if layout is not None and layout.resident_bytes != resident_bytes:
+            adopt_layout(replay, layout, resident_bytes=None)
+            layout = None
+        if layout is not None:
+            arena = adopt_layout(replay, layout, resident_bytes=resident_bytes)
+        else:
+            arena = plan_arena(replay, resident_bytes=resident_bytes, prefetch_from={
+                p.step: p.trigger_step for p in self.plan
+                if p.kind == "page_in" and p.trigger_step < p.step}, fit_bytes=budget_bytes)
+        # a prefetch starts no earlier than the layout holds its buffer
+        earliest = arena.prefetch_from
+        self.plan = [
+            attrs.evolve(p, trigger_step=earliest.get(p.step, p.step), offset_s=0.0)
+            if p.kind == "page_in" and p.trigger_step < earliest.get(p.step, p.step)
+            else p for p in self.plan]
+        return arena
+
     # ------------------------------------------------------------------ transfers
     def _on_done(self, job: TransferJob) -> None:
         now = self.env.now
@@ -247,34 +233,6 @@ class Simulation:
             self.slices.append((where, f"{job.kind} {job.op}", job.service_s, job.ended_s,
                                 {"step": job.step, "bytes": job.timing.nbytes,
                                  "device_bytes": job.timing.device_bytes}))
-
-    def _draw_write_busy(self, busy: WriteBusy, seed: int) -> None:
-        """Lengthen every page-out by its drawn extra write-busy time (plan order), then
-        every weight write-back (list order; the run that writes them back waits for it)."""
-        writes = [job for job in self.jobs if job.kind == "page_out" and job.timing.time_s > 0]
-        known: dict[int, list[int]] = {}
-
-        def commands_of(nbytes: int) -> list[int]:
-            if nbytes not in known:
-                known[nbytes] = write_commands(self.board, nbytes)
-            return known[nbytes]
-
-        rng = np.random.default_rng(seed)
-        extras = draw_write_busy(busy, rng, [commands_of(job.timing.nbytes) for job in writes])
-        power = busy.power_w if busy.power_w is not None else self.board.storage.write_power_w
-        for job, extra in zip(writes, extras, strict=True):
-            job.timing = with_write_busy(job.timing, extra, power)
-        # the same stream, after the page-outs' draws (which stay as they were)
-        backs = self.replay.write_back_positions
-        commands = []
-        for i in backs:
-            k = self.steps[i].op
-            commands.append([c for size, count in stream_commands(
-                self.graph, k, int(self.costs.writeback_bytes[k])) for _ in range(count)
-                for c in commands_of(size)])
-        for i, extra in zip(backs, draw_write_busy(busy, rng, commands), strict=True):
-            if extra > 0.0:
-                self.writeback_busy[i - 1] = (extra, extra * power)  # at its COMPUTE
 
     def _issue(self, job: TransferJob) -> None:
         """Hand a page-in to the DMA queue."""
@@ -401,123 +359,25 @@ class Simulation:
 
     # ------------------------------------------------------------------ the program
     def _program(self) -> Generator[simpy.Event, Any, None]:
-        env, ram, cpu, bus = self.env, self.ram, self.cpu, self.bus
-        names, size, workspace = self.names, self.size, self.workspace
-        compute_time, compute_energy, preds = self.compute_time, self.compute_energy, self.preds
-        held_time, held_energy = self.held_time, self.held_energy
-        arriving, triggers, job_at = self.arriving, self.triggers, self.job_at
-        computed, slices, dma = self.computed, self.slices, self.dma
-        replay = self.replay
-        reads_weights, overwrites = replay.reads_weights, replay.overwrites
-        limit = self.ram_limit
-        for i, step in enumerate(self.steps):
+        env, steps, triggers = self.env, self.steps, self.triggers
+        for i, step in enumerate(steps):
             self.pos = i
             if self.deferred:
                 self._retry_deferred()
             action, k = step.action, step.op
             if action is _COMPUTE:
-                for u in preds[k]:
-                    job = arriving.get(u)
-                    if job is not None and job.state != DONE:
-                        yield from self._stall_for(job)
-                into = overwrites.get(i, -1)
-                if into >= 0:  # in place: the output overwrites the input's buffer
-                    write = self.writing.get(into)
-                    if write is not None and write.state != DONE:
-                        yield from self._stall_for(write)  # its copy must be on storage
-                    self.shared[into] = size[k]
-                    need = workspace[k]
-                else:
-                    need = size[k] + workspace[k]
-                if self.pending_frees and not ram.fits(need, limit):
-                    yield from self._make_room(need)
-                ram.alloc(env.now, need, i, names[k], "compute")
-                fired = triggers.get(i)
-                if fired:
-                    self._fire(fired)
-                if reads_weights[i]:  # streams its weights from storage
-                    duration, energy = compute_time[k], compute_energy[k]
-                    storage_j, dma_j = self.shares[0][k], self.shares[1][k]
-                else:  # reads no weights from storage, or they are held
-                    duration, energy = held_time[k], held_energy[k]
-                    storage_j, dma_j = self.held_shares[0][k], self.held_shares[1][k]
-                # the run holds the storage device while it streams or writes back
-                streams = replay.streams(i)
-                occupies = dma is not None and streams
-                if occupies:
-                    yield from self._hold_storage()
-                kind = "recompute" if computed[k] else "compute"
-                computed[k] = True
-                t0 = env.now
-                if not streams:
-                    storage_j = dma_j = 0.0
-                if storage_j or dma_j:
-                    # a streamed run's shares, booked on the components that spend them
-                    self.storage.machine.quantum("stream", kind, storage_j)
-                    if dma_j:
-                        dma.machine.quantum("stream", kind, dma_j)  # type: ignore[union-attr]
-                    energy -= storage_j + dma_j
-                if duration > 0.0:
-                    cpu.run(kind, energy / duration)
-                    yield from bus.compute(duration)
-                else:
-                    cpu.run(kind, 0.0)
-                    cpu.machine.quantum("active", kind, energy)
-                self.compute_s += env.now - t0
-                extra = self.writeback_busy.get(i)
-                if extra is not None:  # the card is still busy writing the weights back
-                    t1 = env.now
-                    self.storage.machine.quantum("stream", "write_busy", extra[1])
-                    yield from cpu.wait(env.timeout(extra[0]), t1 + extra[0], "stall")
-                    self.stall_s += env.now - t1
-                    if slices is not None:
-                        slices.append(("cpu", "stall", t1, env.now, {
-                            "waiting_for": "storage (weights written back)", "step": i}))
-                if occupies:
-                    dma.release()
-                if slices is not None:
-                    slices.append(("cpu", f"{kind} {names[k]}", t0, env.now,
-                                   {"step": i, "op": k, "stage": step.stage}))
-                    if streams:  # the storage reads and writes the op's weights meanwhile
-                        slices.append(("storage", f"weights {names[k]}", t0, env.now,
-                                       {"step": i, "op": k, "energy_j": storage_j}))
-                ram.free(env.now, workspace[k])
+                yield from self._compute(i, k, step.stage)
                 continue
             if action is _PAGE_OUT:
-                job = job_at[i]
-                if not self.storage.store(size[k]):
-                    self.violations.append(SimViolation(
-                        "storage_full",
-                        f"step {i} (page_out {names[k]!r}): storage holds "
-                        f"{self.storage.used_bytes} B, over its capacity of "
-                        f"{self.board.storage.capacity_bytes} B", i, names[k], env.now))
-                self.writing[k] = job
-                if dma is not None:
-                    self.outstanding.append(job)
-                    dma.submit(job)
-                else:
-                    yield from self._move(job)
+                yield from self._page_out(i, k)
             elif action is _PAGE_IN:
-                job = job_at[i]
-                arriving[k] = job
-                if not job.allocated:
-                    if self.pending_frees and not ram.fits(size[k], limit):
-                        yield from self._make_room(size[k])
-                    ram.alloc(env.now, size[k], i, names[k], "page_in")
-                    job.allocated = True
-                if dma is None:
-                    yield from self._move(job)
-                elif job.state == PLANNED and job.plan.trigger_step <= i:
-                    self._issue(job)
+                yield from self._page_in(i, k)
             elif action is _FREE:
                 self._free(k)
             elif action is _HOLD_WEIGHTS:  # the owner's run right after reads them
-                nbytes = self.held_bytes[k]
-                if self.pending_frees and not ram.fits(nbytes, limit):
-                    yield from self._make_room(nbytes)
-                ram.alloc(env.now, nbytes, i, names[k], "hold_weights")
+                yield from self._allocate(self.held_bytes[k], i, k, "hold_weights")
             elif action is _DROP_WEIGHTS:
-                ram.free(env.now, self.held_bytes[k])
+                self.ram.free(env.now, self.held_bytes[k])
             # READ_WEIGHTS, WRITE_WEIGHTS: the stream is priced in its op's COMPUTE
             fired = triggers.get(i)
             if fired:
@@ -528,6 +388,128 @@ class Simulation:
             t0 = env.now
             yield from self.cpu.wait(job.done_event(env), job.eta_s, "idle", wake=False)
             self.tail_s += env.now - t0
+
+    def _allocate(self, nbytes: int, i: int, k: int, what: str
+                  ) -> Generator[simpy.Event, Any, None]:
+        """Allocate ``nbytes`` at step ``i``, first waiting for writes in flight whose RAM
+        is already freed if they keep it from fitting."""
+        if self.pending_frees and not self.ram.fits(nbytes, self.ram_limit):
+            yield from self._make_room(nbytes)
+        self.ram.alloc(self.env.now, nbytes, i, self.names[k], what)
+
+    def _compute(self, i: int, k: int, stage: int) -> Generator[simpy.Event, Any, None]:
+        """COMPUTE k at step ``i``: inputs in RAM, output allocated, the op run, the
+        workspace released."""
+        env, size, workspace = self.env, self.size, self.workspace
+        for u in self.preds[k]:
+            job = self.arriving.get(u)
+            if job is not None and job.state != DONE:
+                yield from self._stall_for(job)
+        into = self.replay.overwrites.get(i, -1)
+        if into >= 0:  # in place: the output overwrites the input's buffer
+            write = self.writing.get(into)
+            if write is not None and write.state != DONE:
+                yield from self._stall_for(write)  # its copy must be on storage
+            self.shared[into] = size[k]
+            need = workspace[k]
+        else:
+            need = size[k] + workspace[k]
+        yield from self._allocate(need, i, k, "compute")
+        fired = self.triggers.get(i)
+        if fired:
+            self._fire(fired)
+        # the run holds the storage device while it streams or writes back
+        streams = self.replay.streams(i)
+        occupies = self.dma is not None and streams
+        if occupies:
+            yield from self._hold_storage()
+        kind = "recompute" if self.computed[k] else "compute"
+        self.computed[k] = True
+        t0 = env.now
+        storage_j = yield from self._run_op(i, k, kind, streams)
+        self.compute_s += env.now - t0
+        extra = self.writeback_busy.get(i)
+        if extra is not None:  # the card is still busy writing the weights back
+            yield from self._wait_for_write_back(i, *extra)
+        if occupies:
+            self.dma.release()  # type: ignore[union-attr]
+        if self.slices is not None:
+            name = self.names[k]
+            self.slices.append(("cpu", f"{kind} {name}", t0, env.now,
+                                {"step": i, "op": k, "stage": stage}))
+            if streams:  # the storage reads and writes the op's weights meanwhile
+                self.slices.append(("storage", f"weights {name}", t0, env.now,
+                                    {"step": i, "op": k, "energy_j": storage_j}))
+        self.ram.free(env.now, workspace[k])
+
+    def _run_op(self, i: int, k: int, kind: str, streams: bool
+                ) -> Generator[simpy.Event, Any, float]:
+        """Run op ``k`` for its time, its energy booked on the parts that spend it; the
+        storage's joules."""
+        if self.replay.reads_weights[i]:  # streams its weights from storage
+            duration, energy = self.compute_time[k], self.compute_energy[k]
+            storage_j, dma_j = self.shares[0][k], self.shares[1][k]
+        else:  # reads no weights from storage, or they are held
+            duration, energy = self.held_time[k], self.held_energy[k]
+            storage_j, dma_j = self.held_shares[0][k], self.held_shares[1][k]
+        if not streams:
+            storage_j = dma_j = 0.0
+        if storage_j or dma_j:
+            # a streamed run's shares, booked on the components that spend them
+            self.storage.machine.quantum("stream", kind, storage_j)
+            if dma_j:
+                self.dma.machine.quantum("stream", kind, dma_j)  # type: ignore[union-attr]
+            energy -= storage_j + dma_j
+        cpu = self.cpu
+        if duration > 0.0:
+            cpu.run(kind, energy / duration)
+            yield from self.bus.compute(duration)
+        else:
+            cpu.run(kind, 0.0)
+            cpu.machine.quantum("active", kind, energy)
+        return storage_j
+
+    def _wait_for_write_back(self, i: int, busy_s: float, storage_j: float
+                             ) -> Generator[simpy.Event, Any, None]:
+        """Stall while the card finishes writing back the weights of step ``i``'s run."""
+        env = self.env
+        t1 = env.now
+        self.storage.machine.quantum("stream", "write_busy", storage_j)
+        yield from self.cpu.wait(env.timeout(busy_s), t1 + busy_s, "stall")
+        self.stall_s += env.now - t1
+        if self.slices is not None:
+            self.slices.append(("cpu", "stall", t1, env.now, {
+                "waiting_for": "storage (weights written back)", "step": i}))
+
+    def _page_out(self, i: int, k: int) -> Generator[simpy.Event, Any, None]:
+        """PAGE_OUT k: reserve storage space and hand the write to the DMA (or do it)."""
+        job = self.job_at[i]
+        if not self.storage.store(self.size[k]):
+            name = self.names[k]
+            self.violations.append(SimViolation(
+                "storage_full",
+                f"step {i} (page_out {name!r}): storage holds "
+                f"{self.storage.used_bytes} B, over its capacity of "
+                f"{self.board.storage.capacity_bytes} B", i, name, self.env.now))
+        self.writing[k] = job
+        if self.dma is not None:
+            self.outstanding.append(job)
+            self.dma.submit(job)
+        else:
+            yield from self._move(job)
+
+    def _page_in(self, i: int, k: int) -> Generator[simpy.Event, Any, None]:
+        """PAGE_IN k: the buffer allocated (unless a prefetch did), the read started if
+        its trigger has passed (or done by the CPU)."""
+        job = self.job_at[i]
+        self.arriving[k] = job
+        if not job.allocated:
+            yield from self._allocate(self.size[k], i, k, "page_in")
+            job.allocated = True
+        if self.dma is None:
+            yield from self._move(job)
+        elif job.state == PLANNED and job.plan.trigger_step <= i:
+            self._issue(job)
 
     # ------------------------------------------------------------------ run and report
     def run(self) -> SimReport:
@@ -544,116 +526,4 @@ class Simulation:
             machines.append(self.dma.machine)
         events = next(env._eid)  # type: ignore[attr-defined]
         wall = time.perf_counter() - started
-        return self._report(makespan, machines, events, wall)
-
-    def _report(self, makespan: float, machines: list, events: int, wall: float) -> SimReport:
-        board, ram, storage, ledger = self.board, self.ram, self.storage, self.ledger
-        on_storage = WeightsOnStorage.of(self.graph)
-        for i, read in enumerate(self.replay.reads_weights):  # weights streamed by the ops
-            if read:
-                k = self.steps[i].op
-                for size, count in stream_commands(self.graph, k,
-                                                   on_storage.bytes_read(self.graph, k)):
-                    device = transfer_phases(board, size, write=False).device_bytes
-                    storage.read_weights(count * device)
-        for i in self.replay.write_back_positions:  # weights written back by their ops' runs
-            k = self.steps[i].op
-            written = int(self.costs.writeback_bytes[k])
-            for size, count in stream_commands(self.graph, k, written):
-                device = transfer_phases(board, size, write=True).device_bytes
-                for _ in range(count):
-                    storage.write_back(device)
-        violations = list(self.violations)
-        for over in ram.overflows:
-            violations.append(SimViolation(
-                "ram_overflow",
-                f"step {over.step} ({over.action} {over.op!r}) at {over.time_s:.6g} s: RAM "
-                f"reaches {over.ram_bytes} B, {over.excess_bytes} B over the budget of "
-                f"{over.budget_bytes} B", over.step, over.op, over.time_s))
-        if self.deadline_s is not None and not meets_deadline(makespan, self.deadline_s):
-            violations.append(SimViolation(
-                "deadline_missed",
-                f"makespan {makespan:.6g} s exceeds the deadline of {self.deadline_s:.6g} s "
-                f"by {makespan - self.deadline_s:.6g} s"))
-        wear = storage.wear
-        if wear is not None and wear.max_erase_count > wear.endurance_cycles:
-            violations.append(SimViolation(
-                "flash_worn_out",
-                f"a flash sector was erased {wear.max_erase_count} times, over the endurance "
-                f"of {wear.endurance_cycles} cycles"))
-        counts = self.profile.counts
-        # what the op-list model says of this schedule, recomputed (never a file's figure)
-        model = predict(self.graph, self.costs, self.replay)
-        prediction = Prediction(
-            predicted_energy_j=model.energy_j, simulated_energy_j=ledger.total_j,
-            predicted_time_s=model.time_s, simulated_time_s=makespan,
-            predicted_peak_ram_bytes=model.peak_ram_bytes,
-            simulated_peak_ram_bytes=ram.peak - ram.resident_bytes)
-        residency = {m.component: dict(sorted(m.residency.items())) for m in machines}
-        transitions = {m.component: {f"{a}->{b}": n for (a, b), n in sorted(m.transitions.items())}
-                       for m in machines}
-        wakeups = {"cpu": self.cpu.wakeups, "storage": storage.wakeups}
-        transfers = tuple(self._record(job) for job in self.jobs)
-        timeline = None
-        if self.trace:
-            states = []
-            for m in machines:
-                states.extend(StateSlice(m.component, st, a, b, p)
-                              for a, b, st, p in m.intervals)
-            timeline = Timeline(
-                slices=tuple(Slice(c, n, a, b, args) for c, n, a, b, args in self.slices or ()),
-                states=tuple(sorted(states, key=lambda s: (s.start_s, s.component))),
-                ram=tuple(ram.samples or ()))
-        bytes_in = sum(job.timing.nbytes for job in self.jobs
-                       if job.kind == "page_in" and job.state == DONE)
-        bytes_out = sum(job.timing.nbytes for job in self.jobs
-                        if job.kind == "page_out" and job.state == DONE)
-        dma_busy = self.dma.busy_s if self.dma is not None else 0.0
-        return SimReport(
-            graph_name=self.graph.name, board_name=board.name, steps=len(self.steps),
-            violations=tuple(violations),
-            makespan_s=makespan, deadline_s=self.deadline_s, compute_s=self.compute_s,
-            cpu_transfer_s=self.cpu_transfer_s, stall_s=self.stall_s, tail_s=self.tail_s,
-            peak_ram_bytes=ram.peak, peak_step=ram.peak_step, peak_op=ram.peak_op,
-            peak_action=ram.peak_action, peak_time_s=ram.peak_time_s,
-            budget_bytes=ram.budget_bytes, resident_bytes=ram.resident_bytes,
-            ram_limit_bytes=self.ram_limit, program_peak_ram_bytes=self.profile.peak_bytes,
-            arena_bytes=self.arena.arena_bytes,
-            fragmentation_bytes=self.arena.fragmentation_bytes,
-            layout=self.arena.layout, layout_from_schedule=self.arena.order == "file",
-            energy_j=ledger.total_j,
-            energy_by_component_j=dict(sorted(ledger.by(0).items())),
-            energy_by_state_j=dict(sorted(ledger.by_state().items())),
-            energy_by_kind_j=dict(sorted(ledger.by(2).items())),
-            residency_s=residency, transitions=transitions, wakeups=wakeups,
-            bytes_read=storage.bytes_read, bytes_written=storage.bytes_written,
-            bytes_paged_in=bytes_in, bytes_paged_out=bytes_out,
-            peak_storage_bytes=storage.peak_used_bytes,
-            storage_capacity_bytes=board.storage.capacity_bytes,
-            bus_busy_s=self.bus.busy_s, bus_bytes=self.bus.bytes_moved,
-            bus_bandwidth_bytes_per_s=board.bus.bandwidth_bytes_per_s, dma_busy_s=dma_busy,
-            flash_erases=wear.erases if wear else 0,
-            flash_max_erase_count=wear.max_erase_count if wear else 0,
-            flash_sectors_used=wear.sectors_used if wear else 0,
-            flash_endurance_cycles=wear.endurance_cycles if wear else None,
-            flash_lifetime_iterations=wear.lifetime_iterations() if wear else None,
-            storage_wear_bytes=storage.wear_bytes,
-            storage_lifetime_iterations=storage.lifetime_iterations(),
-            computes=counts[Action.COMPUTE], recomputes=self.profile.recomputes,
-            page_ins=counts[Action.PAGE_IN], page_outs=counts[Action.PAGE_OUT],
-            frees=counts[Action.FREE], transfers=transfers, prediction=prediction,
-            events=events, timeline=timeline, wall_s=wall, seed=self.seed,
-            write_busy_s=sum(job.timing.busy_s for job in self.jobs if job.state == DONE)
-            + sum(busy_s for busy_s, _ in self.writeback_busy.values()),
-        )
-
-    @staticmethod
-    def _record(job: TransferJob) -> TransferRecord:
-        plan = job.plan
-        return TransferRecord(
-            kind=job.kind, tensor=job.tensor, op=job.op, step=job.step,
-            consumer_step=plan.consumer_step, trigger_step=plan.trigger_step,
-            planned_start_s=plan.planned_start_s, needed_s=plan.needed_s,
-            issued_s=job.issued_s, started_s=job.started_s, service_s=job.service_s,
-            ended_s=job.ended_s, stall_s=job.stall_s, ram_delayed=plan.ram_delayed,
-            channel=job.channel, bytes=job.timing.nbytes, device_bytes=job.timing.device_bytes)
+        return finished_report(self, makespan, machines, events, wall)
