@@ -231,66 +231,85 @@ class Replay:
     def _check_other(self, position: int, step: Step, before: Step | None,
                      after: Step | None, facts: _Facts) -> None:
         """The rules of every step but COMPUTE."""
-        k, action, name = step.op, step.action, facts.names[step.op]
+        _OTHER_RULES[step.action](self, position, step, before, after, facts)
+
+    def _check_page_out(self, position: int, step: Step, _before: Step | None,
+                        _after: Step | None, facts: _Facts) -> None:
+        k, name = step.op, facts.names[step.op]
         size = facts.output_bytes[k]
-        if action is _PAGE_OUT:
-            if not self.resident[k]:
-                raise self._fail(position, step, "not_resident",
-                                 f"tensor {name!r} is not resident in RAM, nothing to page "
-                                 "out", k)
-            if self.stored[k]:
-                raise self._fail(position, step, "redundant_page_out",
-                                 f"tensor {name!r} already has a copy on storage", k)
-            if self.capacity is not None and self.storage_bytes + size > self.capacity:
-                raise self._fail(position, step, "storage_full",
-                                 f"paging out tensor {name!r} ({size} B) needs "
-                                 f"{self.storage_bytes + size} B of storage, over the "
-                                 f"capacity of {self.capacity} B", k)
-        elif action is _PAGE_IN:
-            if not self.stored[k]:
-                raise self._fail(position, step, "not_on_storage",
-                                 f"tensor {name!r} has no copy on storage to page in", k)
-            if self.resident[k]:
-                raise self._fail(position, step, "already_resident",
-                                 f"tensor {name!r} is already resident in RAM", k)
-        elif action is _FREE:
-            if not self.resident[k]:
-                raise self._fail(position, step, "not_resident",
-                                 f"tensor {name!r} is not resident in RAM, nothing to free", k)
-        elif action is _HOLD:
-            owners = _holds(self.graph)[0]
-            f = owners[k]
-            if f < 0:
-                raise self._fail(position, step, "stray_weight_step",
-                                 f"op {name!r} has no forward op whose run can load the "
-                                 "weights it reads: its weights cannot be held", k)
-            if self.held[k]:
-                raise self._fail(position, step, "already_held",
-                                 f"the weights of op {name!r} are already held in RAM", k)
-            steps = self.steps
-            later = steps[position + 2] if position + 2 < len(steps) else None
-            if not (_is(after, _READ, f) and _is(later, _COMPUTE, f)):
-                owner = facts.names[f]
-                raise self._fail(position, step, "hold_not_loaded",
-                                 f"holding the weights of op {name!r} needs the run of "
-                                 f"{owner!r} that loads them: READ_WEIGHTS and COMPUTE of "
-                                 f"{owner!r} must follow right away", k)
-        elif action is _DROP:
-            if not self.held[k]:
-                raise self._fail(position, step, "not_held",
-                                 f"the weights of op {name!r} are not held in RAM, nothing "
-                                 "to drop", k)
-        else:  # READ_WEIGHTS, WRITE_WEIGHTS
-            reading = action is _READ
-            if not (facts.reads if reading else facts.writes)[k]:
-                raise self._fail(position, step, "stray_weight_step",
-                                 f"op {name!r} {'reads' if reading else 'writes'} no weights "
-                                 f"{'from' if reading else 'to'} storage", k)
-            if not _is(after if reading else before, _COMPUTE, k):
-                raise self._fail(position, step, "stray_weight_step",
-                                 f"{action.value} must come right "
-                                 f"{'before' if reading else 'after'} a COMPUTE of op "
-                                 f"{name!r}", k)
+        if not self.resident[k]:
+            raise self._fail(position, step, "not_resident",
+                             f"tensor {name!r} is not resident in RAM, nothing to page "
+                             "out", k)
+        if self.stored[k]:
+            raise self._fail(position, step, "redundant_page_out",
+                             f"tensor {name!r} already has a copy on storage", k)
+        if self.capacity is not None and self.storage_bytes + size > self.capacity:
+            raise self._fail(position, step, "storage_full",
+                             f"paging out tensor {name!r} ({size} B) needs "
+                             f"{self.storage_bytes + size} B of storage, over the "
+                             f"capacity of {self.capacity} B", k)
+
+    def _check_page_in(self, position: int, step: Step, _before: Step | None,
+                       _after: Step | None, facts: _Facts) -> None:
+        k, name = step.op, facts.names[step.op]
+        if not self.stored[k]:
+            raise self._fail(position, step, "not_on_storage",
+                             f"tensor {name!r} has no copy on storage to page in", k)
+        if self.resident[k]:
+            raise self._fail(position, step, "already_resident",
+                             f"tensor {name!r} is already resident in RAM", k)
+
+    def _check_free(self, position: int, step: Step, _before: Step | None,
+                    _after: Step | None, facts: _Facts) -> None:
+        k = step.op
+        if not self.resident[k]:
+            raise self._fail(position, step, "not_resident",
+                             f"tensor {facts.names[k]!r} is not resident in RAM, nothing to "
+                             "free", k)
+
+    def _check_hold(self, position: int, step: Step, _before: Step | None,
+                    after: Step | None, facts: _Facts) -> None:
+        k, name = step.op, facts.names[step.op]
+        f = _holds(self.graph)[0][k]
+        if f < 0:
+            raise self._fail(position, step, "stray_weight_step",
+                             f"op {name!r} has no forward op whose run can load the "
+                             "weights it reads: its weights cannot be held", k)
+        if self.held[k]:
+            raise self._fail(position, step, "already_held",
+                             f"the weights of op {name!r} are already held in RAM", k)
+        steps = self.steps
+        later = steps[position + 2] if position + 2 < len(steps) else None
+        if not (_is(after, _READ, f) and _is(later, _COMPUTE, f)):
+            owner = facts.names[f]
+            raise self._fail(position, step, "hold_not_loaded",
+                             f"holding the weights of op {name!r} needs the run of "
+                             f"{owner!r} that loads them: READ_WEIGHTS and COMPUTE of "
+                             f"{owner!r} must follow right away", k)
+
+    def _check_drop(self, position: int, step: Step, _before: Step | None,
+                    _after: Step | None, facts: _Facts) -> None:
+        k = step.op
+        if not self.held[k]:
+            raise self._fail(position, step, "not_held",
+                             f"the weights of op {facts.names[k]!r} are not held in RAM, "
+                             "nothing to drop", k)
+
+    def _check_weight_step(self, position: int, step: Step, before: Step | None,
+                           after: Step | None, facts: _Facts) -> None:
+        """READ_WEIGHTS right before its op's COMPUTE, WRITE_WEIGHTS right after."""
+        k, action, name = step.op, step.action, facts.names[step.op]
+        reading = action is _READ
+        if not (facts.reads if reading else facts.writes)[k]:
+            raise self._fail(position, step, "stray_weight_step",
+                             f"op {name!r} {'reads' if reading else 'writes'} no weights "
+                             f"{'from' if reading else 'to'} storage", k)
+        if not _is(after if reading else before, _COMPUTE, k):
+            raise self._fail(position, step, "stray_weight_step",
+                             f"{action.value} must come right "
+                             f"{'before' if reading else 'after'} a COMPUTE of op "
+                             f"{name!r}", k)
 
     # ------------------------------------------------------------------ the walk
     def in_place(self, position: int, k: int) -> int:
@@ -320,107 +339,116 @@ class Replay:
         graph, facts = self.graph, _facts(self.graph)
         n = len(graph.ops)
         steps = self.steps
-        size, workspace, preds = facts.output_bytes, facts.workspace_bytes, facts.preds
-        resident, stored, held, computed = self.resident, self.stored, self.held, self.computed
+        self._hold_bytes: list[int] | None = None
+        self._touched: dict[int, int] = {}  # tensor -> the last step that touched it
+        self._unread: dict[int, int] = {}   # tensor -> its PAGE_IN still waiting for a reader
+        self._shared: dict[int, int] = {}   # tensor -> bytes of its buffer an in-place output took
         ram_col, read_col, write_col = self.ram_bytes, self.reads_weights, self.writes_weights
-        counts = self.counts
-        hold_bytes: list[int] | None = None
-        touched: dict[int, int] = {}  # tensor -> the last step that touched it
-        unread: dict[int, int] = {}   # tensor -> its PAGE_IN still waiting for a reader
-        shared: dict[int, int] = {}   # tensor -> bytes of its buffer an in-place output took
-        consumer, after_touch = self.page_in_consumer, self.page_in_after
         last = len(steps) - 1
         before: Step | None = None
         for position, step in enumerate(steps):
-            k, action = step.op, step.action
+            k = step.op
             if k >= n:
                 raise self._fail(position, step, "unknown_op",
                                  f"op index {k} is not an op of graph {graph.name!r} "
                                  f"({n} ops)", k)
             after = steps[position + 1] if position < last else None
-            live = self.live_bytes
-            if action is _COMPUTE:
+            if step.action is _COMPUTE:
                 self._check_compute(position, step, before, after, facts)
-                reads = before is not None and before.action is _READ
-                writes = after is not None and after.action is _WRITE
-                again = computed[k]
-                into = self.in_place(position, k) if facts.overwrites[k] >= 0 else -1
-                if into >= 0:
-                    self.overwrites[position] = into
-                    shared[into] = size[k]
-                    ram = live + workspace[k]  # the output lands in the input's buffer
-                else:
-                    ram = live + size[k] + workspace[k]
-                effect = Effect(position, action, k, step.stage, ram, reads, writes, again,
-                                into)
+                effect = self._compute_effect(position, step, before, after, facts)
             else:
                 self._check_other(position, step, before, after, facts)
-                reads = writes = False
-                if action is _PAGE_IN:
-                    ram = live + size[k]
-                elif action is _FREE:  # less what an in-place output kept of its buffer
-                    ram = live - size[k] + shared.pop(k, 0)
-                elif action is _HOLD or action is _DROP:
-                    if hold_bytes is None:
-                        hold_bytes = _holds(graph)[1]
-                    ram = live + hold_bytes[k] if action is _HOLD else live - hold_bytes[k]
-                else:
-                    ram = live
-                effect = Effect(position, action, k, step.stage, ram)
-            ram_col.append(ram)
-            read_col.append(reads)
-            write_col.append(writes)
+                effect = Effect(position, step.action, k, step.stage,
+                                self._ram_after(step, facts))
+            ram_col.append(effect.ram_bytes)
+            read_col.append(effect.reads_weights)
+            write_col.append(effect.writes_weights)
             yield effect
-            # the step takes effect
-            counts[action] += 1
-            if action in GROWS and (ram > self.peak_bytes or self.peak_step < 0):
-                self.peak_bytes, self.peak_step = ram, position
-            if action is _COMPUTE:
-                for u in preds[k]:
-                    reader = unread.pop(u, None)
-                    if reader is not None:
-                        consumer[reader] = position
-                if computed[k]:
-                    self.recomputes += 1
-                resident[k] = computed[k] = True
-                self.live_bytes = ram - workspace[k]
-                touched[k] = position
-            elif action is _PAGE_OUT:
-                self.transfer_positions.append(position)
-                stored[k] = True
-                self.storage_bytes += size[k]
-                self.bytes_paged_out += size[k]
-                if self.storage_bytes > self.peak_storage_bytes:
-                    self.peak_storage_bytes = self.storage_bytes
-                touched[k] = position
-            elif action is _PAGE_IN:
-                self.transfer_positions.append(position)
-                resident[k] = True
-                self.live_bytes = ram
-                self.bytes_paged_in += size[k]
-                after_touch[position] = touched.get(k, -1)
-                consumer[position] = -1
-                unread[k] = position
-                touched[k] = position
-            elif action is _FREE:
-                resident[k] = False
-                self.live_bytes = ram
-                unread.pop(k, None)
-                touched[k] = position
-            elif action is _HOLD:
-                held[k] = True
-                self.live_bytes = ram
-            elif action is _DROP:
-                held[k] = False
-                self.live_bytes = ram
-            elif action is _WRITE:
-                self.write_back_positions.append(position)
+            self._take(effect, facts)
             before = step
-        missing = next((i for i in range(n) if not computed[i]), None)
+        missing = next((i for i in range(n) if not self.computed[i]), None)
         if missing is not None:
             raise self._fail(len(steps), None, "never_computed",
                              f"op {facts.names[missing]!r} is never computed", missing)
         self.finished = True
+
+    def _compute_effect(self, position: int, step: Step, before: Step | None,
+                        after: Step | None, facts: _Facts) -> Effect:
+        """What the COMPUTE at ``position`` does: its RAM, weight streams, in-place input."""
+        k = step.op
+        size, workspace = facts.output_bytes, facts.workspace_bytes
+        reads = before is not None and before.action is _READ
+        writes = after is not None and after.action is _WRITE
+        into = self.in_place(position, k) if facts.overwrites[k] >= 0 else -1
+        if into >= 0:
+            self.overwrites[position] = into
+            self._shared[into] = size[k]
+            ram = self.live_bytes + workspace[k]  # the output lands in the input's buffer
+        else:
+            ram = self.live_bytes + size[k] + workspace[k]
+        return Effect(position, _COMPUTE, k, step.stage, ram, reads, writes, self.computed[k],
+                      into)
+
+    def _ram_after(self, step: Step, facts: _Facts) -> int:
+        """The activation bytes once a step other than COMPUTE has run."""
+        action, k, live = step.action, step.op, self.live_bytes
+        if action is _PAGE_IN:
+            return live + facts.output_bytes[k]
+        if action is _FREE:  # less what an in-place output kept of its buffer
+            return live - facts.output_bytes[k] + self._shared.pop(k, 0)
+        if action is _HOLD or action is _DROP:
+            if self._hold_bytes is None:
+                self._hold_bytes = _holds(self.graph)[1]
+            held = self._hold_bytes[k]
+            return live + held if action is _HOLD else live - held
+        return live
+
+    def _take(self, effect: Effect, facts: _Facts) -> None:
+        """The step takes effect: residency, storage, counts and the peak move on."""
+        action, k, ram, position = effect.action, effect.op, effect.ram_bytes, effect.position
+        self.counts[action] += 1
+        if action in GROWS and (ram > self.peak_bytes or self.peak_step < 0):
+            self.peak_bytes, self.peak_step = ram, position
+        if action is _COMPUTE:
+            for u in facts.preds[k]:
+                reader = self._unread.pop(u, None)
+                if reader is not None:
+                    self.page_in_consumer[reader] = position
+            if self.computed[k]:
+                self.recomputes += 1
+            self.resident[k] = self.computed[k] = True
+            self.live_bytes = ram - facts.workspace_bytes[k]
+            self._touched[k] = position
+        elif action is _PAGE_OUT:
+            self._take_page_out(position, k, facts.output_bytes[k])
+        elif action is _PAGE_IN:
+            self.transfer_positions.append(position)
+            self.resident[k] = True
+            self.live_bytes = ram
+            self.bytes_paged_in += facts.output_bytes[k]
+            self.page_in_after[position] = self._touched.get(k, -1)
+            self.page_in_consumer[position] = -1
+            self._unread[k] = position
+            self._touched[k] = position
+        elif action is _FREE:
+            self.resident[k] = False
+            self.live_bytes = ram
+            self._unread.pop(k, None)
+            self._touched[k] = position
+        elif action is _HOLD or action is _DROP:
+            self.held[k] = action is _HOLD
+            self.live_bytes = ram
+        elif action is _WRITE:
+            self.write_back_positions.append(position)
+
+    def _take_page_out(self, position: int, k: int, size: int) -> None:
+        self.transfer_positions.append(position)
+        self.stored[k] = True
+        self.storage_bytes += size
+        self.bytes_paged_out += size
+        if self.storage_bytes > self.peak_storage_bytes:
+            self.peak_storage_bytes = self.storage_bytes
+        self._touched[k] = position
 
     def streams(self, position: int) -> bool:
         """Step ``position`` runs an op that streams its weights through the storage device
@@ -432,6 +460,12 @@ class Replay:
         for _ in self:
             pass
         return self
+
+
+#: The rules of each step kind but COMPUTE.
+_OTHER_RULES = {_PAGE_OUT: Replay._check_page_out, _PAGE_IN: Replay._check_page_in,
+                _FREE: Replay._check_free, _HOLD: Replay._check_hold, _DROP: Replay._check_drop,
+                _READ: Replay._check_weight_step, _WRITE: Replay._check_weight_step}
 
 
 def replay(graph: TrainingGraph, steps: Schedule | Iterable[Step], *,
