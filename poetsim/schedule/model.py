@@ -56,70 +56,93 @@ def predict(graph: TrainingGraph, costs: OpCosts,
     its wake-up first. Peak: activation bytes by the contract (held weights included).
     """
     replayed = steps if isinstance(steps, Replay) else replay(graph, steps)
-    steps = replayed.steps
-    ram = replayed.ram_bytes
-    peak = max(ram, default=0)
-    reads = replayed.reads_weights
-    wait = costs.wait
-    written: dict[int, float] = {}  # tensor -> when its page-out ends
-    held: list[tuple[float, int]] = []  # heap of (write end, bytes) of tensors freed while written
-    held_bytes = 0
-    e_compute = e_transfer = 0.0
-    overlap = not costs.cpu_moves  # the cost model says who moves the bytes
-    cpu = lane = 0.0
-    busy_cpu = busy_storage = 0.0
-    wakeups = 0
-    last_end: float | None = None  # when the storage's last transfer ended
-    ready: dict[int, float] = {}
-
-    def transfer(start: float, seconds: float) -> float:
-        """Run one transfer from ``start`` (waking the storage if it sleeps); its end."""
-        nonlocal wakeups, last_end, busy_storage
-        if last_end is None or start - last_end > wait.awake_s:
-            wakeups += 1
-            start += wait.wakeup_s
-        last_end = start + seconds
-        busy_storage += seconds
-        return last_end
-
-    for number, step in enumerate(steps):
-        k = step.op
+    timeline = _Timeline(graph, costs, replayed)
+    for number, step in enumerate(replayed.steps):
         if step.action is Action.COMPUTE:
-            read = reads[number]
-            seconds = float((costs.compute_time_s if read else costs.held_compute_time_s)[k])
-            e_compute += float((costs.compute_energy_j if read
-                                else costs.held_compute_energy_j)[k])
-            start = max([cpu] + [ready.get(u, 0.0) for u in graph.predecessors(k)])
-            if overlap and replayed.streams(number):  # it holds the storage: transfers end first
-                start = max(start, lane)
-            # a freed tensor's RAM returns when its write ends: wait for as many writes as
-            # the schedule's own peak needs
-            while held and (held[0][0] <= start or ram[number] + held_bytes > peak):
-                end, nbytes = heapq.heappop(held)
-                start, held_bytes = max(start, end), held_bytes - nbytes
-            cpu = start + seconds
-            busy_cpu += seconds
-            ready[k] = cpu
+            timeline.compute(number, step.op)
         elif step.action in (Action.PAGE_OUT, Action.PAGE_IN):
-            write = step.action is Action.PAGE_OUT
-            seconds = float((costs.pageout_time_s if write else costs.pagein_time_s)[k])
-            e_transfer += float((costs.pageout_energy_j if write else costs.pagein_energy_j)[k])
-            if overlap:
-                lane = transfer(max(lane, cpu), seconds)
-            else:
-                cpu = transfer(cpu, seconds)
-                busy_cpu += seconds
-            if write:
-                written[k] = lane if overlap else cpu
-            else:
-                ready[k] = lane if overlap else cpu
-        elif step.action is Action.FREE and written.get(k, 0.0) > cpu:
-            heapq.heappush(held, (written[k], int(costs.output_bytes[k])))
-            held_bytes += int(costs.output_bytes[k])
-    makespan = max(cpu, lane)
-    e_wait = wait.energy_j(makespan_s=makespan, cpu_busy_s=busy_cpu,
-                           storage_busy_s=busy_storage, wakeups=wakeups)
-    return OpListFigures(energy_j=e_compute + e_transfer + e_wait, compute_energy_j=e_compute,
-                         transfer_energy_j=e_transfer, wait_energy_j=e_wait,
-                         storage_wakeups=wakeups, time_s=makespan,
-                         peak_ram_bytes=peak)
+            timeline.move(step.op, write=step.action is Action.PAGE_OUT)
+        elif step.action is Action.FREE:
+            timeline.free(step.op)
+    return timeline.figures()
+
+
+class _Timeline:
+    """The CPU and the transfer lane of :func:`predict`, advanced step by step."""
+
+    def __init__(self, graph: TrainingGraph, costs: OpCosts, replayed: Replay) -> None:
+        self.graph, self.costs, self.replayed = graph, costs, replayed
+        self.ram = replayed.ram_bytes
+        self.peak = max(self.ram, default=0)
+        self.written: dict[int, float] = {}  # tensor -> when its page-out ends
+        #: heap of (write end, bytes) of tensors freed while written
+        self.held: list[tuple[float, int]] = []
+        self.held_bytes = 0
+        self.e_compute = self.e_transfer = 0.0
+        self.overlap = not costs.cpu_moves  # the cost model says who moves the bytes
+        self.cpu = self.lane = 0.0
+        self.busy_cpu = self.busy_storage = 0.0
+        self.wakeups = 0
+        self.last_end: float | None = None  # when the storage's last transfer ended
+        self.ready: dict[int, float] = {}
+
+    def _transfer(self, start: float, seconds: float) -> float:
+        """Run one transfer from ``start`` (waking the storage if it sleeps); its end."""
+        wait = self.costs.wait
+        if self.last_end is None or start - self.last_end > wait.awake_s:
+            self.wakeups += 1
+            start += wait.wakeup_s
+        self.last_end = start + seconds
+        self.busy_storage += seconds
+        return self.last_end
+
+    def compute(self, number: int, k: int) -> None:
+        """COMPUTE k at step ``number``: after its inputs, the lane if it holds the storage,
+        and the writes whose RAM the schedule's own peak needs back."""
+        costs = self.costs
+        read = self.replayed.reads_weights[number]
+        seconds = float((costs.compute_time_s if read else costs.held_compute_time_s)[k])
+        self.e_compute += float((costs.compute_energy_j if read
+                                 else costs.held_compute_energy_j)[k])
+        start = max([self.cpu] + [self.ready.get(u, 0.0) for u in self.graph.predecessors(k)])
+        if self.overlap and self.replayed.streams(number):  # transfers end first
+            start = max(start, self.lane)
+        # a freed tensor's RAM returns when its write ends: wait for as many writes as
+        # the schedule's own peak needs
+        held, need = self.held, self.ram[number]
+        while held and (held[0][0] <= start or need + self.held_bytes > self.peak):
+            end, nbytes = heapq.heappop(held)
+            start, self.held_bytes = max(start, end), self.held_bytes - nbytes
+        self.cpu = start + seconds
+        self.busy_cpu += seconds
+        self.ready[k] = self.cpu
+
+    def move(self, k: int, *, write: bool) -> None:
+        """PAGE_OUT or PAGE_IN k: on the lane with DMA, else on the CPU."""
+        costs = self.costs
+        seconds = float((costs.pageout_time_s if write else costs.pagein_time_s)[k])
+        self.e_transfer += float((costs.pageout_energy_j if write else costs.pagein_energy_j)[k])
+        if self.overlap:
+            self.lane = self._transfer(max(self.lane, self.cpu), seconds)
+        else:
+            self.cpu = self._transfer(self.cpu, seconds)
+            self.busy_cpu += seconds
+        (self.written if write else self.ready)[k] = self.lane if self.overlap else self.cpu
+
+    def free(self, k: int) -> None:
+        """FREE k: a tensor still being written keeps its RAM until the write ends."""
+        if self.written.get(k, 0.0) > self.cpu:
+            nbytes = int(self.costs.output_bytes[k])
+            heapq.heappush(self.held, (self.written[k], nbytes))
+            self.held_bytes += nbytes
+
+    def figures(self) -> OpListFigures:
+        makespan = max(self.cpu, self.lane)
+        e_wait = self.costs.wait.energy_j(makespan_s=makespan, cpu_busy_s=self.busy_cpu,
+                                          storage_busy_s=self.busy_storage,
+                                          wakeups=self.wakeups)
+        return OpListFigures(energy_j=self.e_compute + self.e_transfer + e_wait,
+                             compute_energy_j=self.e_compute,
+                             transfer_energy_j=self.e_transfer, wait_energy_j=e_wait,
+                             storage_wakeups=self.wakeups, time_s=makespan,
+                             peak_ram_bytes=self.peak)

@@ -125,19 +125,7 @@ class Simulation:
         self.storage = StorageModel(env, board.storage, ledger, record=trace)
         self.bus = make_bus(env, board)
         self.ram = RamModel(budget_bytes, resident_bytes, record=trace)
-        self.names = [op.name for op in graph.ops]
-        self.size = costs.output_bytes.tolist()
-        self.workspace = costs.workspace_bytes.tolist()
-        self.compute_time = costs.compute_time_s.tolist()
-        self.compute_energy = costs.compute_energy_j.tolist()
-        self.held_time = costs.held_compute_time_s.tolist()
-        self.held_energy = costs.held_compute_energy_j.tolist()
-        self.held_bytes = costs.held_bytes.tolist()
-        # the storage's and the DMA engine's shares of a run that streams weights
-        self.shares = (costs.storage_energy_j.tolist(), costs.dma_energy_j.tolist())
-        self.held_shares = (costs.held_storage_energy_j.tolist(),
-                            costs.held_dma_energy_j.tolist())
-        self.preds = [graph.predecessors(k) for k in range(len(graph.ops))]
+        self._read_costs(costs)
 
         dma = board.dma.present
         self.profile = program_profile(replay, costs, resident_bytes=resident_bytes,
@@ -188,6 +176,23 @@ class Simulation:
         self.tail_s = 0.0
         self.slices: list[tuple[str, str, float, float, dict]] | None = [] if trace else None
         self.main = env.process(self._program())
+
+    def _read_costs(self, costs: OpCosts) -> None:
+        """The per-op figures the program reads at every step, as lists (fast to index)."""
+        graph = self.graph
+        self.names = [op.name for op in graph.ops]
+        self.size = costs.output_bytes.tolist()
+        self.workspace = costs.workspace_bytes.tolist()
+        self.compute_time = costs.compute_time_s.tolist()
+        self.compute_energy = costs.compute_energy_j.tolist()
+        self.held_time = costs.held_compute_time_s.tolist()
+        self.held_energy = costs.held_compute_energy_j.tolist()
+        self.held_bytes = costs.held_bytes.tolist()
+        # the storage's and the DMA engine's shares of a run that streams weights
+        self.shares = (costs.storage_energy_j.tolist(), costs.dma_energy_j.tolist())
+        self.held_shares = (costs.held_storage_energy_j.tolist(),
+                            costs.held_dma_energy_j.tolist())
+        self.preds = [graph.predecessors(k) for k in range(len(graph.ops))]
 
     def _lay_out(self, resident_bytes: int, budget_bytes: int) -> ArenaPlan:
         """Where the runtime keeps every buffer, and the plan's prefetches clamped to it.
