@@ -139,27 +139,15 @@ def _peak_where(report: SimReport) -> str:
     return f"at step {report.peak_step}, {report.peak_action} {report.peak_op!r}"
 
 
-def judge(request: Request, report: SimReport, *, notes: Iterable[str] = (),
-          predicted_energy_j: float | None = None) -> Verdict:
-    """The verdict on ``report``, a simulation of a schedule made for ``request``.
-
-    ``notes`` are carried into the verdict (e.g. disagreements of a schedule file's
-    metadata with the request, found by :mod:`poetsim.schedule.metadata`).
-    ``predicted_energy_j``, the op-list model's energy of the schedule, is noted when the
-    simulated energy differs from it by more than :data:`ENERGY_NOTE_SHARE`.
-    """
-    if report.resident_bytes != request.resident_bytes:
-        raise InternalError(
-            f"the simulation counted {report.resident_bytes} B resident, the request "
-            f"{request.resident_bytes} B; simulate with the request's resident state")
+def _judge_ram(request: Request, report: SimReport, violations: list[str],
+               notes: list[str]) -> tuple[bool, bool]:
+    """Whether the arena fits the board's RAM and the budget; the reasons if not."""
     physical = request.accounting is Accounting.PHYSICAL
     peak_total = report.peak_ram_bytes
     peak_activation = peak_total - request.resident_bytes
     board_ram = request.board_ram_bytes
     arena = report.arena_bytes
     fits_board = arena <= board_ram
-    violations: list[str] = []
-    notes = list(notes)
     where = _peak_where(report)
     whole = (f"peak RAM {format_bytes(peak_total)} ({peak_total} B: "
              f"{request.resident_bytes} B parameters, gradients and optimizer state + "
@@ -185,14 +173,13 @@ def judge(request: Request, report: SimReport, *, notes: Iterable[str] = (),
                 f"peak activation RAM {format_bytes(peak_activation)} ({peak_activation} B, "
                 f"{where}) is over the activation budget of {request.ram} = "
                 f"{format_bytes(request.budget_bytes)} ({request.budget_bytes} B)")
-    deadline_met = None
-    if request.deadline_s is not None:
-        deadline_met = meets_deadline(report.makespan_s, request.deadline_s)
-        if not deadline_met:
-            violations.append(
-                f"makespan {report.makespan_s:.6g} s exceeds the deadline of "
-                f"{request.deadline_s:.6g} s ({request.deadline}) by "
-                f"{report.makespan_s - request.deadline_s:.6g} s")
+    return fits_board, within_budget
+
+
+def _judge_storage(request: Request, report: SimReport) -> list[str]:
+    """What breaks the storage's capacity, the flash's endurance or the flash's room for
+    frozen weights."""
+    violations = []
     streamed = request.streamed_weight_bytes  # the streamed weights live there too
     if report.peak_storage_bytes + streamed > report.storage_capacity_bytes:
         held = (f"{report.peak_storage_bytes} B at its peak" if not streamed else
@@ -213,6 +200,34 @@ def judge(request: Request, report: SimReport, *, notes: Iterable[str] = (),
                      f"({board_flash} B)")
         violations.append(f"{format_bytes(flash_weights)} ({flash_weights} B) of frozen "
                           f"weights placed in flash: {room}")
+    return violations
+
+
+def judge(request: Request, report: SimReport, *, notes: Iterable[str] = (),
+          predicted_energy_j: float | None = None) -> Verdict:
+    """The verdict on ``report``, a simulation of a schedule made for ``request``.
+
+    ``notes`` are carried into the verdict (e.g. disagreements of a schedule file's
+    metadata with the request, found by :mod:`poetsim.schedule.metadata`).
+    ``predicted_energy_j``, the op-list model's energy of the schedule, is noted when the
+    simulated energy differs from it by more than :data:`ENERGY_NOTE_SHARE`.
+    """
+    if report.resident_bytes != request.resident_bytes:
+        raise InternalError(
+            f"the simulation counted {report.resident_bytes} B resident, the request "
+            f"{request.resident_bytes} B; simulate with the request's resident state")
+    violations: list[str] = []
+    notes = list(notes)
+    fits_board, within_budget = _judge_ram(request, report, violations, notes)
+    deadline_met = None
+    if request.deadline_s is not None:
+        deadline_met = meets_deadline(report.makespan_s, request.deadline_s)
+        if not deadline_met:
+            violations.append(
+                f"makespan {report.makespan_s:.6g} s exceeds the deadline of "
+                f"{request.deadline_s:.6g} s ({request.deadline}) by "
+                f"{report.makespan_s - request.deadline_s:.6g} s")
+    violations += _judge_storage(request, report)
     violations += [v.message for v in report.violations if v.rule not in _REJUDGED]
     if predicted_energy_j and abs(report.energy_j / predicted_energy_j - 1) > ENERGY_NOTE_SHARE:
         notes.append(f"simulated energy {report.energy_j:.6g} J is "
@@ -220,17 +235,19 @@ def judge(request: Request, report: SimReport, *, notes: Iterable[str] = (),
                      f"op-list model ({predicted_energy_j:.6g} J): its timeline of waits "
                      "differs from the simulated one")
     return Verdict(
-        passed=not violations, accounting=request.accounting, peak_total_bytes=peak_total,
-        arena_bytes=arena,
-        peak_activation_bytes=peak_activation, resident_bytes=request.resident_bytes,
-        board_ram_bytes=board_ram, fits_board_ram=fits_board,
+        passed=not violations, accounting=request.accounting,
+        peak_total_bytes=report.peak_ram_bytes, arena_bytes=report.arena_bytes,
+        peak_activation_bytes=report.peak_ram_bytes - request.resident_bytes,
+        resident_bytes=request.resident_bytes,
+        board_ram_bytes=request.board_ram_bytes, fits_board_ram=fits_board,
         budget_bytes=request.budget_bytes, within_budget=within_budget,
         makespan_s=report.makespan_s, deadline_s=request.deadline_s,
         deadline_met=deadline_met, peak_storage_bytes=report.peak_storage_bytes,
         storage_capacity_bytes=report.storage_capacity_bytes,
         violations=tuple(violations), notes=tuple(notes), energy_j=report.energy_j,
-        model_energy_j=predicted_energy_j, flash_weight_bytes=flash_weights,
-        board_flash_bytes=board_flash, streamed_weight_bytes=streamed,
+        model_energy_j=predicted_energy_j, flash_weight_bytes=request.flash_weight_bytes,
+        board_flash_bytes=request.board_flash_bytes,
+        streamed_weight_bytes=request.streamed_weight_bytes,
         streamed_state=WeightsOnStorage.of(request.graph).state_copies > 0)
 
 
