@@ -369,110 +369,116 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
     """
     if precision is None:
         precision = Precision(dtype_bytes, dtype_bytes, dtype_bytes)
-    metadata = {**(metadata or {}), **precision.metadata()}
-    by_name = {op.name: op for op in forward}
-    consumers: dict[str, list[str]] = {op.name: [] for op in forward}
-    for op in forward:
-        for u in dict.fromkeys(op.inputs):
-            consumers[u].append(op.name)
-
-    inplace = training is not None and training.inplace_update
-    sums = training is not None and training.gradient_sums
-    made: dict[str, Op] = {}
-
-    def into(incoming: Sequence[str], nbytes_out: int) -> str | None:
-        # an int8 runtime sums or passes a gradient on in the buffer of one that comes in
-        if not precision.int8_kernels:
-            return None
-        return next((c for c in incoming if made[c].output_bytes >= nbytes_out), None)
     params = trained_params(forward, training, trained)
     needs_grad = gradient_needed(forward, params)
     if not needs_grad[loss]:
         raise GraphError(f"graph {name!r}: no op before the loss has trained parameters, "
                          "so there is nothing to train")
-
-    weight_b = precision.weight_bytes
-    activation_b = precision.activation_bytes
-    gradient_b = precision.gradient_bytes
-    backward_workspace_b = max(activation_b, gradient_b)
-
-    def nbytes(elements: int, width: int) -> int:
-        return int(elements) * width
-
-    ops: list[Op] = []
-    inputs: dict[str, list[str]] = {}
+    builder = _Builder(forward, loss, precision, training, params)
     for op in forward:
-        phase = Phase.LOSS if op.name == loss else Phase.FORWARD
-        t = params[op.name]
-        ops.append(Op(op.name, op.kind, phase, flops=op.flops,
-                      output_bytes=(activation_b if phase is Phase.LOSS
-                                    else nbytes(op.output_elements, activation_b)),
-                      workspace_bytes=nbytes(op.workspace_elements, activation_b),
-                      param_bytes=nbytes(op.param_count, weight_b),
-                      frozen_param_bytes=nbytes(op.param_count - t.weights - t.biases,
-                                                weight_b),
-                      overwrites=op.overwrites))
-        made[op.name] = ops[-1]
-        inputs[op.name] = list(dict.fromkeys(op.inputs))
-
+        builder.add_forward(op)
     for op in reversed(forward):
-        if not needs_grad[op.name]:
-            continue
-        rule = KINDS[op.kind]
+        if needs_grad[op.name]:
+            builder.add_backward(op, tuple(needs_grad[u] for u in dict.fromkeys(op.inputs)))
+    graph = TrainingGraph.from_ops(name, builder.ops, builder.inputs,
+                                   metadata={**(metadata or {}), **precision.metadata()})
+    check_gradients(graph)  # holds by construction; graph files are held to the same rules
+    return graph
+
+
+class _Builder:
+    """The ops of a training graph and their inputs, made one forward op at a time."""
+
+    def __init__(self, forward: Sequence[ForwardOp], loss: str, precision: Precision,
+                 training: Training | None, params: Mapping[str, TrainedParams]) -> None:
+        self.by_name = {op.name: op for op in forward}
+        self.consumers: dict[str, list[str]] = {op.name: [] for op in forward}
+        for op in forward:
+            for u in dict.fromkeys(op.inputs):
+                self.consumers[u].append(op.name)
+        self.loss, self.precision, self.params = loss, precision, params
+        self.inplace = training is not None and training.inplace_update
+        self.sums = training is not None and training.gradient_sums
+        self.ops: list[Op] = []
+        self.inputs: dict[str, list[str]] = {}
+        self.made: dict[str, Op] = {}
+
+    def _add(self, op: Op, inputs: list[str]) -> None:
+        self.ops.append(op)
+        self.made[op.name] = op
+        self.inputs[op.name] = inputs
+
+    def _into(self, incoming: Sequence[str], nbytes_out: int) -> str | None:
+        # an int8 runtime sums or passes a gradient on in the buffer of one that comes in
+        if not self.precision.int8_kernels:
+            return None
+        return next((c for c in incoming if self.made[c].output_bytes >= nbytes_out), None)
+
+    def add_forward(self, op: ForwardOp) -> None:
+        """The forward (or loss) op itself, at the precision's widths."""
+        weight_b, activation_b = self.precision.weight_bytes, self.precision.activation_bytes
+        phase = Phase.LOSS if op.name == self.loss else Phase.FORWARD
+        t = self.params[op.name]
+        self._add(Op(op.name, op.kind, phase, flops=op.flops,
+                     output_bytes=(activation_b if phase is Phase.LOSS
+                                   else int(op.output_elements) * activation_b),
+                     workspace_bytes=int(op.workspace_elements) * activation_b,
+                     param_bytes=int(op.param_count) * weight_b,
+                     frozen_param_bytes=int(op.param_count - t.weights - t.biases) * weight_b,
+                     overwrites=op.overwrites), list(dict.fromkeys(op.inputs)))
+
+    def _gradient_sum(self, op: ForwardOp, incoming: list[str], sum_flops: float) -> str:
+        """An op of its own that sums the gradients ``op``'s consumers send back."""
+        s = gradient_sum_name(op.name)
+        size = int(op.output_elements) * self.precision.gradient_bytes
+        self._add(Op(s, GRADIENT_SUM_KIND, Phase.BACKWARD, flops=sum_flops,
+                     output_bytes=size, gradient_sum_of=op.name,
+                     overwrites=self._into(incoming, size)), incoming)
+        return s
+
+    def add_backward(self, op: ForwardOp, wants: tuple[bool, ...]) -> None:
+        """The backward op of ``op`` (and its gradient sum, if asked for); ``wants`` says
+        which of its distinct inputs need a gradient."""
+        rule, t, precision = KINDS[op.kind], self.params[op.name], self.precision
         unique_inputs = list(dict.fromkeys(op.inputs))
-        wants = tuple(needs_grad[u] for u in unique_inputs)
-        t = params[op.name]
         weight_count = op.param_count - op.bias_count
         ctx = BackwardContext(
             forward_flops=op.flops,
             output_elements=op.output_elements,
-            input_elements=tuple(by_name[u].output_elements for u in unique_inputs),
+            input_elements=tuple(self.by_name[u].output_elements for u in unique_inputs),
             inputs_needing_grad=wants,
             has_params=op.param_count > 0,
             weight_fraction=t.weights / weight_count if weight_count else 0.0,
             bias_gradient_only=t.biases > 0 and t.weights == 0,
         )
-        fan_out = len(consumers[op.name])
-        incoming = [grad_name(c) for c in consumers[op.name]]
+        fan_out = len(self.consumers[op.name])
+        incoming = [grad_name(c) for c in self.consumers[op.name]]
         sum_flops = max(fan_out - 1, 0) * op.output_elements
-        if sums and fan_out > 1:
-            s = gradient_sum_name(op.name)
-            size = nbytes(op.output_elements, gradient_b)
-            ops.append(Op(s, GRADIENT_SUM_KIND, Phase.BACKWARD, flops=sum_flops,
-                          output_bytes=size, gradient_sum_of=op.name,
-                          overwrites=into(incoming, size)))
-            made[s] = ops[-1]
-            inputs[s] = incoming
-            incoming, sum_flops = [s], 0
+        if self.sums and fan_out > 1:
+            incoming, sum_flops = [self._gradient_sum(op, incoming, sum_flops)], 0
         flops = rule.backward_flops(ctx) + sum_flops
         if rule.passthrough:
             out_elements = op.output_elements if any(wants) else 0
         else:
             out_elements = sum(e for e, w in zip(ctx.input_elements, wants) if w)
-
         deps: list[str] = list(incoming)
-        if op.name == loss:
+        if op.name == self.loss:
             deps.append(op.name)
         if rule.saves_inputs and (t.weights > 0 or not rule.saves_inputs_only_with_params):
             deps.extend(unique_inputs)
         if rule.saves_output:
             deps.append(op.name)
-        g = grad_name(op.name)
-        fused = inplace and t.weights + t.biases > 0
-        update_b = update_gradient_bytes(made[op.name], precision) if fused else 0
-        size = nbytes(out_elements, gradient_b)
-        ops.append(Op(g, op.kind, Phase.BACKWARD, flops=flops, output_bytes=size,
-                      workspace_bytes=nbytes(op.workspace_elements, backward_workspace_b)
-                      + update_b,
-                      forward_of=op.name, inplace_update=fused,
-                      overwrites=(into(incoming, size)
-                                  if rule.passthrough or op.overwrites is not None else None)))
-        made[g] = ops[-1]
-        inputs[g] = list(dict.fromkeys(deps))
-
-    graph = TrainingGraph.from_ops(name, ops, inputs, metadata=metadata)
-    check_gradients(graph)  # holds by construction; graph files are held to the same rules
-    return graph
+        fused = self.inplace and t.weights + t.biases > 0
+        update_b = update_gradient_bytes(self.made[op.name], precision) if fused else 0
+        size = int(out_elements) * precision.gradient_bytes
+        workspace_b = max(precision.activation_bytes, precision.gradient_bytes)
+        self._add(Op(grad_name(op.name), op.kind, Phase.BACKWARD, flops=flops,
+                     output_bytes=size,
+                     workspace_bytes=int(op.workspace_elements) * workspace_b + update_b,
+                     forward_of=op.name, inplace_update=fused,
+                     overwrites=(self._into(incoming, size)
+                                 if rule.passthrough or op.overwrites is not None else None)),
+                  list(dict.fromkeys(deps)))
 
 
 def forward_macs(graph: TrainingGraph) -> float:
