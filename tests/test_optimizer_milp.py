@@ -1,4 +1,4 @@
-"""The MILP (poetsim/optimizer/milp.py): which recomputations it may take, and its energy
+"""The MILP (poetsim/optimizer/milp/): which recomputations it may take, and its energy
 of a fixed plan."""
 
 from __future__ import annotations
