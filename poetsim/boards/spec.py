@@ -10,12 +10,8 @@ Validation happens at construction: a field outside its range raises
 :class:`BoardFieldError`, which names the field, the value and the rule. The TOML loader
 (:mod:`poetsim.boards.load`) adds the file and section to that message.
 
-Each numeric field declares, in its metadata,
-
-* ``rule``: ``"positive"`` (> 0), ``"non_negative"`` (>= 0), ``"count"`` (integer >= 0),
-  ``"positive_count"`` (integer >= 1), ``"factor"`` (>= 1) or ``"probability"`` (in [0, 1]),
-* ``plausible``: a ``(low, high)`` range; a value outside it is almost always a unit slip
-  (MHz written into ``clock_hz``, mW into ``_w``) and is rejected as such.
+Each numeric field declares its unit, range rule and plausible range
+(:mod:`poetsim.boards.fields`).
 """
 
 from __future__ import annotations
@@ -27,6 +23,19 @@ from typing import Any
 
 import attrs
 
+from poetsim.boards.fields import (
+    BYTES,
+    DEVICE_POWER_W,
+    LATENCY_S,
+    POWER_W,
+    SD_SPI_MAX_CLOCK_HZ,
+    THROUGHPUT_BYTES_PER_S,
+    choice_field,
+    number_field,
+    numeric_fields,
+    subsection_fields,
+    typed_field,
+)
 from poetsim.errors import BoardFieldError
 
 __all__ = [
@@ -102,104 +111,6 @@ class ContentionModel(enum.Enum):
     FAIR_SHARE = "fair_share"
 
 
-# ----------------------------------------------------------------------------- fields
-
-_INF = math.inf
-
-#: SD Physical Layer Simplified Specification: SPI mode is 25 MHz default, 50 MHz high speed.
-SD_SPI_MAX_CLOCK_HZ = 50e6
-
-
-def _check_number(rule: str, plausible: tuple[float, float], unit: str):
-    def validate(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-        name = attribute.name
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise BoardFieldError(name, value, f"must be a number in {unit}")
-        if math.isnan(value) or math.isinf(value):
-            raise BoardFieldError(name, value, "must be finite")
-        if rule in ("count", "positive_count") and not isinstance(value, int):
-            raise BoardFieldError(name, value, "must be a whole number")
-        if rule == "positive_count" and value < 1:
-            raise BoardFieldError(name, value, f"must be >= 1 {unit}")
-        if rule == "probability" and not (0 <= value <= 1):
-            raise BoardFieldError(name, value, "must be a probability in [0, 1]")
-        if rule == "factor" and value < 1:
-            raise BoardFieldError(name, value, "must be >= 1 (a factor, 1 = no effect)")
-        if rule == "positive" and value <= 0:
-            raise BoardFieldError(name, value, f"must be > 0 {unit}")
-        if rule in ("non_negative", "count") and value < 0:
-            raise BoardFieldError(name, value, f"must be >= 0 {unit}")
-        low, high = plausible
-        if value != 0 and not (low <= value <= high):
-            raise BoardFieldError(
-                name, value,
-                f"outside the plausible range [{low:g}, {high:g}] {unit}: check the unit",
-            )
-
-    return validate
-
-
-def _number(unit: str, rule: str = "positive", plausible: tuple[float, float] = (0.0, _INF),
-            optional: bool = False, doc: str = ""):
-    """A numeric field with its unit, range rule and plausible range in metadata."""
-    check = _check_number(rule, plausible, unit)
-    meta = {"unit": unit, "rule": rule, "plausible": plausible, "doc": doc, "optional": optional}
-    convert = _whole if rule in ("count", "positive_count") else None
-    if optional:
-        return attrs.field(default=None, validator=attrs.validators.optional(check),
-                           converter=convert, metadata=meta)
-    return attrs.field(validator=check, converter=convert, metadata=meta)
-
-
-def _whole(value: Any) -> Any:
-    """``4096.0`` -> ``4096``; anything else is left for the validator to judge."""
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
-    return value
-
-
-def _typed(kind: type, what: str):
-    """A plain (unsourced) field of type ``kind``, with a BoardFieldError on mismatch."""
-    def validate(_instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-        if not isinstance(value, kind) or (kind is str and not value.strip()):
-            raise BoardFieldError(attribute.name, value, f"must be {what}")
-    return attrs.field(validator=validate)
-
-
-def numeric_fields(cls: type) -> list[attrs.Attribute]:
-    """The numeric (sourced) fields of a spec class, in declaration order."""
-    return [f for f in attrs.fields(cls) if "unit" in f.metadata]
-
-
-def subsection_fields(cls: type) -> list[attrs.Attribute]:
-    """The optional sub-tables of a spec class (``storage.write_busy``), in declaration
-    order; each field's ``metadata["section"]`` is the spec class of the sub-table."""
-    return [f for f in attrs.fields(cls) if "section" in f.metadata]
-
-
-_POWER = (1e-9, 500.0)       # from nanowatts to a large SBC
-_DEVICE_POWER = (1e-9, 20.0)  # a storage device or DMA engine, never tens of watts
-_LATENCY = (1e-9, 10.0)
-_THROUGHPUT = (1e2, 1e11)
-_BYTES = (1, 1e13)
-
-
-def _enum_converter(enum_cls: type[enum.Enum], name: str):
-    def convert(value: Any) -> enum.Enum:
-        if isinstance(value, enum_cls):
-            return value
-        try:
-            return enum_cls(value)
-        except ValueError:
-            allowed = ", ".join(repr(m.value) for m in enum_cls)
-            raise BoardFieldError(name, value, f"must be one of {allowed}") from None
-    return convert
-
-
-def _choice(enum_cls: type[enum.Enum], name: str):
-    return attrs.field(converter=_enum_converter(enum_cls, name), metadata={"choice": enum_cls})
-
-
 # ----------------------------------------------------------------------------- sections
 
 #: The op classes whose compute rate a board may give apart (``[cpu.efficiency]``) and
@@ -211,7 +122,7 @@ EFFICIENCY_WIDTHS = ("int8", "fp16", "fp32")
 #: the width's rate (``int8_ops_per_s``, ``fp16_flops_per_s``, ``flops_per_s``) runs at
 #: for that class; absent: 1 (the one figure). Fitted by ``poetsim boards calibrate``.
 CpuEfficiency = attrs.make_class("CpuEfficiency", {
-    f"{op_class}_{width}": _number(
+    f"{op_class}_{width}": number_field(
         "x", plausible=(1e-3, 100.0), optional=True,
         doc=f"{op_class} ops at {width}: this times the width's rate")
     for op_class in EFFICIENCY_CLASSES for width in EFFICIENCY_WIDTHS},
@@ -222,28 +133,28 @@ CpuEfficiency = attrs.make_class("CpuEfficiency", {
 class Cpu:
     """The processor that runs the training ops."""
 
-    core: str = _typed(str, "a non-empty string")
-    clock_hz: float = _number("Hz", plausible=(1e4, 1e10))
-    flops_per_s: float = _number("FLOP/s", plausible=(1e3, 1e15),
+    core: str = typed_field(str, "a non-empty string")
+    clock_hz: float = number_field("Hz", plausible=(1e4, 1e10))
+    flops_per_s: float = number_field("FLOP/s", plausible=(1e3, 1e15),
                                  doc="effective fp32 throughput on training kernels")
-    active_power_w: float = _number("W", "non_negative", _POWER,
+    active_power_w: float = number_field("W", "non_negative", POWER_W,
                                     doc="board power while computing")
-    idle_power_w: float = _number("W", "non_negative", _POWER,
+    idle_power_w: float = number_field("W", "non_negative", POWER_W,
                                   doc="board power while awake and waiting")
-    sleep_power_w: float = _number("W", "non_negative", _POWER)
-    wakeup_latency_s: float = _number("s", "non_negative", _LATENCY, doc="sleep to active")
-    wakeup_energy_j: float = _number("J", "non_negative", (1e-12, 100.0))
-    flops_per_j: float | None = _number(
+    sleep_power_w: float = number_field("W", "non_negative", POWER_W)
+    wakeup_latency_s: float = number_field("s", "non_negative", LATENCY_S, doc="sleep to active")
+    wakeup_energy_j: float = number_field("J", "non_negative", (1e-12, 100.0))
+    flops_per_j: float | None = number_field(
         "FLOP/J", plausible=(1e3, 1e14), optional=True,
         doc="compute energy as FLOP / flops_per_j (POET's FLOPS_PER_WATT); profile 'paper' "
             "only (required there); physical boards use active_power_w x time",
     )
-    int8_ops_per_s: float | None = _number(
+    int8_ops_per_s: float | None = number_field(
         "op/s", plausible=(1e3, 1e16), optional=True,
         doc="effective throughput of int8 ops (a MAC counts as 2 ops), used for ops whose "
             "tensors are all 1 byte wide; absent: flops_per_s stands in (an estimate)",
     )
-    fp16_flops_per_s: float | None = _number(
+    fp16_flops_per_s: float | None = number_field(
         "FLOP/s", plausible=(1e3, 1e16), optional=True,
         doc="effective fp16 throughput, used for ops whose widest tensor is 2 bytes; "
             "absent: flops_per_s stands in (an estimate)",
@@ -277,10 +188,10 @@ def _check_reserved(total_bytes: int, reserved_bytes: int) -> None:
 class Ram:
     """On-chip (or on-board) RAM that holds activations, buffers and parameters."""
 
-    bytes: int = _number("B", "count", _BYTES)
-    reserved_bytes: int = _number("B", "count", _BYTES,
+    bytes: int = number_field("B", "count", BYTES)
+    reserved_bytes: int = number_field("B", "count", BYTES,
                                   doc="firmware, stack, OS: not available to training")
-    bandwidth_bytes_per_s: float = _number("B/s", plausible=_THROUGHPUT,
+    bandwidth_bytes_per_s: float = number_field("B/s", plausible=THROUGHPUT_BYTES_PER_S,
                                            doc="CPU to RAM, the roofline of memory-bound ops")
 
     def __attrs_post_init__(self) -> None:
@@ -304,8 +215,8 @@ class Flash:
     flash (CoreMark from flash), wait states and cache included.
     """
 
-    bytes: int = _number("B", "count", _BYTES)
-    reserved_bytes: int = _number("B", "count", _BYTES,
+    bytes: int = number_field("B", "count", BYTES)
+    reserved_bytes: int = number_field("B", "count", BYTES,
                                   doc="the firmware image: not available to weights")
 
     def __attrs_post_init__(self) -> None:
@@ -321,10 +232,10 @@ class Flash:
 class Dma:
     """DMA engine. ``channels = 0`` means none: the CPU moves every byte itself."""
 
-    channels: int = _number("channels", "count", (0, 64))
-    active_power_w: float = _number("W", "non_negative", _DEVICE_POWER,
+    channels: int = number_field("channels", "count", (0, 64))
+    active_power_w: float = number_field("W", "non_negative", DEVICE_POWER_W,
                                     doc="extra power while a transfer runs")
-    idle_power_w: float = _number("W", "non_negative", _DEVICE_POWER)
+    idle_power_w: float = number_field("W", "non_negative", DEVICE_POWER_W)
 
     @property
     def present(self) -> bool:
@@ -359,20 +270,20 @@ class WriteBusy:
     end of busy at the transfer's mover power.
     """
 
-    median_s: float = _number("s", plausible=(1e-7, 10.0),
+    median_s: float = number_field("s", plausible=(1e-7, 10.0),
                               doc="median extra busy time of one write command")
-    p99_s: float = _number("s", plausible=(1e-7, 10.0),
+    p99_s: float = number_field("s", plausible=(1e-7, 10.0),
                            doc="99th percentile of the log-normal body (>= median_s)")
-    block_stall_probability: float = _number(
+    block_stall_probability: float = number_field(
         "probability", "probability", (0.0, 1.0),
         doc="chance that writing one block triggers a long stall (a command of k blocks "
             "stalls with 1 - (1 - p)^k)")
-    stall_min_s: float | None = _number("s", plausible=(1e-6, 10.0), optional=True,
+    stall_min_s: float | None = number_field("s", plausible=(1e-6, 10.0), optional=True,
                                         doc="shortest stall (required when "
                                             "block_stall_probability > 0)")
-    stall_max_s: float | None = _number("s", plausible=(1e-6, 10.0), optional=True,
+    stall_max_s: float | None = number_field("s", plausible=(1e-6, 10.0), optional=True,
                                         doc="longest stall (>= stall_min_s)")
-    power_w: float | None = _number("W", "non_negative", _DEVICE_POWER, optional=True,
+    power_w: float | None = number_field("W", "non_negative", DEVICE_POWER_W, optional=True,
                                     doc="storage power while busy (absent: write_power_w)")
 
     def __attrs_post_init__(self) -> None:
@@ -412,45 +323,45 @@ class WriteBusy:
 class Storage:
     """Secondary storage that activations are paged to."""
 
-    kind: StorageKind = _choice(StorageKind, "kind")
-    bus_clock_hz: float = _number("Hz", plausible=(1e4, 1e10))
-    bus_width_bits: int = _number("bits", "count", (1, 64))
-    double_data_rate: bool = _typed(bool, "true or false")
-    read_throughput_bytes_per_s: float = _number("B/s", plausible=_THROUGHPUT,
+    kind: StorageKind = choice_field(StorageKind, "kind")
+    bus_clock_hz: float = number_field("Hz", plausible=(1e4, 1e10))
+    bus_width_bits: int = number_field("bits", "count", (1, 64))
+    double_data_rate: bool = typed_field(bool, "true or false")
+    read_throughput_bytes_per_s: float = number_field("B/s", plausible=THROUGHPUT_BYTES_PER_S,
                                                  doc="sustained multi-block read")
-    write_throughput_bytes_per_s: float = _number("B/s", plausible=_THROUGHPUT,
+    write_throughput_bytes_per_s: float = number_field("B/s", plausible=THROUGHPUT_BYTES_PER_S,
                                                   doc="sustained multi-block write")
-    read_latency_s: float = _number("s", "non_negative", _LATENCY, doc="per read command")
-    write_latency_s: float = _number("s", "non_negative", _LATENCY, doc="per write command")
-    block_bytes: int = _number("B", "count", (1, 1 << 26), doc="transfers round up to blocks")
-    max_command_bytes: int = _number("B", "count", _BYTES,
+    read_latency_s: float = number_field("s", "non_negative", LATENCY_S, doc="per read command")
+    write_latency_s: float = number_field("s", "non_negative", LATENCY_S, doc="per write command")
+    block_bytes: int = number_field("B", "count", (1, 1 << 26), doc="transfers round up to blocks")
+    max_command_bytes: int = number_field("B", "count", BYTES,
                                      doc="largest transfer one command moves")
-    read_power_w: float = _number("W", "non_negative", _DEVICE_POWER)
-    write_power_w: float = _number("W", "non_negative", _DEVICE_POWER)
-    idle_power_w: float = _number("W", "non_negative", _DEVICE_POWER)
-    sleep_power_w: float = _number("W", "non_negative", _DEVICE_POWER)
-    wakeup_latency_s: float = _number("s", "non_negative", _LATENCY, doc="sleep to ready")
-    wakeup_energy_j: float = _number("J", "non_negative", (1e-12, 100.0))
-    auto_sleep_timeout_s: float = _number("s", "non_negative", (1e-9, 3600.0),
+    read_power_w: float = number_field("W", "non_negative", DEVICE_POWER_W)
+    write_power_w: float = number_field("W", "non_negative", DEVICE_POWER_W)
+    idle_power_w: float = number_field("W", "non_negative", DEVICE_POWER_W)
+    sleep_power_w: float = number_field("W", "non_negative", DEVICE_POWER_W)
+    wakeup_latency_s: float = number_field("s", "non_negative", LATENCY_S, doc="sleep to ready")
+    wakeup_energy_j: float = number_field("J", "non_negative", (1e-12, 100.0))
+    auto_sleep_timeout_s: float = number_field("s", "non_negative", (1e-9, 3600.0),
                                           doc="idle time after which the device sleeps")
-    capacity_bytes: int = _number("B", "count", _BYTES)
-    erase_sector_bytes: int | None = _number("B", "count", (1, 1 << 26), optional=True,
+    capacity_bytes: int = number_field("B", "count", BYTES)
+    erase_sector_bytes: int | None = number_field("B", "count", (1, 1 << 26), optional=True,
                                              doc="NOR only: erase granularity")
-    erase_time_s: float | None = _number("s", "non_negative", _LATENCY, optional=True,
+    erase_time_s: float | None = number_field("s", "non_negative", LATENCY_S, optional=True,
                                          doc="NOR only: time to erase one sector")
-    erase_power_w: float | None = _number("W", "non_negative", _DEVICE_POWER, optional=True)
-    endurance_cycles: int | None = _number("cycles", "count", (1, 1e12), optional=True,
+    erase_power_w: float | None = number_field("W", "non_negative", DEVICE_POWER_W, optional=True)
+    endurance_cycles: int | None = number_field("cycles", "count", (1, 1e12), optional=True,
                                            doc="NOR only: erase cycles per sector")
-    endurance_bytes_written: int | None = _number(
+    endurance_bytes_written: int | None = number_field(
         "B", "count", (1e6, 1e18), optional=True,
         doc="wear-levelled kinds only (SD, eMMC): rated total bytes written (TBW) over the "
             "device's life; the simulator's storage_lifetime_iterations divide it by the bytes "
             "worn per iteration")
-    wear_page_bytes: int | None = _number(
+    wear_page_bytes: int | None = number_field(
         "B", "count", (1, 1 << 26), optional=True,
         doc="wear-levelled kinds only (SD, eMMC): NAND program unit; every write command "
             "wears a whole number of these (absent: block_bytes)")
-    queue_depth: int | None = _number("commands", "positive_count", (1, 1024), optional=True,
+    queue_depth: int | None = number_field("commands", "positive_count", (1, 1024), optional=True,
                                       doc="commands the device serves at once (absent: 1, "
                                           "as an SD card over SPI); more DMA channels than "
                                           "this do not add storage bandwidth")
@@ -537,9 +448,9 @@ class Storage:
 class Bus:
     """The shared system bus between CPU, DMA and RAM."""
 
-    bandwidth_bytes_per_s: float = _number("B/s", plausible=_THROUGHPUT)
-    contention_model: ContentionModel = _choice(ContentionModel, "contention_model")
-    compute_slowdown: float = _number("x", "factor", plausible=(1.0, 100.0),
+    bandwidth_bytes_per_s: float = number_field("B/s", plausible=THROUGHPUT_BYTES_PER_S)
+    contention_model: ContentionModel = choice_field(ContentionModel, "contention_model")
+    compute_slowdown: float = number_field("x", "factor", plausible=(1.0, 100.0),
                                       doc="compute time factor while DMA is active (>= 1)")
 
 
@@ -558,9 +469,9 @@ class Board:
     place; None: the board has none (or the file does not describe it).
     """
 
-    name: str = _typed(str, "a non-empty string")
-    title: str = _typed(str, "a non-empty string")
-    profile: Profile = _choice(Profile, "profile")
+    name: str = typed_field(str, "a non-empty string")
+    title: str = typed_field(str, "a non-empty string")
+    profile: Profile = choice_field(Profile, "profile")
     cpu: Cpu = attrs.field(validator=attrs.validators.instance_of(Cpu))
     ram: Ram = attrs.field(validator=attrs.validators.instance_of(Ram))
     dma: Dma = attrs.field(validator=attrs.validators.instance_of(Dma))
