@@ -376,6 +376,23 @@ class Storage:
         for name in ("bus_width_bits", "block_bytes", "max_command_bytes", "capacity_bytes"):
             if getattr(self, name) == 0:
                 raise BoardFieldError(name, 0, "must be > 0")
+        self._check_wire()
+        for name in ("max_command_bytes", "capacity_bytes"):
+            if getattr(self, name) < self.block_bytes:
+                raise BoardFieldError(name, getattr(self, name),
+                                      f"must be at least block_bytes = {self.block_bytes}")
+        if self.sleep_power_w > self.idle_power_w:
+            raise BoardFieldError("sleep_power_w", self.sleep_power_w,
+                                  f"must not exceed idle_power_w = {self.idle_power_w!r}")
+        self._check_wear()
+        for name in ("wear_page_bytes", "erase_sector_bytes"):
+            value = getattr(self, name)
+            if value is not None and value % self.block_bytes:
+                raise BoardFieldError(name, value,
+                                      f"must be a multiple of block_bytes = {self.block_bytes}")
+
+    def _check_wire(self) -> None:
+        """SPI's one bit per clock at its highest clock; no throughput above the wire's."""
         if self.kind is StorageKind.SD_SPI and self.bus_width_bits != 1:
             raise BoardFieldError("bus_width_bits", self.bus_width_bits,
                                   "must be 1 for kind 'sd_spi' (SPI moves one bit per clock)")
@@ -392,40 +409,29 @@ class Storage:
                     f"exceeds the wire rate {wire:.6g} B/s that bus_clock_hz x bus_width_bits"
                     f"{' x 2 (DDR)' if self.double_data_rate else ''} / 8 can carry",
                 )
-        if self.max_command_bytes < self.block_bytes:
-            raise BoardFieldError("max_command_bytes", self.max_command_bytes,
-                                  f"must be at least block_bytes = {self.block_bytes}")
-        if self.capacity_bytes < self.block_bytes:
-            raise BoardFieldError("capacity_bytes", self.capacity_bytes,
-                                  f"must be at least block_bytes = {self.block_bytes}")
-        if self.sleep_power_w > self.idle_power_w:
-            raise BoardFieldError("sleep_power_w", self.sleep_power_w,
-                                  f"must not exceed idle_power_w = {self.idle_power_w!r}")
-        erase = ("erase_sector_bytes", "erase_time_s", "erase_power_w", "endurance_cycles")
-        for name in erase:
+
+    def _check_wear(self) -> None:
+        """NOR flash wears per erase sector (its erase fields required), the wear-levelled
+        kinds per byte written (theirs)."""
+        nor = self.kind is StorageKind.QSPI_NOR
+        for name in ("erase_sector_bytes", "erase_time_s", "erase_power_w", "endurance_cycles"):
             value = getattr(self, name)
-            if self.kind is StorageKind.QSPI_NOR and value is None:
+            if nor and value is None:
                 raise BoardFieldError(name, None, "is required for kind 'qspi_nor'")
-            if self.kind is not StorageKind.QSPI_NOR and value is not None:
+            if not nor and value is not None:
                 raise BoardFieldError(name, value,
                                       f"applies only to kind 'qspi_nor', not {self.kind.value!r}")
         for name in ("endurance_bytes_written", "wear_page_bytes"):
             value = getattr(self, name)
             if value is None:
                 continue
-            if self.kind is StorageKind.QSPI_NOR:
+            if nor:
                 raise BoardFieldError(name, value,
                                       "applies only to the wear-levelled kinds 'sd_spi', "
                                       "'sd_4bit' and 'emmc', not 'qspi_nor' (NOR flash wear is "
                                       "endurance_cycles per erase sector)")
             if value == 0:
                 raise BoardFieldError(name, 0, "must be > 0")
-        if self.wear_page_bytes is not None and self.wear_page_bytes % self.block_bytes:
-            raise BoardFieldError("wear_page_bytes", self.wear_page_bytes,
-                                  f"must be a multiple of block_bytes = {self.block_bytes}")
-        if self.erase_sector_bytes is not None and self.erase_sector_bytes % self.block_bytes:
-            raise BoardFieldError("erase_sector_bytes", self.erase_sector_bytes,
-                                  f"must be a multiple of block_bytes = {self.block_bytes}")
 
     @property
     def concurrent_commands(self) -> int:

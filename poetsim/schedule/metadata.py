@@ -15,7 +15,7 @@ resident state from the graph and the budget and deadline from the request, and
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -86,6 +86,57 @@ def _number(name: str, value: Any) -> float:
     return value
 
 
+def _text(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise InputError(f"metadata.{name} = {value!r}: must be a string")
+    if name == "accounting" and value not in ("physical", "paper"):
+        raise InputError(f"metadata.accounting = {value!r}: must be 'physical' or 'paper'")
+    if name == "optimizer" and value not in OPTIMIZER_STATE_COPIES:
+        raise InputError(f"metadata.optimizer = {value!r}: must be one of "
+                         f"{', '.join(OPTIMIZER_STATE_COPIES)}")
+    return value
+
+
+def _bytes(name: str, value: Any) -> int:
+    if _number(name, value) != int(value):
+        raise InputError(f"metadata.{name} = {value!r}: must be a whole number of bytes")
+    return int(value)
+
+
+def _fraction(name: str, value: Any) -> float:
+    if _number(name, value) > 1:
+        raise InputError(f"metadata.{name} = {value!r}: must be in [0, 1]")
+    return float(value)
+
+
+def _model_options(name: str, value: Any) -> dict[str, int]:
+    if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+            for k, v in value.items()):
+        raise InputError(f"metadata.model_options = {value!r}: must map option names to "
+                         "whole numbers")
+    return dict(value)
+
+
+def _solver(name: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InputError(f"metadata.solver = {value!r}: must be a table")
+    return dict(value)
+
+
+def _reader(name: str) -> Callable[[str, Any], Any] | None:
+    """How the field ``name`` is checked and typed (None: a field poetsim keeps as is)."""
+    if name in _TEXT:
+        return _text
+    if name in _BYTES:
+        return _bytes
+    if name in _SECONDS_OR_JOULES:
+        return lambda field, value: float(_number(field, value))
+    if name in _FRACTIONS:
+        return _fraction
+    return _STRUCTURED.get(name)
+
+
 def parse_metadata(raw: Mapping[str, Any], *, source: str | None = None) -> ScheduleMetadata:
     """Check and type ``raw`` (a schedule's metadata object); errors start with ``source``
     when given."""
@@ -95,42 +146,11 @@ def parse_metadata(raw: Mapping[str, Any], *, source: str | None = None) -> Sche
         for name, value in raw.items():
             if value is None:
                 continue
-            if name in _TEXT:
-                if not isinstance(value, str):
-                    raise InputError(f"metadata.{name} = {value!r}: must be a string")
-                if name == "accounting" and value not in ("physical", "paper"):
-                    raise InputError(f"metadata.accounting = {value!r}: must be 'physical' or "
-                                     "'paper'")
-                if name == "optimizer" and value not in OPTIMIZER_STATE_COPIES:
-                    raise InputError(f"metadata.optimizer = {value!r}: must be one of "
-                                     f"{', '.join(OPTIMIZER_STATE_COPIES)}")
-                fields[name] = value
-            elif name in _BYTES:
-                if _number(name, value) != int(value):
-                    raise InputError(f"metadata.{name} = {value!r}: must be a whole number "
-                                     "of bytes")
-                fields[name] = int(value)
-            elif name in _SECONDS_OR_JOULES:
-                fields[name] = float(_number(name, value))
-            elif name in _FRACTIONS:
-                if _number(name, value) > 1:
-                    raise InputError(f"metadata.{name} = {value!r}: must be in [0, 1]")
-                fields[name] = float(value)
-            elif name == "model_options":
-                if not isinstance(value, dict) or not all(
-                        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
-                        for k, v in value.items()):
-                    raise InputError(f"metadata.model_options = {value!r}: must map option "
-                                     "names to whole numbers")
-                fields[name] = dict(value)
-            elif name == "solver":
-                if not isinstance(value, dict):
-                    raise InputError(f"metadata.solver = {value!r}: must be a table")
-                fields[name] = dict(value)
-            elif name == "expected":
-                fields[name] = _expected(value)
-            else:
+            read = _reader(name)
+            if read is None:
                 extra[name] = value
+            else:
+                fields[name] = read(name, value)
         # the words are resolved again on the graph: they must be words poetsim reads
         from poetsim.request import check_request_words
 
@@ -187,3 +207,9 @@ def disagreements(meta: ScheduleMetadata, recomputed: Mapping[str, Any]) -> list
             lines.append(f"the schedule file says {name} = {recorded!r}, poetsim uses {now!r} "
                          "(recomputed from the graph, the board and the request)")
     return lines
+
+
+#: The readers of the metadata fields that are tables.
+_STRUCTURED: dict[str, Callable[[str, Any], Any]] = {
+    "model_options": _model_options, "solver": _solver,
+    "expected": lambda _name, value: _expected(value)}
