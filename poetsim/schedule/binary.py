@@ -209,62 +209,94 @@ def _decode_layout(reader: _Reader, op_count: int, step_count: int) -> Layout:
         if (kind >= len(KINDS) or op > op_count or (kind == 0) != (op == 0) or length == 0
                 or start + length > step_count or size == 0):
             raise FileProblem("layout section", f"buffer {i} (kind {kind}, op {op - 1}, steps "
-                           f"{start} + {length}, {size} B) is invalid", "bad_layout")
+                              f"{start} + {length}, {size} B) is invalid", "bad_layout")
         buffers.append(Buffer(KINDS[kind], op - 1, start, start + length, size, offset))
     return Layout(arena, tuple(buffers))
 
 
-def _decode(data: bytes, fingerprint: str, op_count_expected: int | None
-            ) -> tuple[list[Step], Layout | None]:
+def _decode_header(data: bytes, fingerprint: str, op_count_expected: int | None
+                   ) -> tuple[int, int, int, int]:
+    """The header checked against the data's checksum and the graph: (version, flags, op
+    count, step count)."""
     minimum = _HEADER.size + _CRC.size
     if data[:4] != BINARY_MAGIC and not (len(data) < 4 and BINARY_MAGIC.startswith(data)):
         raise FileProblem("", f"starts with {bytes(data[:4])!r}, not {BINARY_MAGIC!r}: not a "
-                           "poetsim binary schedule", "bad_magic")
+                              "poetsim binary schedule", "bad_magic")
     if len(data) < minimum:
         raise FileProblem("", f"{len(data)} bytes: truncated (header and checksum need "
-                           f"{minimum})", "truncated")
+                              f"{minimum})", "truncated")
     (stored_crc,) = _CRC.unpack_from(data, len(data) - _CRC.size)
     if zlib.crc32(data[: -_CRC.size]) != stored_crc:
         raise FileProblem("", "checksum mismatch: the data is corrupted or truncated",
-                       "checksum_mismatch")
+                          "checksum_mismatch")
     magic, version, flags, reserved, op_count, step_count, prefix = _HEADER.unpack_from(data)
     if version not in _ACTION_BITS:
         raise FileProblem("", f"version {version}: this poetsim reads versions 1 to "
-                           f"{BINARY_VERSION}", "unsupported_version")
+                              f"{BINARY_VERSION}", "unsupported_version")
     if flags & ~(_FLAG_WIDE | _FLAG_STAGES | _FLAG_LAYOUT) or reserved:
         raise FileProblem("", f"header flags 0x{flags:02x} / reserved {reserved}: unknown bits set",
-                       "bad_header")
+                          "bad_header")
     if prefix.hex() != fingerprint[:16]:
         raise FileProblem("", f"made for a graph with fingerprint {prefix.hex()!r}..., not "
-                           f"{fingerprint[:16]!r}...", "fingerprint_mismatch")
+                              f"{fingerprint[:16]!r}...", "fingerprint_mismatch")
     if op_count_expected is not None and op_count != op_count_expected:
         raise FileProblem("", f"made for a graph of {op_count} ops, the graph has "
-                           f"{op_count_expected}", "op_count_mismatch")
+                              f"{op_count_expected}", "op_count_mismatch")
+    return version, flags, op_count, step_count
+
+
+def _decode_stages(reader: _Reader, step_count: int) -> list[int]:
+    """Every step's stage, from the run-length encoded stage section."""
+    stage_of = [0] * step_count
+    runs = reader.varint()
+    position, stage = 0, 0
+    for _ in range(runs):
+        stage += _unzigzag(reader.varint())
+        length = reader.varint()
+        if stage < 0 or length == 0 or position + length > step_count:
+            raise FileProblem("stage section", f"run at step {position} (stage {stage}, "
+                                               f"length {length}) is invalid", "bad_stages")
+        stage_of[position:position + length] = [stage] * length
+        position += length
+    if position != step_count:
+        raise FileProblem("stage section", f"covers {position} of {step_count} steps",
+                          "bad_stages")
+    return stage_of
+
+
+def _decode_steps(words: Sequence[int], stage_of: list[int], version: int, shift: int,
+                  op_count: int) -> list[Step]:
+    """The step words as steps: the op index below ``shift`` bits, the action above."""
+    mask = (1 << shift) - 1
+    steps: list[Step] = []
+    for i, value in enumerate(words):
+        op = value & mask
+        if op >= op_count:
+            raise FileProblem(f"steps[{i}]", f"op index {op} is outside the graph's {op_count} "
+                                             "ops", "unknown_op", i)
+        action = _ACTIONS.get(value >> shift)
+        if action is None:  # pragma: no cover - versions 1 and 2 give every code an action
+            raise FileProblem(f"steps[{i}]", f"action code {value >> shift} is not one of "
+                                             f"version {version}'s", "unknown_action", i)
+        steps.append(Step(action, op, stage_of[i]))
+    return steps
+
+
+def _decode(data: bytes, fingerprint: str, op_count_expected: int | None
+            ) -> tuple[list[Step], Layout | None]:
+    version, flags, op_count, step_count = _decode_header(data, fingerprint, op_count_expected)
     wide = bool(flags & _FLAG_WIDE)
     word, shift = (4 if wide else 2), _index_bits(version, wide)
     body_end = len(data) - _CRC.size
     steps_end = _HEADER.size + step_count * word
     if steps_end > body_end:
         raise FileProblem("", f"{step_count} steps announced but only "
-                           f"{(body_end - _HEADER.size) // word} present", "truncated")
+                              f"{(body_end - _HEADER.size) // word} present", "truncated")
     words = struct.unpack_from(f"<{step_count}{'I' if wide else 'H'}", data, _HEADER.size)
-    mask = (1 << shift) - 1
     stage_of = [0] * step_count
     if flags & _FLAG_STAGES:
         reader = _Reader(data, steps_end, body_end)
-        runs = reader.varint()
-        position, stage = 0, 0
-        for _ in range(runs):
-            stage += _unzigzag(reader.varint())
-            length = reader.varint()
-            if stage < 0 or length == 0 or position + length > step_count:
-                raise FileProblem("stage section", f"run at step {position} (stage {stage}, "
-                               f"length {length}) is invalid", "bad_stages")
-            stage_of[position:position + length] = [stage] * length
-            position += length
-        if position != step_count:
-            raise FileProblem("stage section", f"covers {position} of {step_count} steps",
-                           "bad_stages")
+        stage_of = _decode_stages(reader, step_count)
         steps_end = reader.pos
     layout = None
     if flags & _FLAG_LAYOUT:
@@ -273,19 +305,8 @@ def _decode(data: bytes, fingerprint: str, op_count_expected: int | None
         steps_end = reader.pos
     if steps_end != body_end:
         raise FileProblem("", f"{body_end - steps_end} unexpected bytes after the steps",
-                       "trailing_bytes")
-    steps: list[Step] = []
-    for i, value in enumerate(words):
-        op = value & mask
-        if op >= op_count:
-            raise FileProblem(f"steps[{i}]", f"op index {op} is outside the graph's {op_count} "
-                                          "ops", "unknown_op", i)
-        action = _ACTIONS.get(value >> shift)
-        if action is None:  # pragma: no cover - versions 1 and 2 give every code an action
-            raise FileProblem(f"steps[{i}]", f"action code {value >> shift} is not one of "
-                                          f"version {version}'s", "unknown_action", i)
-        steps.append(Step(action, op, stage_of[i]))
-    return steps, layout
+                          "trailing_bytes")
+    return _decode_steps(words, stage_of, version, shift, op_count), layout
 
 
 def decode_binary(data: bytes, graph: TrainingGraph | str, *, graph_name: str | None = None,

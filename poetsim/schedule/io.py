@@ -190,16 +190,16 @@ def _steps_from_list(raw_steps: Any, index: dict[str, int]) -> list[Step]:
         where = f"steps[{i}]"
         if not isinstance(raw, list) or len(raw) != 3:
             raise FileProblem(where, f"{_short(raw)}: must be [action, op name, stage]",
-                           "bad_step", i)
+                              "bad_step", i)
         action, name, stage = raw
         if not isinstance(action, str) or action not in actions:
             raise FileProblem(where, f"action {_short(action)}: must be one of "
-                                  f"{', '.join(actions)}", "unknown_action", i)
+                                     f"{', '.join(actions)}", "unknown_action", i)
         if not isinstance(name, str) or name not in index:
             raise FileProblem(where, f"op {_short(name)} is not in the ops list", "unknown_op", i)
         if not _is_int(stage) or stage < 0:
             raise FileProblem(where, f"stage {_short(stage)}: must be a non-negative integer",
-                           "bad_stage", i)
+                              "bad_stage", i)
         steps.append(Step(actions[action], index[name], stage))
     return steps
 
@@ -212,36 +212,30 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _from_dict(data: Any, graph: TrainingGraph | None, accept_edits: bool) -> Schedule:
+def _check_top_level(data: Any) -> None:
+    """The document's form: an object of this format, a version read here, its keys."""
     if not isinstance(data, dict):
         raise FileProblem("", "top level must be a JSON object", "bad_format")
     if data.get("format") != FORMAT:
         raise FileProblem("", f"format = {_short(data.get('format'))}: must be {FORMAT!r}",
-                       "bad_format")
+                          "bad_format")
     version = data.get("version")
     if not _is_int(version) or version not in (1, VERSION):
         raise FileProblem("", f"version = {_short(version)}: this poetsim reads versions 1 to "
-                           f"{VERSION}", "unsupported_version")
+                              f"{VERSION}", "unsupported_version")
     keys = _KEYS if version == 1 else (*_KEYS, _LAYOUT_KEY)
     unknown = sorted(set(data) - set(keys))
     if unknown:
         raise FileProblem("", f"unknown top-level key {unknown[0]!r}; allowed in version "
-                           f"{version}: {', '.join(keys)}", "bad_format")
+                              f"{version}: {', '.join(keys)}", "bad_format")
     missing = [key for key in _KEYS if key not in data]
     if missing:
         raise FileProblem("", f"missing key {missing[0]!r}", "bad_format")
-    name, fingerprint, metadata = data["graph"], data["graph_fingerprint"], data["metadata"]
-    if not isinstance(name, str):
-        raise FileProblem("graph", f"{_short(name)}: must be a string", "bad_format")
-    if not isinstance(fingerprint, str) or not fingerprint:
-        raise FileProblem("graph_fingerprint", f"{_short(fingerprint)}: must be a non-empty string",
-                       "bad_format")
-    if not isinstance(metadata, dict):
-        raise FileProblem("metadata", f"{_short(metadata)}: must be an object", "bad_format")
-    try:
-        parse_metadata(metadata)
-    except InputError as err:
-        raise FileProblem("", str(err), "bad_metadata") from None
+
+
+def _op_index(data: dict[str, Any], graph: TrainingGraph | None) -> dict[str, int]:
+    """Op name -> index, from the file's ops list (which must be the graph's, if given)."""
+    name, fingerprint = data["graph"], data["graph_fingerprint"]
     names = data["ops"]
     if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
         raise FileProblem("ops", "must be a list of op names", "bad_format")
@@ -254,14 +248,32 @@ def _from_dict(data: Any, graph: TrainingGraph | None, accept_edits: bool) -> Sc
         expected = graph_fingerprint(graph)
         if fingerprint != expected:
             raise FileProblem("", f"made for graph {name!r} with fingerprint {fingerprint[:12]!r}, "
-                               f"not for graph {graph.name!r} (fingerprint {expected[:12]!r})",
-                           "fingerprint_mismatch")
+                                  f"not for graph {graph.name!r} (fingerprint {expected[:12]!r})",
+                              "fingerprint_mismatch")
         graph_names = [op.name for op in graph.ops]
         if names != graph_names:
             at = next((i for i, (a, b) in enumerate(zip(names, graph_names)) if a != b),
                       min(len(names), len(graph_names)))
             raise FileProblem(f"ops[{at}]", f"the ops list does not match graph {graph.name!r} "
-                                         "although the fingerprint does", "ops_mismatch")
+                                            "although the fingerprint does", "ops_mismatch")
+    return index
+
+
+def _from_dict(data: Any, graph: TrainingGraph | None, accept_edits: bool) -> Schedule:
+    _check_top_level(data)
+    name, fingerprint, metadata = data["graph"], data["graph_fingerprint"], data["metadata"]
+    if not isinstance(name, str):
+        raise FileProblem("graph", f"{_short(name)}: must be a string", "bad_format")
+    if not isinstance(fingerprint, str) or not fingerprint:
+        raise FileProblem("graph_fingerprint", f"{_short(fingerprint)}: must be a non-empty string",
+                          "bad_format")
+    if not isinstance(metadata, dict):
+        raise FileProblem("metadata", f"{_short(metadata)}: must be an object", "bad_format")
+    try:
+        parse_metadata(metadata)
+    except InputError as err:
+        raise FileProblem("", str(err), "bad_metadata") from None
+    index = _op_index(data, graph)
     steps = _steps_from_list(data["steps"], index)
     layout = (_layout_from(data[_LAYOUT_KEY], index, len(steps)) if _LAYOUT_KEY in data
               else None)
@@ -269,9 +281,9 @@ def _from_dict(data: Any, graph: TrainingGraph | None, accept_edits: bool) -> Sc
     recorded = metadata.get(DIGEST_FIELD)
     if recorded is not None and not accept_edits and recorded != content_digest(data):
         raise FileProblem(f"metadata.{DIGEST_FIELD}", "the file was changed after poetsim "
-                       "wrote it (its content no longer matches its digest), so its request, "
-                       "steps or figures may not be what was solved; judge it as it is with "
-                       "--accept-edits", "edited")
+                          "wrote it (its content no longer matches its digest), so its request, "
+                          "steps or figures may not be what was solved; judge it as it is with "
+                          "--accept-edits", "edited")
     return Schedule(name, fingerprint, steps, metadata, layout)
 
 
@@ -279,11 +291,11 @@ def _layout_from(raw: Any, index: dict[str, int], n: int) -> Layout:
     """A layout's form: every number a whole number in range, every op in the ops list."""
     if not isinstance(raw, dict) or set(raw) != {"arena_bytes", "buffers"}:
         raise FileProblem(_LAYOUT_KEY, f"{_short(raw)}: must be an object with arena_bytes and "
-                                    "buffers", "bad_layout")
+                                       "buffers", "bad_layout")
     arena = raw["arena_bytes"]
     if not _is_int(arena) or arena < 0:
         raise FileProblem(f"{_LAYOUT_KEY}.arena_bytes", f"{_short(arena)}: must be a whole number "
-                                                     "of bytes", "bad_layout")
+                                                        "of bytes", "bad_layout")
     if not isinstance(raw["buffers"], list):
         raise FileProblem(f"{_LAYOUT_KEY}.buffers", "must be a list", "bad_layout")
     buffers = []
@@ -291,21 +303,21 @@ def _layout_from(raw: Any, index: dict[str, int], n: int) -> Layout:
         where = f"{_LAYOUT_KEY}.buffers[{i}]"
         if not isinstance(item, list) or len(item) != 6:
             raise FileProblem(where, f"{_short(item)}: must be [kind, op name, start, end, "
-                                  "size_bytes, offset_bytes]", "bad_layout")
+                                     "size_bytes, offset_bytes]", "bad_layout")
         kind, name, start, end, size, offset = item
         if kind not in KINDS:
             raise FileProblem(where, f"kind {_short(kind)}: must be one of {', '.join(KINDS)}",
-                           "bad_layout")
+                              "bad_layout")
         if (kind == "resident") != (name is None) or (name is not None and name not in index):
             raise FileProblem(where, f"op {_short(name)}: must be null for the resident state, "
-                                  "else an op of the ops list", "bad_layout")
+                                     "else an op of the ops list", "bad_layout")
         for field, value, low, high in (("start", start, 0, n), ("end", end, 1, n),
                                          ("size_bytes", size, 1, None),
                                          ("offset_bytes", offset, 0, None)):
             if not _is_int(value) or value < low or (high is not None and value > high):
                 bound = f"[{low}, {high}]" if high is not None else f">= {low}"
                 raise FileProblem(where, f"{field} = {_short(value)}: must be a whole number "
-                                      f"{bound}", "bad_layout")
+                                         f"{bound}", "bad_layout")
         if start >= end:
             raise FileProblem(where, f"start {start} must come before end {end}", "bad_layout")
         buffers.append(Buffer(kind, -1 if name is None else index[name], start, end, size,
