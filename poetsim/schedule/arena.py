@@ -162,6 +162,12 @@ def _lifetimes(replay: Replay, prefetch_from: Mapping[int, int]) -> _Buffers:
         close(k, n)
     for k, start in open_held.items():
         alone(Buffer("held", k, start, n, held_bytes[k]))
+    return _grouped(out, group_of, shared)
+
+
+def _grouped(out: list[Buffer], group_of: list[int],
+             shared: list[tuple[int, int, int]]) -> _Buffers:
+    """The buffers with bytes, each group's members by their index among them."""
     members: dict[int, list[int]] = {}
     buffers: list[Buffer] = []
     for b, g in zip(out, group_of):
