@@ -47,7 +47,7 @@ from poetsim.request import Accounting, Request
 from poetsim.schedule import Schedule, plain_schedule
 from poetsim.schedule.io import DIGEST_FIELD, schedule_from_dict, schedule_to_dict
 from poetsim.sim import SimReport, simulate
-from poetsim.units import meets_deadline
+from poetsim.units import energy_overhead, meets_deadline
 from poetsim.verdict import CornerVerdict, Verdict, check_on_board
 
 __all__ = ["CACHE_VERSION", "MAX_DEADLINE_TIGHTENINGS", "METHODS", "SOLVER_VERSION", "Outcome",
@@ -395,7 +395,6 @@ def reference_energy_j(request: Request) -> float:
 
 def with_overheads(outcomes: Iterable[Outcome], reference_j: float) -> list[Outcome]:
     """``outcomes`` with ``energy_overhead = energy_j / reference_j - 1`` filled in."""
-    return [attrs.evolve(o, energy_overhead=(o.energy_j / reference_j - 1
-                                             if o.energy_j is not None and reference_j > 0
-                                             else None)) for o in outcomes]
+    return [attrs.evolve(o, energy_overhead=energy_overhead(o.energy_j, reference_j))
+            for o in outcomes]
 

@@ -51,6 +51,14 @@ def meets_deadline(makespan_s: float, deadline_s: float) -> bool:
     return makespan_s <= deadline_s * (1.0 + DEADLINE_RTOL)
 
 
+def energy_overhead(energy_j: float | None, reference_j: float | None) -> float | None:
+    """The energy overhead of ``energy_j`` over ``reference_j`` (every op once): their
+    ratio less one; None without both (or with a reference of no energy)."""
+    if energy_j is None or not reference_j or reference_j <= 0:
+        return None
+    return energy_j / reference_j - 1
+
+
 def format_bytes(nbytes: float) -> str:
     """Binary units for memory: ``262144`` -> ``"256.0 KiB"``."""
     value = float(nbytes)

@@ -146,6 +146,8 @@ def _pct(ram: str) -> float | None:
 
 
 def _row(point: Point, outcome, ref_j: float) -> dict[str, Any]:
+    from poetsim.units import energy_overhead
+
     board = _board(point.board)
     row: dict[str, Any] = {c: None for c in COLUMNS}
     status = outcome.status.value
@@ -181,7 +183,7 @@ def _row(point: Point, outcome, ref_j: float) -> dict[str, Any]:
         energy_j=report.energy_j,
         energy_sim_vs_pred_pct=(None if not predicted else
                                 100.0 * (report.energy_j / predicted - 1)),
-        energy_overhead=report.energy_j / ref_j - 1 if ref_j > 0 else None,
+        energy_overhead=energy_overhead(report.energy_j, ref_j),
         makespan_s=report.makespan_s,
         throughput_per_s=1.0 / report.makespan_s if report.makespan_s > 0 else None,
         peak_ram_bytes=verdict.peak_total_bytes,

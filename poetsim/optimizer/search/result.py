@@ -11,6 +11,7 @@ import attrs
 from poetsim.optimizer.plan import PlanMetrics, StagePlan
 from poetsim.request import Request
 from poetsim.schedule import Schedule
+from poetsim.units import energy_overhead
 
 __all__ = ["SAME_ENERGY", "SolveResult", "SolveStatus", "method_name"]
 
@@ -100,6 +101,5 @@ class SolveResult:
             "time_cap_bound": "time" in self.limits_hit,
             "plain_energy_j": r.plain_energy_j,
             "plain_time_s": r.plain_time_s,
-            "energy_overhead": (m.energy_j / r.plain_energy_j - 1
-                                if m and r.plain_energy_j else None),
+            "energy_overhead": energy_overhead(m.energy_j if m else None, r.plain_energy_j),
         }
