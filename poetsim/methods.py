@@ -17,7 +17,6 @@ is :mod:`poetsim.runs`' job.
 
 from __future__ import annotations
 
-import enum
 import math
 import time
 import warnings
@@ -38,6 +37,7 @@ from poetsim.graph.memory import minimum_ram_bytes
 from poetsim.optimizer import STAGE_MAX_OPS, SolveResult, SolveStatus, solve
 from poetsim.request import Request
 from poetsim.schedule import Schedule
+from poetsim.status import Status
 
 __all__ = ["DEFAULT_EFFORT", "DEFAULT_TIME_LIMIT_S", "FAST_BASELINES", "METHODS",
            "SOLVER_METHODS", "MethodStatus", "Produced", "SolverSettings", "produce",
@@ -70,18 +70,8 @@ METHODS: tuple[str, ...] = ("poet", "checkpoint_all", "chen_sqrt_n", "chen_greed
 _MAX_SEED = 2**31 - 1
 
 
-class MethodStatus(enum.Enum):
-    """What a method answered. ``optimal`` (proven) and ``feasible`` (with a gap) are the
-    MILP methods', ``ok`` a heuristic's; ``infeasible``: the method found no schedule
-    (a proof only where the reason says so); ``no_solution``: a MILP method's limit ended
-    the search first; ``not_applicable``: the method does not handle this graph."""
-
-    OPTIMAL = "optimal"
-    FEASIBLE = "feasible"
-    OK = "ok"
-    INFEASIBLE = "infeasible"
-    NO_SOLUTION = "no_solution"
-    NOT_APPLICABLE = "not_applicable"
+#: What a method answered (:class:`poetsim.status.Status`, the one vocabulary).
+MethodStatus = Status
 
 
 def _positive_finite(_instance: Any, attribute: Any, value: float) -> None:
@@ -227,7 +217,7 @@ def _warm_start(method: Callable[..., BaselineResult], request: Request, budget_
 def _from_solve(result: SolveResult) -> Produced:
     m = result.metrics
     return Produced(
-        status=MethodStatus(result.status.value),
+        status=result.status,
         reason="" if result.status is SolveStatus.OPTIMAL else result.message,
         schedule=result.schedule, predicted_energy_j=m.energy_j if m else None,
         predicted_time_s=m.time_s if m else None,
@@ -237,7 +227,7 @@ def _from_solve(result: SolveResult) -> Produced:
 
 def _from_baseline(result: BaselineResult) -> Produced:
     return Produced(
-        status=MethodStatus(result.status), reason=result.reason, schedule=result.schedule,
+        status=result.status, reason=result.reason, schedule=result.schedule,
         predicted_energy_j=result.energy_j, predicted_time_s=result.time_s,
         predicted_peak_ram_bytes=result.peak_ram_bytes)
 

@@ -38,24 +38,26 @@ from poetsim.schedule import Action, Schedule, Step
 from poetsim.schedule.model import predict
 from poetsim.schedule.ops import with_weight_steps
 from poetsim.schedule.replay import ContractViolation, replay
+from poetsim.status import Status
 
 __all__ = ["INFEASIBLE", "NOT_APPLICABLE", "OK", "OUT_OF_TIME", "STATUSES", "BaselineResult",
            "OutOfTime", "Ticker", "check_budget", "costs_for", "finish",
            "finish_estimate_s", "infeasible", "not_applicable", "out_of_time",
            "ran_out_of_time"]
 
-OK = "ok"
-INFEASIBLE = "infeasible"
-NOT_APPLICABLE = "not_applicable"
+OK = Status.OK
+INFEASIBLE = Status.INFEASIBLE
+NOT_APPLICABLE = Status.NOT_APPLICABLE
 #: ``ok``: a schedule within the budget; ``infeasible``: the method found none that fits
 #: (not a proof that none exists, except where the reason says so); ``not_applicable``:
 #: the method does not handle this graph (the reason says why).
 STATUSES = (OK, INFEASIBLE, NOT_APPLICABLE)
 
 
-def _status(instance: Any, attribute: Any, value: str) -> None:
+def _status(instance: Any, attribute: Any, value: Status) -> None:
     if value not in STATUSES:
-        raise ValueError(f"status = {value!r}: must be one of {', '.join(STATUSES)}")
+        raise ValueError(f"status = {value!r}: must be one of "
+                         f"{', '.join(s.value for s in STATUSES)}")
 
 
 @attrs.frozen
@@ -70,7 +72,7 @@ class BaselineResult:
     """
 
     method: str
-    status: str = attrs.field(validator=_status)
+    status: Status = attrs.field(validator=_status)
     schedule: Schedule | None = None
     reason: str = ""
     budget_bytes: int = 0
@@ -97,7 +99,7 @@ class BaselineResult:
     def summary(self) -> dict[str, Any]:
         """JSON-ready figures (no steps)."""
         return {
-            "method": self.method, "status": self.status, "reason": self.reason,
+            "method": self.method, "status": self.status.value, "reason": self.reason,
             "budget_activation_bytes": self.budget_bytes, "deadline_s": self.deadline_s,
             "energy_j": self.energy_j, "time_s": self.time_s,
             "peak_ram_bytes": self.peak_ram_bytes, "recomputations": self.recomputations,

@@ -3,7 +3,6 @@ names, and the tolerance within which a plan's energy counts as proven equal to 
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
 import attrs
@@ -11,6 +10,7 @@ import attrs
 from poetsim.optimizer.plan import PlanMetrics, StagePlan
 from poetsim.request import Request
 from poetsim.schedule import Schedule
+from poetsim.status import Status
 from poetsim.units import energy_overhead
 
 __all__ = ["SAME_ENERGY", "SolveResult", "SolveStatus", "method_name"]
@@ -28,11 +28,9 @@ def method_name(remat: bool, paging: bool) -> str:
     return "remat-only" if remat else "paging-only"
 
 
-class SolveStatus(enum.Enum):
-    OPTIMAL = "optimal"
-    FEASIBLE = "feasible"
-    INFEASIBLE = "infeasible"
-    NO_SOLUTION = "no_solution"
+#: What a solve answered: optimal, feasible, infeasible or no_solution of the one
+#: vocabulary (:class:`poetsim.status.Status`).
+SolveStatus = Status
 
 
 @attrs.frozen
