@@ -49,7 +49,7 @@ from poetsim.baselines.base import (
     infeasible,
     ran_out_of_time,
 )
-from poetsim.baselines.program import DROP, KEEP, OFFLOAD, run_policy, saved_tensors
+from poetsim.baselines.program import DROP, KEEP, OFFLOAD, Program, run_policy, saved_tensors
 from poetsim.boards.spec import Board
 from poetsim.costs import OpCosts
 from poetsim.graph.graph import TrainingGraph
@@ -76,38 +76,53 @@ def capuchin(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_b
                                why="before its plan fit the budget")
 
 
-def _capuchin(graph: TrainingGraph, board: Board, costs: OpCosts, budget_bytes: int,
-              deadline_s: float | None, ticker: Ticker) -> BaselineResult:
-    n = len(graph)
-    ops = graph.ops
-    ct = np.asarray(costs.compute_time_s, dtype=float)
-    t_out = np.asarray(costs.pageout_time_s, dtype=float)
-    t_in = np.asarray(costs.pagein_time_s, dtype=float)
-    size = [op.output_bytes for op in ops]
-    can_page = board.storage.capacity_bytes > 0
-    hidden_possible = can_page and board.dma.present
-    start = np.concatenate([[0.0], np.cumsum(ct)])  # start[k]: op k starts (plain profile)
-    saved = saved_tensors(graph)
-    last_fwd = {t: max([s for s in graph.successors(t) if ops[s].phase is not Phase.BACKWARD]
-                       + [t]) for t in saved}
-    first_bwd = {t: min(s for s in graph.successors(t) if ops[s].phase is Phase.BACKWARD)
-                 for t in saved}
-    window = {t: float(start[first_bwd[t]] - start[last_fwd[t] + 1]) for t in saved}
-    policy = [KEEP] * n
-    swaps: list[int] = []
-    decisions: list[str] = []
+class _Plan:
+    """What Capuchin learns from one plain iteration, and the plan it is building: each
+    saved tensor's idle window between its last forward and first backward access, and
+    the policy and swaps decided so far (read by every score, hence a class)."""
 
-    def interval(t: int) -> tuple[float, float]:
-        return float(start[last_fwd[t] + 1]), float(start[first_bwd[t]])
+    def __init__(self, graph: TrainingGraph, board: Board, costs: OpCosts) -> None:
+        ops = graph.ops
+        self.graph = graph
+        self.board = board
+        self.ct = np.asarray(costs.compute_time_s, dtype=float)
+        self.t_out = np.asarray(costs.pageout_time_s, dtype=float)
+        self.t_in = np.asarray(costs.pagein_time_s, dtype=float)
+        self.size = [op.output_bytes for op in ops]
+        self.can_page = board.storage.capacity_bytes > 0
+        self.hidden_possible = self.can_page and board.dma.present
+        # start[k]: op k starts (plain profile)
+        self.start = np.concatenate([[0.0], np.cumsum(self.ct)])
+        self.saved = saved_tensors(graph)
+        self.last_fwd = {
+            t: max([s for s in graph.successors(t) if ops[s].phase is not Phase.BACKWARD]
+                   + [t]) for t in self.saved}
+        self.first_bwd = {
+            t: min(s for s in graph.successors(t) if ops[s].phase is Phase.BACKWARD)
+            for t in self.saved}
+        self.window = {t: float(self.start[self.first_bwd[t]]
+                                - self.start[self.last_fwd[t] + 1]) for t in self.saved}
+        self.policy = [KEEP] * len(graph)
+        self.swaps: list[int] = []
 
-    def free_time(t: int) -> float:
-        lo, hi = interval(t)
-        shared = sum(t_out[u] + t_in[u] for u in swaps
-                     if interval(u)[0] < hi and lo < interval(u)[1])
-        return window[t] - t_out[t] - t_in[t] - shared
+    def interval(self, t: int) -> tuple[float, float]:
+        """``t``'s idle window: from the end of its last forward access to its first
+        backward one."""
+        return float(self.start[self.last_fwd[t] + 1]), float(self.start[self.first_bwd[t]])
 
-    def recompute_time(t: int) -> float:
-        total, seen, stack = ct[t], {t}, list(graph.predecessors(t))
+    def free_time(self, t: int) -> float:
+        """Capuchin's FT: the idle window left once ``t``'s own transfers and those of the
+        overlapping swaps already chosen are done (one transfer lane)."""
+        lo, hi = self.interval(t)
+        shared = sum(self.t_out[u] + self.t_in[u] for u in self.swaps
+                     if self.interval(u)[0] < hi and lo < self.interval(u)[1])
+        return self.window[t] - self.t_out[t] - self.t_in[t] - shared
+
+    def recompute_time(self, t: int) -> float:
+        """``t``'s compute time plus that of the ancestors it must be rebuilt from (and the
+        page-ins of the swapped ones)."""
+        policy, ct, t_in = self.policy, self.ct, self.t_in
+        total, seen, stack = ct[t], {t}, list(self.graph.predecessors(t))
         while stack:
             w = stack.pop()
             if w in seen:
@@ -115,26 +130,32 @@ def _capuchin(graph: TrainingGraph, board: Board, costs: OpCosts, budget_bytes: 
             seen.add(w)
             if policy[w] == OFFLOAD:
                 total += t_in[w]
-            elif policy[w] == DROP or w not in saved:
+            elif policy[w] == DROP or w not in self.saved:
                 # dropped, or gone since the forward pass (nothing backward reads it)
                 total += ct[w]
-                stack.extend(graph.predecessors(w))
+                stack.extend(self.graph.predecessors(w))
         return float(total)
 
-    def by_msps(candidates: list[int]) -> tuple[int, str, str]:
+    def swap_time(self, t: int) -> float:
+        """The transfer time of swapping ``t`` not hidden by its idle window (all of it
+        without DMA; inf without storage)."""
+        swap = np.inf
+        if self.can_page:
+            exposed = self.t_out[t] + self.t_in[t]
+            if self.board.dma.present:
+                exposed = max(0.0, -self.free_time(t))
+            swap = float(exposed)
+        return swap
+
+    def by_msps(self, candidates: list[int], ticker: Ticker) -> tuple[int, str, str]:
         """The candidate with the most memory saved per second of overhead, and how."""
         best = None
         for t in candidates:
             ticker.tick(4)
-            recompute = recompute_time(t)
-            swap = np.inf
-            if can_page:
-                exposed = t_out[t] + t_in[t]
-                if board.dma.present:
-                    exposed = max(0.0, -free_time(t))
-                swap = float(exposed)
+            recompute = self.recompute_time(t)
+            swap = self.swap_time(t)
             overhead = min(swap, recompute)
-            msps = np.inf if overhead <= 0 else size[t] / overhead
+            msps = np.inf if overhead <= 0 else self.size[t] / overhead
             key = (msps, -t)
             if best is None or key > best[0]:
                 best = (key, t, OFFLOAD if swap < recompute else DROP)
@@ -142,17 +163,44 @@ def _capuchin(graph: TrainingGraph, board: Board, costs: OpCosts, budget_bytes: 
         _, t, action = best
         return t, action, ("swap {} (MSPS)" if action == OFFLOAD else "recompute {} (MSPS)")
 
-    rejected: set[int] = set()
+    def choose(self, candidates: list[int], ticker: Ticker) -> tuple[int, str, str]:
+        """Swap the candidate with the most free time if any swap hides; else by MSPS."""
+        hideable = [(self.free_time(t), t) for t in candidates] if self.hidden_possible else []
+        hideable = [(ft, t) for ft, t in hideable if ft >= 0]
+        if hideable:
+            _, t = max(hideable)
+            return t, OFFLOAD, "swap {} (hidden)"
+        return self.by_msps(candidates, ticker)
+
+    def candidates(self, prog: Program, rejected: set[int]) -> list[int]:
+        """Saved tensors resident at ``prog``'s peak, idle across it, not yet decided."""
+        graph, p = self.graph, prog.peak_stage
+        busy = {prog.peak_op, *graph.predecessors(prog.peak_op)}
+        return [t for t in sorted(prog.peak_resident)
+                if t in self.saved and self.policy[t] == KEEP and t not in busy
+                and self.size[t] > 0 and t not in rejected
+                and self.last_fwd[t] < p < self.first_bwd[t]]
+
+
+def _lower(graph: TrainingGraph, policy: list[str], ticker: Ticker) -> tuple[Program, float]:
+    """The plan's op list (Capuchin's executor: tensors it leaves alone live as in the plain
+    schedule) and the seconds it took to build."""
     started = time.perf_counter()
     prog = run_policy(graph, policy, keep_rebuilt_ancestors=False, hold_checkpoints=False,
                       ticker=ticker)
-    built_s = time.perf_counter() - started
+    return prog, time.perf_counter() - started
+
+
+def _capuchin(graph: TrainingGraph, board: Board, costs: OpCosts, budget_bytes: int,
+              deadline_s: float | None, ticker: Ticker) -> BaselineResult:
+    ops = graph.ops
+    plan = _Plan(graph, board, costs)
+    policy = plan.policy
+    decisions: list[str] = []
+    rejected: set[int] = set()
+    prog, built_s = _lower(graph, policy, ticker)
     while prog.peak > budget_bytes:
-        p = prog.peak_stage
-        busy = {prog.peak_op, *graph.predecessors(prog.peak_op)}
-        candidates = [t for t in sorted(prog.peak_resident)
-                      if t in saved and policy[t] == KEEP and t not in busy and size[t] > 0
-                      and t not in rejected and last_fwd[t] < p < first_bwd[t]]
+        candidates = plan.candidates(prog, rejected)
         if not candidates:
             return infeasible(METHOD, (
                 f"the peak of {prog.peak} B of activation RAM (at op "
@@ -160,19 +208,10 @@ def _capuchin(graph: TrainingGraph, board: Board, costs: OpCosts, budget_bytes: 
                 f"budget is {budget_bytes} B"), budget_bytes, deadline_s,
                 {"decisions": decisions})
         ticker.tick(ticker.every)  # looks at the clock before scoring the candidates
-        hideable = [(free_time(t), t) for t in candidates] if hidden_possible else []
-        hideable = [(ft, t) for ft, t in hideable if ft >= 0]
-        if hideable:
-            _, t = max(hideable)
-            action, why = OFFLOAD, "swap {} (hidden)"
-        else:
-            t, action, why = by_msps(candidates)
+        t, action, why = plan.choose(candidates, ticker)
         policy[t] = action
         ticker.tick(len(candidates))
-        started = time.perf_counter()
-        trial = run_policy(graph, policy, keep_rebuilt_ancestors=False, hold_checkpoints=False,
-                           ticker=ticker)
-        built_s = time.perf_counter() - started
+        trial, built_s = _lower(graph, policy, ticker)
         if trial.peak > prog.peak:
             # Feedback: the eviction made the peak worse (its recomputation or page-in
             # lands on a new peak); undo it and do not consider the tensor again.
@@ -181,7 +220,7 @@ def _capuchin(graph: TrainingGraph, board: Board, costs: OpCosts, budget_bytes: 
             continue
         prog = trial
         if action == OFFLOAD:
-            swaps.append(t)
+            plan.swaps.append(t)
         decisions.append(why.format(ops[t].name))
     if not ticker.can_finish(finish_estimate_s(graph, built_s)):
         return ran_out_of_time(METHOD, budget_bytes, deadline_s,
@@ -191,5 +230,4 @@ def _capuchin(graph: TrainingGraph, board: Board, costs: OpCosts, budget_bytes: 
                            "swapped": sum(1 for x in policy if x == OFFLOAD),
                            "recomputed": sum(1 for x in policy if x == DROP),
                            "rejected": [ops[t].name for t in sorted(rejected)]})
-
 

@@ -56,6 +56,7 @@ from poetsim.baselines.program import (
     DROP,
     KEEP,
     OFFLOAD,
+    Program,
     backward_op_of,
     chain_order,
     run_policy,
@@ -169,49 +170,10 @@ def _policy(graph: TrainingGraph, board: Board, costs: OpCosts, chain: list[int]
     prefix = c.prefix.tolist()
     for b in range(m):
         ticker.tick()
-        # Working set of segment (a, b] without the kept anchors, for every a < b, down to
-        # the first a whose ladder alone, prefix[b] - prefix[a + 1], is over the budget:
-        # every need from there down is, so no state of such an anchor leads to b.
-        need: dict[int, int] = {}
-        best_j = -1
-        transient = 0
-        for a in range(b - 1, -2, -1):
-            if prefix[b] - prefix[a + 1] > budget_bytes:
-                break
-            j = a + 1  # backward op j joins the segment
-            best_j = max(best_j, prefix[j] + c.running[j])
-            if j < b:
-                transient = max(transient, c.transient(j, a))
-            # xa is resident through the segment if a backward op reads it or the dropped
-            # tensors are rebuilt from it; otherwise it was freed in the forward pass.
-            s_a = c.size[a] if a >= 0 and (c.saved[a] or b > a + 1) else 0
-            base = s_a - prefix[a + 1]
-            backward = base + best_j
-            recompute = (base + prefix[b] + transient
-                         + (c.grad[b + 1] if b + 1 < m else 0)
-                         + (c.size[b] if c.reads_self[b] else 0))
-            need[a] = max(backward, recompute)
+        need = _segment_needs(c, b, prefix, budget_bytes)
         ticker.tick(len(need))
         for kind_b in kinds_of[b]:
-            found: list[_State] = []
-            for a in range(b - len(need), b):
-                for kind_a, front in states[a + 1]:
-                    extra_t = float(c.ct_prefix[b] - c.ct_prefix[a + 1])
-                    extra_e = float(c.ce_prefix[b] - c.ce_prefix[a + 1])
-                    if kind_b == OFFLOAD:
-                        dt, de = c.offload_cost[b]
-                        extra_t += dt
-                        extra_e += de
-                    keeps_a = a >= 0 and kind_a == KEEP and (c.saved[a] or b > a + 1)
-                    add = round(c.size[a] / unit) * unit if keeps_a else 0
-                    before = len(found)
-                    for s in front:
-                        if s.kept + need[a] > budget_bytes:
-                            break  # the front is sorted by kept bytes
-                        found.append(_State(s.kept + add,
-                                            (s.key[0] + extra_t, s.key[1] + extra_e),
-                                            (a, kind_a, s)))
-                    ticker.tick(1 + len(found) - before)
+            found = _arrivals(c, states, need, b, kind_b, unit, budget_bytes, ticker)
             if found:
                 ticker.tick(len(found))
                 states[b + 1].append((kind_b, _pareto(found)))
@@ -219,9 +181,68 @@ def _policy(graph: TrainingGraph, board: Board, costs: OpCosts, chain: list[int]
     if not finals:
         return None
     best = min(finals, key=lambda s: s.key)
-    policy = [KEEP] * len(graph)
+    return _unwind(best, chain, len(graph)), best.key
+
+
+def _segment_needs(c: _Chain, b: int, prefix: list[int], budget_bytes: int) -> dict[int, int]:
+    """Working set of segment (a, b] without the kept anchors, for every a < b, down to
+    the first a whose ladder alone, prefix[b] - prefix[a + 1], is over the budget: every
+    need from there down is, so no state of such an anchor leads to b."""
+    m = c.m
+    need: dict[int, int] = {}
+    best_j = -1
+    transient = 0
+    for a in range(b - 1, -2, -1):
+        if prefix[b] - prefix[a + 1] > budget_bytes:
+            break
+        j = a + 1  # backward op j joins the segment
+        best_j = max(best_j, prefix[j] + c.running[j])
+        if j < b:
+            transient = max(transient, c.transient(j, a))
+        # xa is resident through the segment if a backward op reads it or the dropped
+        # tensors are rebuilt from it; otherwise it was freed in the forward pass.
+        s_a = c.size[a] if a >= 0 and (c.saved[a] or b > a + 1) else 0
+        base = s_a - prefix[a + 1]
+        backward = base + best_j
+        recompute = (base + prefix[b] + transient
+                     + (c.grad[b + 1] if b + 1 < m else 0)
+                     + (c.size[b] if c.reads_self[b] else 0))
+        need[a] = max(backward, recompute)
+    return need
+
+
+def _arrivals(c: _Chain, states: list[list[tuple[str, list[_State]]]], need: dict[int, int],
+              b: int, kind_b: str, unit: int, budget_bytes: int, ticker: Ticker) -> list[_State]:
+    """Every state of anchor ``b`` of kind ``kind_b`` reached from an earlier anchor within
+    the budget, by anchor, then kind, then kept bytes (not yet reduced to a front)."""
+    found: list[_State] = []
+    for a in range(b - len(need), b):
+        for kind_a, front in states[a + 1]:
+            extra_t = float(c.ct_prefix[b] - c.ct_prefix[a + 1])
+            extra_e = float(c.ce_prefix[b] - c.ce_prefix[a + 1])
+            if kind_b == OFFLOAD:
+                dt, de = c.offload_cost[b]
+                extra_t += dt
+                extra_e += de
+            keeps_a = a >= 0 and kind_a == KEEP and (c.saved[a] or b > a + 1)
+            add = round(c.size[a] / unit) * unit if keeps_a else 0
+            before = len(found)
+            for s in front:
+                if s.kept + need[a] > budget_bytes:
+                    break  # the front is sorted by kept bytes
+                found.append(_State(s.kept + add, (s.key[0] + extra_t, s.key[1] + extra_e),
+                                    (a, kind_a, s)))
+            ticker.tick(1 + len(found) - before)
+    return found
+
+
+def _unwind(best: _State, chain: list[int], ops: int) -> list[str]:
+    """The policy of ``ops`` ops the back pointers of the final ``best`` state spell: the
+    anchors' kinds, every other chain tensor dropped, the loss and backward ops kept."""
+    m = len(chain)
+    policy = [KEEP] * ops
     kinds = [DROP] * m
-    kinds[last] = KEEP
+    kinds[m - 1] = KEEP
     node: _State = best
     while node.back is not None:
         a, kind_a, prev = node.back
@@ -230,7 +251,79 @@ def _policy(graph: TrainingGraph, board: Board, costs: OpCosts, chain: list[int]
         node = prev
     for j, op in enumerate(chain):
         policy[op] = kinds[j]
-    return policy, best.key
+    return policy
+
+
+class _Calibration:
+    """The search for the DP's internal budget: raised while the plans fit or none is
+    found, lowered by the overshoot, then bisected; it keeps the fitting plan with the best
+    DP objective (state across the rounds, hence a class)."""
+
+    def __init__(self, graph: TrainingGraph, board: Board, costs: OpCosts, chain: list[int],
+                 budget_bytes: int, ticker: Ticker) -> None:
+        self.graph, self.board, self.costs, self.chain = graph, board, costs, chain
+        self.budget_bytes = budget_bytes
+        self.ticker = ticker
+        self.tolerance = max(1, budget_bytes // 1000)
+        self.step = max(self.tolerance, budget_bytes // 16)
+        self.internal = budget_bytes
+        # largest internal budget that asked for more, smallest for less
+        self.up: int | None = None
+        self.down: int | None = None
+        self.best: tuple[tuple[float, float], int, list[str], Program] | None = None
+        self.best_to_finish = 0.0
+        self.smallest: int | None = None
+        self.rounds = 0
+
+    def run(self) -> None:
+        """At most :data:`MAX_ROUNDS` rounds (raises ``OutOfTime`` when time is up)."""
+        for rounds in range(1, MAX_ROUNDS + 1):
+            self.rounds = rounds
+            overshoot = self.try_budget()
+            if self.best is not None and self.best[0] == (0.0, 0.0):
+                break  # nothing beyond one plain pass: no plan can do better
+            if not self.move(overshoot):
+                break
+
+    def try_budget(self) -> int:
+        """One DP run at the internal budget, its plan lowered and checked; return how far
+        its peak is over the budget (0 if it fits or there is none)."""
+        found = _policy(self.graph, self.board, self.costs, self.chain, self.internal,
+                        self.ticker)
+        if found is None:
+            self.up = self.internal
+            return 0
+        policy, key = found
+        started = time.perf_counter()
+        prog = run_policy(self.graph, policy, ticker=self.ticker)
+        to_finish = finish_estimate_s(self.graph, time.perf_counter() - started)
+        self.ticker.reserve(to_finish)  # the time to finish a program like it
+        self.smallest = prog.peak if self.smallest is None else min(self.smallest, prog.peak)
+        if prog.peak > self.budget_bytes:
+            self.down = self.internal
+            return prog.peak - self.budget_bytes
+        self.up = self.internal
+        if self.best is None or key < self.best[0]:
+            self.best = (key, self.internal, policy, prog)
+            self.best_to_finish = to_finish
+        return 0
+
+    def move(self, overshoot: int) -> bool:
+        """Set the internal budget of the next round; False when the search is over."""
+        if self.down is None:
+            if self.internal > 4 * self.budget_bytes:
+                return False
+            self.internal += self.step
+            self.step *= 2
+        elif self.up is None:
+            self.internal -= max(1, overshoot)
+            if self.internal <= 0:
+                return False
+        else:
+            if self.down - self.up <= self.tolerance:
+                return False
+            self.internal = (self.up + self.down) // 2
+        return True
 
 
 def pofo(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_bytes: int, *,
@@ -243,55 +336,16 @@ def pofo(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_bytes
         return not_applicable(METHOD, reason, budget_bytes, deadline_s)
     costs = costs_for(graph, board, costs)
     ticker = Ticker(stop_at)
-    tolerance = max(1, budget_bytes // 1000)
-    step = max(tolerance, budget_bytes // 16)
-    internal = budget_bytes
-    up = down = None  # largest internal budget that asked for more, smallest for less
-    best = None
-    best_to_finish = 0.0
-    smallest = None
-    rounds = 0
+    search = _Calibration(graph, board, costs, chain, budget_bytes, ticker)
     try:
-        for rounds in range(1, MAX_ROUNDS + 1):  # noqa: B007 - reported after the loop
-            found = _policy(graph, board, costs, chain, internal, ticker)
-            overshoot = 0
-            if found is None:
-                up = internal
-            else:
-                policy, key = found
-                started = time.perf_counter()
-                prog = run_policy(graph, policy, ticker=ticker)
-                to_finish = finish_estimate_s(graph, time.perf_counter() - started)
-                ticker.reserve(to_finish)  # the time to finish a program like it
-                smallest = prog.peak if smallest is None else min(smallest, prog.peak)
-                if prog.peak <= budget_bytes:
-                    up = internal
-                    if best is None or key < best[0]:
-                        best = (key, internal, policy, prog)
-                        best_to_finish = to_finish
-                else:
-                    down = internal
-                    overshoot = prog.peak - budget_bytes
-            if best is not None and best[0] == (0.0, 0.0):
-                break  # nothing beyond one plain pass: no plan can do better
-            if down is None:
-                if internal > 4 * budget_bytes:
-                    break
-                internal += step
-                step *= 2
-            elif up is None:
-                internal -= max(1, overshoot)
-                if internal <= 0:
-                    break
-            else:
-                if down - up <= tolerance:
-                    break
-                internal = (up + down) // 2
+        search.run()
     except OutOfTime:
-        if best is None:
+        if search.best is None:
             return ran_out_of_time(METHOD, budget_bytes, deadline_s,
-                                   {"smallest_peak_bytes": smallest, "rounds": rounds})
-    if best is not None and not ticker.can_finish(best_to_finish):
+                                   {"smallest_peak_bytes": search.smallest,
+                                    "rounds": search.rounds})
+    best, smallest, rounds = search.best, search.smallest, search.rounds
+    if best is not None and not ticker.can_finish(search.best_to_finish):
         return ran_out_of_time(METHOD, budget_bytes, deadline_s, {"rounds": rounds},
                                why="before it could check its best schedule")
     if best is None:

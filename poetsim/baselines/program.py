@@ -236,6 +236,119 @@ def checkpoint_candidates(graph: TrainingGraph) -> list[int]:
     return [v for v in fwd if v not in spanned and v != loss]
 
 
+def _hold_until(graph: TrainingGraph, policy: Sequence[str], fwd: list[bool],
+                last_use: list[int], hold_checkpoints: bool) -> list[int]:
+    """The op after which each tensor may go: its last reader, and for a kept tensor (with
+    ``hold_checkpoints``) also the last reader of whatever dropped tensors downstream of it
+    (through dropped tensors only) may be recomputed from it: a checkpoint that no backward
+    op reads (the output of an addition) must still outlive its segment."""
+    hold = list(last_use)
+    reach = [-1] * len(graph)
+    for u in reversed(range(len(graph))):
+        if not fwd[u]:
+            continue
+        for s in graph.successors(u):
+            if fwd[s] and policy[s] == DROP:
+                reach[u] = max(reach[u], last_use[s], reach[s])
+        if policy[u] == KEEP and hold_checkpoints:
+            hold[u] = max(hold[u], reach[u])
+    return hold
+
+
+class _PolicyRun:
+    """:func:`run_policy`'s executor: the program and the per-tensor facts its steps read
+    (shared by the rebuilding and the main loop, hence a class)."""
+
+    def __init__(self, graph: TrainingGraph, policy: Sequence[str], keep_rebuilt_ancestors: bool,
+                 hold_checkpoints: bool, ticker: Ticker | None) -> None:
+        n = len(graph)
+        self.graph = graph
+        self.policy = policy
+        self.keep_rebuilt_ancestors = keep_rebuilt_ancestors
+        self.prog = Program(graph, ticker)
+        self.fwd = [op.phase is not Phase.BACKWARD for op in graph.ops]
+        last_use = [max(graph.successors(i), default=i) for i in range(n)]
+        self.last_fwd_use = [max((s for s in graph.successors(i) if self.fwd[s]), default=i)
+                             for i in range(n)]
+        self.hold = _hold_until(graph, policy, self.fwd, last_use, hold_checkpoints)
+        self.fresh = [False] * n
+        # Inputs of the ops being rebuilt right now: never freed under them (in a diamond,
+        # rebuilding one input must not free another).
+        self.pinned = [0] * n
+
+    def rebuilt(self, u: int, p: int) -> None:
+        """After rebuilding ``u`` for op ``p``: unpin its inputs, free those not needed."""
+        graph, prog, pinned = self.graph, self.prog, self.pinned
+        preds = graph.predecessors(u)
+        for w in preds:
+            pinned[w] -= 1
+        for w in preds:
+            if not prog.resident[w] or pinned[w]:
+                continue
+            if self.hold[w] < p or (not self.keep_rebuilt_ancestors
+                                    and self.policy[w] != KEEP
+                                    and p not in graph.successors(w)):
+                prog.free(w)
+
+    def ensure(self, root: int, p: int) -> None:
+        """Make ``root`` resident for op ``p``: page it in, or recompute it after making its
+        inputs resident the same way, depth first. An explicit stack (op, next input to
+        visit; -1 before the op is looked at) instead of recursion, so chains of any
+        length work."""
+        graph, prog = self.graph, self.prog
+        stack = [(root, -1)]
+        while stack:
+            u, next_input = stack[-1]
+            if next_input < 0:
+                if prog.resident[u]:
+                    stack.pop()
+                    continue
+                if prog.stored[u]:
+                    prog.page_in(u)
+                    stack.pop()
+                    continue
+                for w in graph.predecessors(u):
+                    self.pinned[w] += 1
+                next_input = 0
+            preds = graph.predecessors(u)
+            if next_input < len(preds):
+                stack[-1] = (u, next_input + 1)
+                stack.append((preds[next_input], -1))
+                continue
+            stack.pop()
+            prog.compute(u)
+            self.rebuilt(u, p)
+
+    def step(self, p: int) -> None:
+        """Run op ``p``: bring its inputs back, compute it (paging it out if offloaded),
+        then free what it was the last to need."""
+        graph, prog, pinned = self.graph, self.prog, self.pinned
+        preds = graph.predecessors(p)
+        for u in preds:
+            pinned[u] += 1
+        for u in preds:
+            self.ensure(u, p)
+        for u in preds:
+            pinned[u] -= 1
+        prog.compute(p)
+        self.fresh[p] = True
+        if self.fwd[p] and self.policy[p] == OFFLOAD and prog.size[p] > 0:
+            prog.page_out(p)
+        self.free_after(p)
+
+    def free_after(self, p: int) -> None:
+        """Free the inputs of op ``p`` and its output once held long enough; a dropped or
+        offloaded forward tensor as soon as its forward readers are done."""
+        fwd, fresh, prog = self.fwd, self.fresh, self.prog
+        for u in (*self.graph.predecessors(p), p):
+            if not prog.resident[u]:
+                continue
+            if self.hold[u] <= p or (fwd[u] and self.policy[u] != KEEP and fresh[u]
+                                     and self.last_fwd_use[u] <= p):
+                prog.free(u)
+                fresh[u] = False
+
+
 def run_policy(graph: TrainingGraph, policy: Sequence[str], *,
                keep_rebuilt_ancestors: bool = True, hold_checkpoints: bool = True,
                ticker: Ticker | None = None) -> Program:
@@ -261,89 +374,7 @@ def run_policy(graph: TrainingGraph, policy: Sequence[str], *,
     work. With a ``ticker`` (:class:`~poetsim.baselines.base.Ticker`) it raises
     :class:`~poetsim.baselines.base.OutOfTime` once the ticker's ``stop_at`` has passed.
     """
-    n = len(graph)
-    ops = graph.ops
-    prog = Program(graph, ticker)
-    fwd = [op.phase is not Phase.BACKWARD for op in ops]
-    last_use = [max(graph.successors(i), default=i) for i in range(n)]
-    last_fwd_use = [max((s for s in graph.successors(i) if fwd[s]), default=i)
-                    for i in range(n)]
-    # A kept tensor stays until its last reader and until nothing dropped downstream of it
-    # (through dropped tensors only) can need it for a recomputation: a checkpoint that no
-    # backward op reads (the output of an addition) must still outlive its segment.
-    hold = list(last_use)
-    reach = [-1] * n
-    for u in reversed(range(n)):
-        if not fwd[u]:
-            continue
-        for s in graph.successors(u):
-            if fwd[s] and policy[s] == DROP:
-                reach[u] = max(reach[u], last_use[s], reach[s])
-        if policy[u] == KEEP and hold_checkpoints:
-            hold[u] = max(hold[u], reach[u])
-    fresh = [False] * n
-
-    # Inputs of the ops being rebuilt right now: never freed under them (in a diamond,
-    # rebuilding one input must not free another).
-    pinned = [0] * n
-
-    def rebuilt(u: int, p: int) -> None:
-        """After rebuilding ``u`` for op ``p``: unpin its inputs, free those not needed."""
-        preds = graph.predecessors(u)
-        for w in preds:
-            pinned[w] -= 1
-        for w in preds:
-            if not prog.resident[w] or pinned[w]:
-                continue
-            if hold[w] < p or (not keep_rebuilt_ancestors and policy[w] != KEEP
-                               and p not in graph.successors(w)):
-                prog.free(w)
-
-    def ensure(root: int, p: int) -> None:
-        """Make ``root`` resident for op ``p``: page it in, or recompute it after making its
-        inputs resident the same way, depth first. An explicit stack (op, next input to
-        visit; -1 before the op is looked at) instead of recursion, so chains of any
-        length work."""
-        stack = [(root, -1)]
-        while stack:
-            u, next_input = stack[-1]
-            if next_input < 0:
-                if prog.resident[u]:
-                    stack.pop()
-                    continue
-                if prog.stored[u]:
-                    prog.page_in(u)
-                    stack.pop()
-                    continue
-                for w in graph.predecessors(u):
-                    pinned[w] += 1
-                next_input = 0
-            preds = graph.predecessors(u)
-            if next_input < len(preds):
-                stack[-1] = (u, next_input + 1)
-                stack.append((preds[next_input], -1))
-                continue
-            stack.pop()
-            prog.compute(u)
-            rebuilt(u, p)
-
-    for p in range(n):
-        preds = graph.predecessors(p)
-        for u in preds:
-            pinned[u] += 1
-        for u in preds:
-            ensure(u, p)
-        for u in preds:
-            pinned[u] -= 1
-        prog.compute(p)
-        fresh[p] = True
-        if fwd[p] and policy[p] == OFFLOAD and prog.size[p] > 0:
-            prog.page_out(p)
-        for u in (*graph.predecessors(p), p):
-            if not prog.resident[u]:
-                continue
-            if hold[u] <= p or (fwd[u] and policy[u] != KEEP and fresh[u]
-                                    and last_fwd_use[u] <= p):
-                prog.free(u)
-                fresh[u] = False
-    return prog
+    run = _PolicyRun(graph, policy, keep_rebuilt_ancestors, hold_checkpoints, ticker)
+    for p in range(len(graph)):
+        run.step(p)
+    return run.prog

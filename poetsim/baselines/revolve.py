@@ -96,57 +96,85 @@ def binomial_advances(steps: int, slots: int) -> int:
     return _plan(steps, slots)[0]
 
 
-def revolve_program(graph: TrainingGraph, chain: list[int], slots: int,
-                    ticker: Ticker | None = None) -> Program:
-    """The op list of binomial checkpointing with ``slots`` free snapshot slots (raises
-    :class:`~poetsim.baselines.base.OutOfTime` once the ``ticker``'s ``stop_at`` passes)."""
-    prog = Program(graph, ticker)
-    tick = ticker.tick if ticker is not None and ticker.stop_at is not None else None
-    ops = graph.ops
-    bwd = backward_op_of(graph)
-    position = {op: j for j, op in enumerate(chain)}
-    held: Counter[int] = Counter()
-    computed_once = prog.computed
+class _Revolve:
+    """:func:`revolve_program`'s state: the program, the chain and the snapshots held
+    (``held[j]``: how many tasks hold ``x(j)``), which every move reads (hence a class)."""
 
-    def x(j: int) -> int:
-        return chain[j]
+    def __init__(self, graph: TrainingGraph, chain: list[int], ticker: Ticker | None) -> None:
+        self.graph = graph
+        self.chain = chain
+        self.prog = Program(graph, ticker)
+        self.tick = ticker.tick if ticker is not None and ticker.stop_at is not None else None
+        self.bwd = backward_op_of(graph)
+        self.position = {op: j for j, op in enumerate(chain)}
+        self.held: Counter[int] = Counter()
 
-    def release(j: int) -> None:
-        if prog.resident[x(j)] and not held[j]:
-            prog.free(x(j))
+    def is_forward(self, u: int) -> bool:
+        """Whether op ``u`` is a chain state (forward or the loss), not a backward op."""
+        return self.graph.ops[u].phase is not Phase.BACKWARD
 
-    def advance(s: int, t: int) -> None:
+    def release(self, j: int) -> None:
+        """Free ``x(j)`` unless a snapshot holds it."""
+        u = self.chain[j]
+        if self.prog.resident[u] and not self.held[j]:
+            self.prog.free(u)
+
+    def advance(self, s: int, t: int) -> None:
+        """From a resident ``x(s)`` to ``x(t)``, freeing the states passed on the way."""
+        # the quadratic sweeps spend their time here: names bound once, not per state
+        prog, chain, held = self.prog, self.chain, self.held
+        resident = prog.resident
         for i in range(s + 1, t + 1):
-            if not prog.resident[x(i)]:
-                prog.compute(x(i))
-            if i - 1 > s:
-                release(i - 1)
+            if not resident[chain[i]]:
+                prog.compute(chain[i])
+            if i - 1 > s and resident[chain[i - 1]] and not held[i - 1]:
+                prog.free(chain[i - 1])  # release(i - 1)
 
-    def reverse_step(j: int) -> None:
-        b = bwd.get(x(j))
+    def reverse_step(self, j: int) -> None:
+        """Run the backward op of ``x(j)``, recomputing the states it reads first."""
+        b = self.bwd.get(self.chain[j])
         if b is None:
             return
-        for u in graph.predecessors(b):
-            if ops[u].phase is not Phase.BACKWARD and not prog.resident[u]:
-                pos = position[u]
-                base = pos - 1  # the nearest state still resident (x0 always is)
-                while not prog.resident[x(base)]:
+        reads = self.graph.predecessors(b)
+        self._recompute_reads(reads)
+        if self.chain[j - 1] not in reads:
+            self.release(j - 1)  # the state was only needed to recompute xj
+        self.prog.compute(b)
+        self._free_reads(b, reads, j)
+
+    def _recompute_reads(self, reads: list[int]) -> None:
+        """Make every chain state among ``reads`` resident, advancing from the nearest
+        state still resident before it (x0 always is)."""
+        for u in reads:
+            if self.is_forward(u) and not self.prog.resident[u]:
+                pos = self.position[u]
+                base = pos - 1
+                while not self.prog.resident[self.chain[base]]:
                     base -= 1
-                advance(base, pos)
-        if x(j - 1) not in graph.predecessors(b):
-            release(j - 1)  # the state was only needed to recompute xj
-        prog.compute(b)
-        for u in graph.predecessors(b):
-            if ops[u].phase is Phase.BACKWARD and all(computed_once[s]
-                                                      for s in graph.successors(u)):
+                self.advance(base, pos)
+
+    def _free_reads(self, b: int, reads: list[int], j: int) -> None:
+        """After backward op ``b`` (step ``j``): free the gradients it was the last to read,
+        its own output if nothing reads it, and the states from ``x(j)`` on that it read."""
+        prog, graph = self.prog, self.graph
+        for u in reads:
+            if not self.is_forward(u) and all(prog.computed[s] for s in graph.successors(u)):
                 prog.free(u)
         if not graph.successors(b):
             prog.free(b)
-        for u in graph.predecessors(b):
-            if ops[u].phase is not Phase.BACKWARD and position[u] >= j:
-                release(position[u])
+        for u in reads:
+            if self.is_forward(u) and self.position[u] >= j:
+                self.release(self.position[u])
 
-    def reverse(s0: int, e0: int, c0: int) -> None:
+    def sweep(self, s: int, e: int) -> None:
+        """Reverse ``s+1..e`` with no free slot: advance from ``x(s)`` for every step."""
+        for j in range(e, s, -1):
+            self.advance(s, j - 1)
+            self.reverse_step(j)
+            if j - 1 > s:
+                self.release(j - 1)
+
+    def reverse(self, s0: int, e0: int, c0: int) -> None:
         """Reverse steps ``s0+1..e0`` from a resident ``x(s0)`` with ``c0`` free slots.
 
         The recursion of the module docstring, run from an explicit stack of tasks
@@ -155,36 +183,38 @@ def revolve_program(graph: TrainingGraph, chain: list[int], slots: int,
         """
         tasks = [("reverse", s0, e0, c0)]
         while tasks:
-            if tick is not None:
-                tick()
+            if self.tick is not None:
+                self.tick()
             task, s, e, c = tasks.pop()
             if task == "release":
-                held[s] -= 1
-                release(s)
+                self.held[s] -= 1
+                self.release(s)
                 continue
             if e - s == 1:
-                reverse_step(e)
+                self.reverse_step(e)
                 continue
             if c == 0:
-                for j in range(e, s, -1):
-                    advance(s, j - 1)
-                    reverse_step(j)
-                    if j - 1 > s:
-                        release(j - 1)
+                self.sweep(s, e)
                 continue
             m = _plan(e - s, c)[1]
-            advance(s, s + m)
-            held[s + m] += 1
+            self.advance(s, s + m)
+            self.held[s + m] += 1
             # Popped last first: reverse s+m+1..e with one slot less, release the snapshot,
             # then reverse s+1..s+m with all the slots.
             tasks.append(("reverse", s, s + m, c))
             tasks.append(("release", s + m, 0, 0))
             tasks.append(("reverse", s + m, e, c - 1))
 
-    prog.compute(x(0))
-    held[0] += 1
-    reverse(0, len(chain) - 1, slots)
-    return prog
+
+def revolve_program(graph: TrainingGraph, chain: list[int], slots: int,
+                    ticker: Ticker | None = None) -> Program:
+    """The op list of binomial checkpointing with ``slots`` free snapshot slots (raises
+    :class:`~poetsim.baselines.base.OutOfTime` once the ``ticker``'s ``stop_at`` passes)."""
+    run = _Revolve(graph, chain, ticker)
+    run.prog.compute(chain[0])
+    run.held[0] += 1
+    run.reverse(0, len(chain) - 1, slots)
+    return run.prog
 
 
 def revolve(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_bytes: int, *,
