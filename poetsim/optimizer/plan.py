@@ -144,36 +144,52 @@ def drop_idle_keeps(graph: TrainingGraph, plan: StagePlan) -> StagePlan:
 
 def plan_violations(graph: TrainingGraph, plan: StagePlan) -> list[str]:
     """Structural rules of the MILP that ``plan`` breaks (empty when it is consistent)."""
-    n = len(graph)
-    R, S, A, Min, Mout = plan.compute, plan.keep, plan.stored, plan.page_in, plan.page_out
     problems: list[str] = []
-    for t in range(n):
-        if not R[t, t]:
-            problems.append(f"stage {t}: op {t} is not computed")
-        if R[t, t + 1:].any() or S[t, t:].any() or Min[t, t:].any() or Mout[t, t + 1:].any():
-            problems.append(f"stage {t}: decision about an op not reached yet")
-        available = S[t] | Min[t]
-        for k in np.flatnonzero(R[t]):
-            for u in graph.predecessors(int(k)):
-                if not (R[t, u] or available[u]):
-                    problems.append(f"stage {t}: op {k} needs tensor {u}")
-        if (R[t] & S[t]).any() or (Min[t] & S[t]).any() or (Min[t] & R[t]).any():
-            problems.append(f"stage {t}: tensor made resident twice")
-        if (Min[t] & ~A[t]).any():
-            problems.append(f"stage {t}: page-in of a tensor not on storage")
-        if (Mout[t] & ~(S[t] | R[t])).any() or (Mout[t] & A[t]).any():
-            problems.append(f"stage {t}: page-out of a tensor not in RAM or already stored")
-        if t + 1 < n:
-            if (S[t + 1] & ~(S[t] | R[t] | Min[t])).any():
-                problems.append(f"stage {t + 1}: keeps a tensor that was not in RAM")
-            if (A[t + 1] != (A[t] | Mout[t])).any():
-                problems.append(f"stage {t + 1}: storage set does not follow the page-outs")
-    if S[0].any() or A[0].any():
+    for t in range(len(graph)):
+        problems += _stage_violations(graph, plan, t)
+        problems += _carry_violations(plan, t, len(graph))
+    if plan.keep[0].any() or plan.stored[0].any():
         problems.append("stage 0: starts with tensors in RAM or on storage")
     owners = hold_owners(graph)
     for b in np.flatnonzero(plan.hold):
         if owners[b] < 0:
             problems.append(f"stage {b}: holds weights op {b} cannot hold")
+    return problems
+
+
+def _stage_violations(graph: TrainingGraph, plan: StagePlan, t: int) -> list[str]:
+    """The rules stage ``t`` breaks on its own: its op, what it decides about, its inputs
+    and its transfers."""
+    R, S, A, Min, Mout = plan.compute, plan.keep, plan.stored, plan.page_in, plan.page_out
+    problems: list[str] = []
+    if not R[t, t]:
+        problems.append(f"stage {t}: op {t} is not computed")
+    if R[t, t + 1:].any() or S[t, t:].any() or Min[t, t:].any() or Mout[t, t + 1:].any():
+        problems.append(f"stage {t}: decision about an op not reached yet")
+    available = S[t] | Min[t]
+    for k in np.flatnonzero(R[t]):
+        for u in graph.predecessors(int(k)):
+            if not (R[t, u] or available[u]):
+                problems.append(f"stage {t}: op {k} needs tensor {u}")
+    if (R[t] & S[t]).any() or (Min[t] & S[t]).any() or (Min[t] & R[t]).any():
+        problems.append(f"stage {t}: tensor made resident twice")
+    if (Min[t] & ~A[t]).any():
+        problems.append(f"stage {t}: page-in of a tensor not on storage")
+    if (Mout[t] & ~(S[t] | R[t])).any() or (Mout[t] & A[t]).any():
+        problems.append(f"stage {t}: page-out of a tensor not in RAM or already stored")
+    return problems
+
+
+def _carry_violations(plan: StagePlan, t: int, n: int) -> list[str]:
+    """The rules broken between stage ``t`` and the next (of ``n``): what it keeps must
+    have been in RAM, and the storage set grows by its page-outs."""
+    R, S, A, Min, Mout = plan.compute, plan.keep, plan.stored, plan.page_in, plan.page_out
+    problems: list[str] = []
+    if t + 1 < n:
+        if (S[t + 1] & ~(S[t] | R[t] | Min[t])).any():
+            problems.append(f"stage {t + 1}: keeps a tensor that was not in RAM")
+        if (A[t + 1] != (A[t] | Mout[t])).any():
+            problems.append(f"stage {t + 1}: storage set does not follow the page-outs")
     return problems
 
 
@@ -495,59 +511,91 @@ def plan_from_schedule(graph: TrainingGraph, schedule: Schedule) -> StagePlan | 
 
 def _lift(graph: TrainingGraph, schedule: Schedule) -> StagePlan | None:
     n = len(graph)
-    m = StagePlan.empty(n)
-    m["hold"] = np.zeros(n, dtype=bool)
-    t = 0          # the stage being filled
-    started = False
-    pending: list[int] = []  # page-outs of older tensors after op t's first computation
-    held: list[int] = []  # ops whose weights the list holds before their first run
+    lift = _Lift(n)
     walk = Replay(graph, schedule)  # its sets: the list's state before each step
     resident, computed = walk.resident, walk.computed
-
-    def write(stage: int, i: int) -> None:
-        m["page_out"][stage, i] = True
-
     for effect in walk:
         k, action = effect.op, effect.action
         active = action in (Action.COMPUTE, Action.PAGE_IN)
-        if active and started and computed[t]:
+        if active and lift.started and computed[lift.t]:
             # the first active step after op t's first computation opens stage t + 1
-            t += 1
-            if t >= n:
+            if not lift.open_stage(resident, walk.stored):
                 return None
-            m["keep"][t] = resident
-            # written by the list, less the page-outs this stage writes in stage form
-            m["stored"][t] = walk.stored
-            m["stored"][t, pending] = False
-            for i in pending:
-                write(t, i)
-            pending.clear()
-        started = True
+        lift.started = True
+        if not lift.take(action, k, computed):
+            return None
+    for i in lift.pending:
+        lift.write(lift.t, i)
+    if lift.t != n - 1:
+        return None
+    plan = StagePlan(**lift.m)
+    return plan if not plan_violations(graph, plan) else None
+
+
+class _Lift:
+    """The stage plan an op list lifts to, while :func:`_lift` walks its steps: the
+    matrices, the stage being filled (``t``), the page-outs of older tensors after op
+    ``t``'s first computation (``pending``) and the ops whose weights the list holds before
+    their first run (``held``)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.m = StagePlan.empty(n)
+        self.m["hold"] = np.zeros(n, dtype=bool)
+        self.t = 0
+        self.started = False
+        self.pending: list[int] = []
+        self.held: list[int] = []
+
+    def write(self, stage: int, i: int) -> None:
+        """Tensor ``i`` is written in stage ``stage``."""
+        self.m["page_out"][stage, i] = True
+
+    def open_stage(self, resident: list[bool], stored: list[bool]) -> bool:
+        """Start stage ``t + 1`` with the list's RAM and storage; False past the last."""
+        self.t += 1
+        t, m = self.t, self.m
+        if t >= self.n:
+            return False
+        m["keep"][t] = resident
+        # written by the list, less the page-outs this stage writes in stage form
+        m["stored"][t] = stored
+        m["stored"][t, self.pending] = False
+        for i in self.pending:
+            self.write(t, i)
+        self.pending.clear()
+        return True
+
+    def take(self, action: Action, k: int, computed: list[bool]) -> bool:
+        """One step of the list in the stage being filled; False when the list has no
+        stage form (a first computation out of index order)."""
+        m, t = self.m, self.t
         if action is Action.COMPUTE:
-            if not computed[k] and k != t:
-                return None
-            if not computed[k] and k in held:
-                m["hold"][k] = True
-            # A tensor dropped and brought back within one stage is, in stage form,
-            # computed once in the stage (before all its readers) instead.
-            m["keep"][t, k] = m["page_in"][t, k] = False
-            m["compute"][t, k] = True
-        elif action is Action.PAGE_IN:
+            return self.compute(k, computed)
+        if action is Action.PAGE_IN:
             if not (m["compute"][t, k] or m["keep"][t, k]):
                 m["page_in"][t, k] = True
         elif action is Action.PAGE_OUT:
             if computed[t] and not m["compute"][t, k]:
-                pending.append(k)
+                self.pending.append(k)
             else:
-                write(t, k)
+                self.write(t, k)
         elif action is Action.HOLD_WEIGHTS:
-            held.append(k)
-        elif action is Action.FREE and k in pending:
-            pending.remove(k)
-            write(t, k)
-    for i in pending:
-        write(t, i)
-    if t != n - 1:
-        return None
-    plan = StagePlan(**m)
-    return plan if not plan_violations(graph, plan) else None
+            self.held.append(k)
+        elif action is Action.FREE and k in self.pending:
+            self.pending.remove(k)
+            self.write(t, k)
+        return True
+
+    def compute(self, k: int, computed: list[bool]) -> bool:
+        """A computation of op ``k``; False when it is a first one out of index order."""
+        m, t = self.m, self.t
+        if not computed[k] and k != t:
+            return False
+        if not computed[k] and k in self.held:
+            m["hold"][k] = True
+        # A tensor dropped and brought back within one stage is, in stage form,
+        # computed once in the stage (before all its readers) instead.
+        m["keep"][t, k] = m["page_in"][t, k] = False
+        m["compute"][t, k] = True
+        return True
