@@ -24,6 +24,7 @@ from poetsim.graph.memory import inplace_saving
 from poetsim.optimizer.plan import (
     PlanMetrics,
     StagePlan,
+    StageTimeline,
     evaluate_plan,
     stage_peak_bytes,
     stage_timeline,
@@ -144,7 +145,9 @@ class _Greedy:
         return min(options) if options else (np.inf, False)
 
     def run(self) -> StagePlan | None:
-        graph, n, size = self.graph, self.n, self.size
+        """The plan, stage by stage; None when a stage cannot be made to fit (or the clock
+        passes ``stop_at``)."""
+        n = self.n
         m = StagePlan.empty(n)
         resident: set[int] = set()
         stored: set[int] = set()
@@ -154,71 +157,105 @@ class _Greedy:
                 return None  # out of time: no plan
             m["keep"][t, sorted(resident)] = True
             m["stored"][t, sorted(stored)] = True
-            plan = self.closure(t, resident, stored)
-            if plan is None:
+            keep = self.compute_stage(m, t, resident, stored)
+            if keep is None:
                 return None
-            computes, page_ins = plan
-            for v in computes:
-                for u in self.dropped.pop(v, ()):
-                    self.pins[u] -= 1
-            m["compute"][t, computes] = True
-            m["page_in"][t, page_ins] = True
-            in_ram = resident | set(computes) | set(page_ins)
-            keep = {i for i in in_ram if self.last_reader[i] > t}
-            if t == 0 and self.stage_peak(set(), [], computes, keep) > self.budget:
+            newly_stored = self.leave_guided(m, t, keep, stored)
+            if t + 1 < n and not self.make_room(m, t, keep, stored, newly_stored):
                 return None
-            newly_stored: set[int] = set()
-            for v in sorted(i for i in keep if self.leaves(t + 1, i)):
-                write = self.paging and self.write is not None and bool(self.write[v])
-                if not (write or self.remat or v in stored):
-                    continue  # nothing could bring it back
-                keep.discard(v)
-                if write and v not in stored:  # (a tensor paged in is stored)
-                    # written right after it was made (kept since): the write starts early,
-                    # and the op list says the same (a write at the start of the stage after
-                    # the one that made it lowers to the same list)
-                    made = int(np.flatnonzero(m["compute"][:t + 1, v])[-1])
-                    m["page_out"][made, v] = True
-                    m["stored"][made + 1:t + 1, v] = True
-                    newly_stored.add(v)
-            if t + 1 < n:
-                nxt = self.closure(t + 1, keep, stored)
-                if nxt is None:
-                    return None
-                c2, p2 = nxt
-                after = {i for i in keep | set(c2) | set(p2)
-                         if self.last_reader[i] > t + 1 and not self.leaves(t + 2, i)}
-                deficit = self.stage_peak(keep, p2, c2, after) - self.budget
-                if deficit > 0:
-                    read = set(c2) | {u for k in c2 for u in graph.predecessors(k)}
-                    candidates = []
-                    for v in keep - read:
-                        if size[v] == 0:
-                            continue
-                        cost, page = self.eviction_cost(v, keep, stored)
-                        if np.isfinite(cost):
-                            # cheapest per byte first; among equals, the one needed last
-                            # (with a guide, the least wanted in RAM first)
-                            wanted = 0.0 if self.keep_guide is None else self.keep_guide[t + 1, v]
-                            candidates.append((wanted, cost / size[v], -self.last_reader[v], v,
-                                               page))
-                    for *_, v, page in sorted(candidates):
-                        if deficit <= 0:
-                            break
-                        keep.discard(v)
-                        deficit -= int(size[v])
-                        if page:
-                            m["page_out"][t, v] = True
-                            newly_stored.add(v)
-                        elif v not in stored:
-                            self.dropped[v] = graph.predecessors(v)
-                            for u in self.dropped[v]:
-                                self.pins[u] += 1
-                    if deficit > 0:
-                        return None
             resident = keep
             stored |= newly_stored
         return StagePlan(**m)
+
+    def compute_stage(self, m: dict[str, np.ndarray], t: int, resident: set[int],
+                      stored: set[int]) -> set[int] | None:
+        """Stage ``t``'s computations and page-ins into ``m``, and the tensors it could keep
+        (every one a later op reads); None when the stage is impossible (or stage 0 alone
+        is over the budget)."""
+        plan = self.closure(t, resident, stored)
+        if plan is None:
+            return None
+        computes, page_ins = plan
+        for v in computes:
+            for u in self.dropped.pop(v, ()):
+                self.pins[u] -= 1
+        m["compute"][t, computes] = True
+        m["page_in"][t, page_ins] = True
+        in_ram = resident | set(computes) | set(page_ins)
+        keep = {i for i in in_ram if self.last_reader[i] > t}
+        if t == 0 and self.stage_peak(set(), [], computes, keep) > self.budget:
+            return None
+        return keep
+
+    def leave_guided(self, m: dict[str, np.ndarray], t: int, keep: set[int],
+                     stored: set[int]) -> set[int]:
+        """Take out of ``keep`` what ``leave`` evicts before stage ``t + 1`` (where
+        something can bring it back), writing it where ``write`` says; the tensors newly
+        written."""
+        newly_stored: set[int] = set()
+        for v in sorted(i for i in keep if self.leaves(t + 1, i)):
+            write = self.paging and self.write is not None and bool(self.write[v])
+            if not (write or self.remat or v in stored):
+                continue  # nothing could bring it back
+            keep.discard(v)
+            if write and v not in stored:  # (a tensor paged in is stored)
+                # written right after it was made (kept since): the write starts early,
+                # and the op list says the same (a write at the start of the stage after
+                # the one that made it lowers to the same list)
+                made = int(np.flatnonzero(m["compute"][:t + 1, v])[-1])
+                m["page_out"][made, v] = True
+                m["stored"][made + 1:t + 1, v] = True
+                newly_stored.add(v)
+        return newly_stored
+
+    def make_room(self, m: dict[str, np.ndarray], t: int, keep: set[int], stored: set[int],
+                  newly_stored: set[int]) -> bool:
+        """Look one stage ahead: evict from ``keep`` (into ``m``), cheapest first, until
+        stage ``t + 1`` fits the budget; False when it cannot."""
+        nxt = self.closure(t + 1, keep, stored)
+        if nxt is None:
+            return False
+        c2, p2 = nxt
+        after = {i for i in keep | set(c2) | set(p2)
+                 if self.last_reader[i] > t + 1 and not self.leaves(t + 2, i)}
+        deficit = self.stage_peak(keep, p2, c2, after) - self.budget
+        if deficit <= 0:
+            return True
+        read = set(c2) | {u for k in c2 for u in self.graph.predecessors(k)}
+        for *_, v, page in sorted(self.eviction_candidates(t, keep - read, keep, stored)):
+            if deficit <= 0:
+                break
+            keep.discard(v)
+            deficit -= int(self.size[v])
+            self.evict(m, t, v, page, stored, newly_stored)
+        return deficit <= 0
+
+    def eviction_candidates(self, t: int, unread: set[int], keep: set[int], stored: set[int]
+                            ) -> list[tuple[Any, ...]]:
+        """The tensors of ``unread`` (kept, not read by stage ``t + 1``) that can be given
+        up, as sort keys: cheapest per byte first; among equals, the one needed last (with
+        a guide, the least wanted in RAM first)."""
+        candidates = []
+        for v in unread:
+            if self.size[v] == 0:
+                continue
+            cost, page = self.eviction_cost(v, keep, stored)
+            if np.isfinite(cost):
+                wanted = 0.0 if self.keep_guide is None else self.keep_guide[t + 1, v]
+                candidates.append((wanted, cost / self.size[v], -self.last_reader[v], v, page))
+        return candidates
+
+    def evict(self, m: dict[str, np.ndarray], t: int, v: int, page: bool, stored: set[int],
+              newly_stored: set[int]) -> None:
+        """Give up tensor ``v`` after stage ``t``: page it out now, or drop it (pinning its
+        inputs, so that bringing it back is one recomputation)."""
+        if page:
+            m["page_out"][t, v] = True
+            newly_stored.add(v)
+        elif v not in stored:
+            self.dropped[v] = self.graph.predecessors(v)
+            for u in self.dropped[v]:
+                self.pins[u] += 1
 
 
 def greedy_plan(graph: TrainingGraph, costs: OpCosts, budget_bytes: int, *, remat: bool = True,
@@ -267,95 +304,140 @@ def overlap_transfers(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
     """
     if costs.cpu_moves or not (plan.page_in.any() or plan.page_out.any()):
         return plan
-    work = [0]
+    overlap = _Overlap(graph, costs, budget_bytes, plan, reach, max_work)
+    if overlap.keep_writes_longer():
+        overlap.prefetch_page_ins()
+    return StagePlan(**overlap.m)
 
-    def spent() -> bool:
-        return max_work is not None and work[0] >= max_work
 
-    def timed(candidate: StagePlan) -> Any:
-        work[0] += candidate.n
-        return stage_timeline(graph, costs, candidate)
+class _Overlap:
+    """The state of :func:`overlap_transfers`: the plan's matrices as they change (``m``),
+    the work spent (stages timed) and the best wait energy and makespan so far."""
 
-    n = plan.n
-    m = {name: getattr(plan, name).copy() for name in ("compute", "keep", "stored",
-                                                       "page_in", "page_out", "hold")}
-    timeline = timed(plan)
-    best = [timeline.wait_energy_j(costs), timeline.makespan_s]
+    def __init__(self, graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
+                 plan: StagePlan, reach: int, max_work: int | None) -> None:
+        self.graph, self.costs, self.budget_bytes = graph, costs, budget_bytes
+        self.reach, self.max_work = reach, max_work
+        self.work = 0
+        self.n = plan.n
+        self.m = {name: getattr(plan, name).copy() for name in ("compute", "keep", "stored",
+                                                                "page_in", "page_out", "hold")}
+        timeline = self.timed(plan)
+        self.best = [timeline.wait_energy_j(costs), timeline.makespan_s]
 
-    def score(stages: list[int]) -> tuple[float, float] | None:
+    def spent(self) -> bool:
+        """Whether the work has reached ``max_work``."""
+        return self.max_work is not None and self.work >= self.max_work
+
+    def timed(self, candidate: StagePlan) -> StageTimeline:
+        """The timeline of ``candidate``, its stages counted as work."""
+        self.work += candidate.n
+        return stage_timeline(self.graph, self.costs, candidate)
+
+    def over_budget(self, candidate: StagePlan, stage: int) -> bool:
+        """Whether stage ``stage`` of ``candidate`` needs more RAM than the budget."""
+        return stage_peak_bytes(self.graph, self.costs, candidate, stage)[0] > self.budget_bytes
+
+    def score(self, stages: list[int]) -> tuple[float, float] | None:
         """The wait energy and makespan of the plan in ``m``; None if one of ``stages``
         is over the budget."""
-        candidate = StagePlan(**m)
-        if any(stage_peak_bytes(graph, costs, candidate, s)[0] > budget_bytes for s in stages):
+        candidate = StagePlan(**self.m)
+        if any(self.over_budget(candidate, s) for s in stages):
             return None
-        changed = timed(candidate)
-        return changed.wait_energy_j(costs), changed.makespan_s
+        changed = self.timed(candidate)
+        return changed.wait_energy_j(self.costs), changed.makespan_s
 
-    def choose(options: list[tuple[int, float, float]], apply: Any) -> None:
-        """Apply the option (a reach) that beats the best most; the plan stays as it was
-        otherwise."""
+    def choose(self, options: list[tuple[int, float, float]]) -> int | None:
+        """The option (a reach) that beats the best most, which becomes the best; None
+        when none does (the plan then stays as it was)."""
         better = [(energy, reach, makespan) for reach, energy, makespan in options
-                  if energy < best[0] * (1 - 1e-12) and makespan <= best[1]]
-        if better:
-            energy, chosen, makespan = min(better)
-            apply(chosen)
-            best[:] = [energy, makespan]
+                  if energy < self.best[0] * (1 - 1e-12) and makespan <= self.best[1]]
+        if not better:
+            return None
+        energy, chosen, makespan = min(better)
+        self.best[:] = [energy, makespan]
+        return chosen
 
-    # keeping a written tensor longer never makes anything later: extend the keep while
-    # the CPU would wait for the write where it stops and the stage has room; a longer keep
-    # lets the CPU run ahead, so that earlier writes may bind again: repeat until none does
-    for _ in range(_OVERLAP_PASSES):
+    def keep_writes_longer(self) -> bool:
+        """Keeping a written tensor longer never makes anything later: extend the keep
+        while the CPU would wait for the write where it stops and the stage has room; a
+        longer keep lets the CPU run ahead, so that earlier writes may bind again: repeat
+        until none does. False when the work ran out."""
+        for _ in range(_OVERLAP_PASSES):
+            extended = False
+            for t, i in np.argwhere(self.m["page_out"]):
+                if self.spent():
+                    return False
+                extended |= self.keep_write_longer(int(t), int(i))
+            if not extended:
+                break
+        return True
+
+    def keep_write_longer(self, t: int, i: int) -> bool:
+        """Keep tensor ``i``, written in stage ``t``, up to ``reach`` stages past its last
+        keep while its write ends after the stage before has computed and the stage fits;
+        whether it is kept longer."""
+        m = self.m
         extended = False
-        for t, i in np.argwhere(m["page_out"]):
-            if spent():
-                return StagePlan(**m)
-            i = int(i)
-            last_reader = max(graph.successors(i), default=i)
-            u = int(t)
-            while u + 1 < n and m["keep"][u + 1, i]:
-                u += 1
-            timeline = timed(StagePlan(**m))
-            for s in range(u + 1, min(u + reach, last_reader) + 1):
-                if (timeline.write_end_s[i] <= timeline.compute_end_s[s - 1]
-                        or m["compute"][s, i] or m["page_in"][s, i]):
-                    break
-                m["keep"][s, i] = True
-                candidate = StagePlan(**m)
-                if stage_peak_bytes(graph, costs, candidate, s)[0] > budget_bytes:
-                    m["keep"][s, i] = False
-                    break
-                timeline = timed(candidate)
-                extended = True
-        if not extended:
-            break
-    timeline = timed(StagePlan(**m))
-    best[:] = [timeline.wait_energy_j(costs), timeline.makespan_s]
-    for t, i in np.argwhere(m["page_in"]):
-        if spent():
-            break
-        t, i = int(t), int(i)
+        last_reader = max(self.graph.successors(i), default=i)
+        u = t
+        while u + 1 < self.n and m["keep"][u + 1, i]:
+            u += 1
+        timeline = self.timed(StagePlan(**m))
+        for s in range(u + 1, min(u + self.reach, last_reader) + 1):
+            if (timeline.write_end_s[i] <= timeline.compute_end_s[s - 1]
+                    or m["compute"][s, i] or m["page_in"][s, i]):
+                break
+            m["keep"][s, i] = True
+            candidate = StagePlan(**m)
+            if self.over_budget(candidate, s):
+                m["keep"][s, i] = False
+                break
+            timeline = self.timed(candidate)
+            extended = True
+        return extended
+
+    def prefetch_page_ins(self) -> None:
+        """Move each page-in, in stage order, to the earlier stage (up to ``reach`` before
+        its own) that lowers the energy most without lengthening the iteration."""
+        timeline = self.timed(StagePlan(**self.m))
+        self.best[:] = [timeline.wait_energy_j(self.costs), timeline.makespan_s]
+        for t, i in np.argwhere(self.m["page_in"]):
+            if self.spent():
+                break
+            t, i = int(t), int(i)
+            chosen = self.choose(self.prefetch_options(t, i))
+            if chosen is not None:
+                self.prefetch(t, i, chosen)
+
+    def prefetch_options(self, t: int, i: int) -> list[tuple[int, float, float]]:
+        """(stages earlier, wait energy, makespan) of the page-in of ``i`` in stage ``t``
+        moved earlier one stage at a time, while the stage before has its copy on storage
+        and neither keeps, computes nor pages it in, and the stages fit; ``m`` is left as it
+        was."""
+        m = self.m
         options = []
         s = t
-        while (s - 1 > i and t - (s - 1) <= reach and m["stored"][s - 1, i]
+        while (s - 1 > i and t - (s - 1) <= self.reach and m["stored"][s - 1, i]
                and not (m["keep"][s - 1, i] or m["compute"][s - 1, i]
                         or m["page_in"][s - 1, i])):
             s -= 1
             m["page_in"][s + 1, i], m["page_in"][s, i], m["keep"][s + 1, i] = False, True, True
-            result = score([s, s + 1])
+            result = self.score([s, s + 1])
             if result is None:
                 break
             options.append((t - s, *result))
         m["page_in"][s:t, i] = False
         m["keep"][s + 1:t + 1, i] = False
         m["page_in"][t, i] = True
+        return options
 
-        def prefetch(count: int, t: int = t, i: int = i) -> None:
-            m["page_in"][t, i] = False
-            m["page_in"][t - count, i] = True
-            m["keep"][t - count + 1:t + 1, i] = True
-
-        choose(options, prefetch)
-    return StagePlan(**m)
+    def prefetch(self, t: int, i: int, count: int) -> None:
+        """Page ``i`` in ``count`` stages before stage ``t``, kept into stage ``t``."""
+        m = self.m
+        m["page_in"][t, i] = False
+        m["page_in"][t - count, i] = True
+        m["keep"][t - count + 1:t + 1, i] = True
 
 
 def add_holds(graph: TrainingGraph, costs: OpCosts, budget_bytes: int, plan: StagePlan,
