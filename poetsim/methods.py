@@ -37,6 +37,7 @@ from poetsim.graph.memory import minimum_ram_bytes
 from poetsim.optimizer import STAGE_MAX_OPS, SolveResult, SolveStatus, solve
 from poetsim.request import Request
 from poetsim.schedule import Schedule
+from poetsim.schedule.metadata import stamped
 from poetsim.status import Status
 
 __all__ = ["DEFAULT_EFFORT", "DEFAULT_TIME_LIMIT_S", "FAST_BASELINES", "METHODS",
@@ -272,6 +273,5 @@ def produce(request: Request, method: str, settings: SolverSettings = SolverSett
         return produced
     # POET's ablations (``poetsim solve --no-remat``) keep the name the solver gives them
     label = produced.schedule.metadata.get("method", method) if solve_options else method
-    stamped = produced.schedule.with_metadata(**stamp, method=label,
-                                              solver_deadline_s=deadline_s)
-    return attrs.evolve(produced, schedule=stamped)
+    return attrs.evolve(produced, schedule=stamped(produced.schedule, request=stamp,
+                                                   method=label, solver_deadline_s=deadline_s))

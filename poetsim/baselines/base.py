@@ -35,6 +35,7 @@ from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import fingerprint_known, graph_fingerprint
 from poetsim.graph.streaming import weight_steps
 from poetsim.schedule import Action, Schedule, Step
+from poetsim.schedule.metadata import stamped
 from poetsim.schedule.model import predict
 from poetsim.schedule.ops import with_weight_steps
 from poetsim.schedule.replay import ContractViolation, replay
@@ -160,7 +161,7 @@ def finish(method: str, graph: TrainingGraph, board: Board, costs: OpCosts, budg
             {**details, "peak_ram_bytes": replayed.peak_bytes})
     figures = predict(graph, costs, replayed)
     meta: dict[str, Any] = {
-        "method": method, "board": board.name, "budget_activation_bytes": int(budget_bytes),
+        "board": board.name, "budget_activation_bytes": int(budget_bytes),
         "predicted_energy_j": figures.energy_j, "predicted_time_s": figures.time_s,
         "predicted_peak_ram_bytes": figures.peak_ram_bytes,
     }
@@ -169,7 +170,7 @@ def finish(method: str, graph: TrainingGraph, board: Board, costs: OpCosts, budg
     meta.update(metadata or {})
     # The replay above is the check at the budget too (its peak is within it): a second
     # replay of the stamped schedule, metadata aside the same, would only cost time
-    schedule = schedule.with_metadata(**meta)
+    schedule = stamped(schedule, method=method, **meta)
     return BaselineResult(
         method=method, status=OK, schedule=schedule, budget_bytes=budget_bytes,
         deadline_s=deadline_s, energy_j=figures.energy_j, time_s=figures.time_s,

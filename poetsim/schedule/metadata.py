@@ -20,10 +20,11 @@ from typing import Any
 
 import attrs
 
-from poetsim.errors import InputError
+from poetsim.errors import InputError, InternalError
 from poetsim.graph.graph import OPTIMIZER_STATE_COPIES
+from poetsim.schedule.ops import Schedule
 
-__all__ = ["EXPECTED_FIELDS", "ScheduleMetadata", "disagreements", "parse_metadata"]
+__all__ = ["EXPECTED_FIELDS", "ScheduleMetadata", "disagreements", "parse_metadata", "stamped"]
 
 _TEXT = ("method", "status", "board", "accounting", "ram", "deadline", "optimizer", "case",
          "model", "graph_file", "digest")
@@ -213,3 +214,19 @@ def disagreements(meta: ScheduleMetadata, recomputed: Mapping[str, Any]) -> list
 _STRUCTURED: dict[str, Callable[[str, Any], Any]] = {
     "model_options": _model_options, "solver": _solver,
     "expected": lambda _name, value: _expected(value)}
+
+
+def stamped(schedule: Schedule, *, method: str, request: Mapping[str, Any] | None = None,
+            **fields: Any) -> Schedule:
+    """The one writer of a schedule's metadata: ``schedule`` with the request it was made
+    for (``request``: :meth:`poetsim.request.Request.metadata`), ``method`` and the
+    method's ``fields`` (status, predicted figures, gap, bound, ...) merged in, in that
+    order. The result must read back (:func:`parse_metadata`): a writer that records a
+    figure no reader accepts is a bug of poetsim's, found here rather than in the file."""
+    out = schedule.with_metadata(**(request or {}), method=method, **fields)
+    try:
+        parse_metadata(out.metadata)
+    except InputError as err:
+        raise InternalError(f"{method} recorded metadata that does not read back: {err}"
+                            ) from None
+    return out

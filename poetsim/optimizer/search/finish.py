@@ -16,6 +16,7 @@ from poetsim.optimizer.plan import (
 from poetsim.optimizer.search.result import SAME_ENERGY, SolveResult, SolveStatus
 from poetsim.request import Request
 from poetsim.schedule import check_schedule
+from poetsim.schedule.metadata import stamped
 
 __all__ = ["finish"]
 
@@ -43,8 +44,8 @@ def finish(base: dict[str, Any], plan: StagePlan, metrics: PlanMetrics, restrict
         gap = max(0.0, (objective - bound) / objective)
     status, message = _status(base, objective, request.plain_energy_j, restricted, bound=bound,
                               gap=gap, scip_status=scip_status, time_limit_s=time_limit_s)
-    schedule = schedule.with_metadata(
-        **request.metadata(), method=base["method"], status=status.value,
+    schedule = stamped(
+        schedule, request=request.metadata(), method=base["method"], status=status.value,
         restricted=restricted, solver_deadline_s=base["deadline_s"],
         predicted_energy_j=metrics.energy_j, predicted_time_s=metrics.time_s,
         predicted_peak_ram_bytes=metrics.peak_ram_bytes, gap=gap, bound_j=bound)

@@ -14,6 +14,7 @@ from poetsim.optimizer.search.result import SolveResult, SolveStatus
 from poetsim.optimizer.search.state import Search
 from poetsim.request import Request
 from poetsim.schedule import Action, Schedule, check_schedule, plain_schedule
+from poetsim.schedule.metadata import stamped
 from poetsim.schedule.model import predict
 
 __all__ = ["STAGE_MAX_OPS", "best_op_list", "beyond_stage_form"]
@@ -99,8 +100,9 @@ def best_op_list(search: Search) -> SolveResult:
         status, message = SolveStatus.FEASIBLE, (
             f"feasible, gap {gap:.2%} to the every-op-once bound ({beyond}: the best "
             f"warm-start schedule, {name})")
-    schedule = attrs.evolve(schedule, metadata={}).with_metadata(
-        **request.metadata(), method=search.base["method"], status=status.value,
+    schedule = stamped(
+        attrs.evolve(schedule, metadata={}), request=request.metadata(),
+        method=search.base["method"], status=status.value,
         restricted=search.restricted, solver_deadline_s=search.deadline_s,
         predicted_energy_j=metrics.energy_j, predicted_time_s=metrics.time_s,
         predicted_peak_ram_bytes=metrics.peak_ram_bytes, gap=gap, bound_j=bound)
