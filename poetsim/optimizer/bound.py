@@ -131,169 +131,32 @@ def relax(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
     gets ``"time"`` appended when the time limit ended the search (its bound then depends
     on the machine's speed).
     """
-    n = len(graph)
-    mem = [int(b) for b in costs.output_bytes]
-    plain_s = costs.plain_time_s
-    compute_j, pagein_j, pageout_j, first_j, rest_w = _restore_energies(costs)
-    plain_j = float(sum(first_j))
+    energies = _restore_energies(costs)
+    plain_j = float(sum(energies[3]))
     # Energies relative to the plain schedule, so that the objective is of order one.
     scale = 1.0 / plain_j if plain_j > 0 else 1.0
 
     give_up_at = time.perf_counter() + time_limit_s
-
-    def out_of_time() -> bool:
-        """Building the program is quadratic on long graphs; past the time limit the plain
-        energy (every op once), itself a valid lower bound, stands."""
-        if time.perf_counter() <= give_up_at:
-            return False
-        if limits_hit is not None:
-            limits_hit.append("time")
-        return True
-
     model = scip_model("poet_bound")
     model.setParam("randomization/randomseedshift", int(seed))
     if node_limit is not None:
         WorkLimit(model).set(node_limit)
 
-    written: dict[int, Any] = {}
-    lane = _Lane(model, costs, deadline_s, scale, rest_w) if paging and not costs.cpu_moves \
+    lane = _Lane(model, costs, deadline_s, scale, energies[4]) if paging and not costs.cpu_moves \
         else None
-    recomputes: list[tuple[int, Any]] = []
-    page_ins: list[tuple[int, Any, int]] = []  # (tensor, page-in, last stage)
-
-    def restore(x: int, tag: str, end: int) -> tuple[Any, Any, Any]:
-        """Binaries for one restore of tensor ``x`` in a stage up to ``end``: (their sum,
-        the recompute or None, the page-in or None)."""
-        parts, r, p = [], None, None
-        if remat:
-            r = model.addVar(vtype="B", name=f"r_{x}_{tag}",
-                             obj=scale * compute_j[x])
-            recomputes.append((x, r))
-            parts.append(r)
-        if paging:
-            if x not in written:
-                written[x] = model.addVar(vtype="B", name=f"z_{x}",
-                                          obj=scale * pageout_j[x])
-            p = model.addVar(vtype="B", name=f"p_{x}_{tag}",
-                             obj=scale * pagein_j[x])
-            model.addCons(p <= written[x], name=f"written_{x}_{tag}")
-            page_ins.append((x, p, end))
-            parts.append(p)
-        if len(parts) > 1:
-            model.addCons(quicksum(parts) <= 1, name=f"once_{x}_{tag}")
-        return (quicksum(parts) if parts else 0), r, p
-
-    def needs_inputs(x: int, recompute: Any, smallest: int, frontiers: tuple[int, ...],
-                     end: int, tag: str, depth: int) -> None:
-        """Recomputing ``x`` within a segment needs each input u. An input read by x alone
-        is not needed after x's first run: either it is restored too within the segment,
-        or it stays in RAM from the segment's start until x is recomputed. Then at every
-        frontier of the segment x, u or (when x itself came back by recomputation) an
-        input further up this chain is resident: the smallest of their sizes at least."""
-        for u in graph.predecessors(x):
-            if mem[u] == 0 or graph.successors(u) != (x,):
-                continue
-            size = min(smallest, mem[u])
-            held = model.addVar(vtype="B", name=f"h_{u}_{tag}")
-            for t in frontiers:
-                held_at[t].append((size, held))
-            back, recomputed, paged = restore(u, f"{tag}_{u}", end)
-            model.addCons(recompute <= held + back, name=f"needs_{tag}_{x}_{u}")
-            if lane is not None and paged is not None:
-                # paged back, u stays until its write ends (or the CPU waits for it)
-                for t, q in lane.free_after_write(u, paged, frontiers).items():
-                    held_at[t].append((size, paged - q))
-            if recomputed is not None and depth > 1:
-                needs_inputs(u, recomputed, size, frontiers, end, f"{tag}_{u}", depth - 1)
-
-    room = []
-    for t in range(n):
-        inputs = graph.predecessors(t)
-        # an in-place op may not hold its output beside its input (valid, if weaker)
-        room.append(budget_bytes - mem[t] - int(costs.workspace_bytes[t])
-                    - sum(mem[u] for u in inputs) + inplace_saving(graph, t, inputs))
-    away_at: list[dict[int, Any]] = [dict() for _ in range(n)]  # tracked tensor -> away
-    held_at: list[list[tuple[int, Any]]] = [[] for _ in range(n)]  # (bytes, held)
-    for i in range(n):
-        if i % 256 == 0 and out_of_time():
+    program = _Program(graph, costs, budget_bytes, model, scale, energies, lane,
+                       remat=remat, paging=paging)
+    for i in range(len(graph)):
+        if i % 256 == 0 and _out_of_time(give_up_at, limits_hit):
             return Relaxation(plain_j)
-        if mem[i] == 0:
-            continue
-        previous = i
-        for end in sorted(graph.successors(i)):
-            frontiers = range(previous + 1, end)  # a reader's frontier holds i as input
-            start, previous = previous, end
-            if not frontiers:
-                continue
-            away, recompute, paged = restore(i, str(end), end)
-            for t in frontiers:
-                away_at[t][i] = away
-            if lane is not None and paged is not None:
-                for t, q in lane.free_after_write(i, paged, frontiers).items():
-                    away_at[t][i] = away - paged + q
-            if recompute is not None and start != i:
-                needs_inputs(i, recompute, mem[i], (start, *frontiers), end, str(end),
-                             _CASCADE_DEPTH)
+        program.add_segments(i)
+    program.add_holds()
+    if not program.add_frontiers():
+        return Relaxation(None)  # some op cannot run at all
+    program.add_deadline(deadline_s)
+    program.add_writes(storage_capacity_bytes)
 
-    # u: the op runs its first time without its hold; otherwise the hold's bytes are in RAM
-    # at every frontier from its owner's to its own
-    unheld: list[tuple[int, Any]] = []
-    for b in np.flatnonzero(costs.hold_owner >= 0):
-        b = int(b)
-        u = model.addVar(vtype="B", name=f"u_{b}", obj=scale * (compute_j[b] - first_j[b]))
-        unheld.append((b, u))
-        size = int(costs.held_bytes[b])
-        for t in range(int(costs.hold_owner[b]), b + 1):
-            # held (1 - u) as "held" terms: size at the frontier, less size * u
-            room[t] -= size
-            held_at[t].append((-size, u))
-    for t in range(n):
-        tracked, held = away_at[t], held_at[t]
-        total = sum(mem[i] for i in tracked)
-        if not held and total <= room[t]:
-            continue
-        if not tracked and not held:
-            return Relaxation(None)  # room[t] < 0: op t cannot run at all
-        # resident tracked + held <= room  <=>  sum m away - sum m held >= total - room
-        model.addCons(quicksum(mem[i] * away for i, away in tracked.items())
-                      - quicksum(size * h for size, h in held)
-                      >= total - room[t], name=f"frontier_{t}")
-
-    # with page-ins on a DMA board the lane's rows hold the deadline (_Lane.finish)
-    if deadline_s is not None and math.isfinite(deadline_s) and not (lane and page_ins):
-        slack = (deadline_s - plain_s) / deadline_s
-        compute = quicksum(float(costs.compute_time_s[i]) / deadline_s * r for i, r in recomputes)
-        compute += quicksum(float(costs.compute_time_s[b] - costs.held_compute_time_s[b])
-                            / deadline_s * u for b, u in unheld
-                            if costs.compute_time_s[b] > costs.held_compute_time_s[b])
-        transfers = (quicksum(float(costs.pagein_time_s[i]) / deadline_s * p
-                              for i, p, _ in page_ins)
-                     + quicksum(float(costs.pageout_time_s[i]) / deadline_s * z
-                                for i, z in written.items()))
-        if not costs.cpu_moves:
-            model.addCons(compute <= slack, name="deadline_compute")
-            model.addCons(transfers <= 1.0, name="deadline_transfers")
-        else:
-            model.addCons(compute + transfers <= slack, name="deadline")
-    if written:
-        # every write is read back (an unread page-out is no plan's, see the MILP)
-        reads: dict[int, list[Any]] = {}
-        for x, p, _ in page_ins:
-            reads.setdefault(x, []).append(p)
-        for x, z in written.items():
-            model.addCons(z <= quicksum(reads[x]), name=f"read_{x}")
-        # the storage starts asleep: any paging wakes it at least once
-        wake_j = costs.wait.wake_j - costs.wait.rest_w * costs.wait.wakeup_s
-        woken = model.addVar(vtype="B", name="woken", obj=scale * max(0.0, wake_j))
-        for x, z in written.items():
-            model.addCons(woken >= z, name=f"woken_{x}")
-        if lane is not None and page_ins:
-            lane.finish(recomputes, unheld, page_ins, written, woken)
-    if storage_capacity_bytes is not None and written:
-        model.addCons(quicksum(mem[i] * z for i, z in written.items()) <= storage_capacity_bytes,
-                      name="capacity")
-
-    if out_of_time():
+    if _out_of_time(give_up_at, limits_hit):
         return Relaxation(plain_j)
     # the time limit covers building the program too
     model.setParam("limits/time", max(0.1, give_up_at - time.perf_counter()))
@@ -303,24 +166,229 @@ def relax(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
         return Relaxation(None)
     if model.getStatus() == "timelimit" and limits_hit is not None:
         limits_hit.append("time")
-    away = paged = None
-    if model.getNSols() > 0:
+    away, paged = program.solution_shape()
+    dual = model.getDualbound()
+    bound_j = (plain_j if not math.isfinite(dual) or abs(dual) >= 1e19
+               else plain_j + max(0.0, dual) / scale)
+    return Relaxation(bound_j, away, paged)
+
+
+def _out_of_time(give_up_at: float, limits_hit: list[str] | None) -> bool:
+    """Whether the clock has passed ``give_up_at`` (then ``"time"`` goes to
+    ``limits_hit``). Building the program is quadratic on long graphs; past the time limit
+    the plain energy (every op once), itself a valid lower bound, stands."""
+    if time.perf_counter() <= give_up_at:
+        return False
+    if limits_hit is not None:
+        limits_hit.append("time")
+    return True
+
+
+def _frontier_room_bytes(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
+                         mem: list[int]) -> list[int]:
+    """The room at each frontier ``t``: the budget less what op ``t``'s run holds (its
+    inputs, its output, its workspace)."""
+    room = []
+    for t in range(len(graph)):
+        inputs = graph.predecessors(t)
+        # an in-place op may not hold its output beside its input (valid, if weaker)
+        room.append(budget_bytes - mem[t] - int(costs.workspace_bytes[t])
+                    - sum(mem[u] for u in inputs) + inplace_saving(graph, t, inputs))
+    return room
+
+
+class _Program:
+    """The relaxation's integer program while it is built, one family of rows per method
+    (in the order :func:`relax` adds them, which SCIP's answer depends on): the restores
+    of each segment, the weight holds, the memory at each frontier, the deadline, and the
+    writes. ``away_at[t]`` maps each tensor tracked at frontier ``t`` to the expression
+    that is 1 when it is away there; ``held_at[t]`` lists (bytes, binary) terms that put
+    bytes at ``t`` (inputs a recomputation needs, holds)."""
+
+    def __init__(self, graph: TrainingGraph, costs: OpCosts, budget_bytes: int, model: Any,
+                 scale: float, energies: tuple[list[float], list[float], list[float],
+                                               list[float], float],
+                 lane: _Lane | None, *, remat: bool, paging: bool) -> None:
+        n = len(graph)
+        self.graph, self.costs, self.model, self.scale = graph, costs, model, scale
+        self.compute_j, self.pagein_j, self.pageout_j, self.first_j, _ = energies
+        self.lane, self.remat, self.paging = lane, remat, paging
+        self.mem = [int(b) for b in costs.output_bytes]
+        self.written: dict[int, Any] = {}
+        self.recomputes: list[tuple[int, Any]] = []
+        self.page_ins: list[tuple[int, Any, int]] = []  # (tensor, page-in, last stage)
+        self.unheld: list[tuple[int, Any]] = []
+        self.room = _frontier_room_bytes(graph, costs, budget_bytes, self.mem)
+        self.away_at: list[dict[int, Any]] = [dict() for _ in range(n)]  # tracked -> away
+        self.held_at: list[list[tuple[int, Any]]] = [[] for _ in range(n)]  # (bytes, held)
+
+    def restore(self, x: int, tag: str, end: int) -> tuple[Any, Any, Any]:
+        """Binaries for one restore of tensor ``x`` in a stage up to ``end``: (their sum,
+        the recompute or None, the page-in or None)."""
+        model, scale, written = self.model, self.scale, self.written
+        parts, r, p = [], None, None
+        if self.remat:
+            r = model.addVar(vtype="B", name=f"r_{x}_{tag}",
+                             obj=scale * self.compute_j[x])
+            self.recomputes.append((x, r))
+            parts.append(r)
+        if self.paging:
+            if x not in written:
+                written[x] = model.addVar(vtype="B", name=f"z_{x}",
+                                          obj=scale * self.pageout_j[x])
+            p = model.addVar(vtype="B", name=f"p_{x}_{tag}",
+                             obj=scale * self.pagein_j[x])
+            model.addCons(p <= written[x], name=f"written_{x}_{tag}")
+            self.page_ins.append((x, p, end))
+            parts.append(p)
+        if len(parts) > 1:
+            model.addCons(quicksum(parts) <= 1, name=f"once_{x}_{tag}")
+        return (quicksum(parts) if parts else 0), r, p
+
+    def add_segments(self, i: int) -> None:
+        """The restores of tensor ``i``, one per segment (the frontiers between two of its
+        readers), and its memory credit at each frontier of the segment."""
+        if self.mem[i] == 0:
+            return
+        previous = i
+        for end in sorted(self.graph.successors(i)):
+            frontiers = range(previous + 1, end)  # a reader's frontier holds i as input
+            start, previous = previous, end
+            if not frontiers:
+                continue
+            away, recompute, paged = self.restore(i, str(end), end)
+            for t in frontiers:
+                self.away_at[t][i] = away
+            if self.lane is not None and paged is not None:
+                for t, q in self.lane.free_after_write(i, paged, frontiers).items():
+                    self.away_at[t][i] = away - paged + q
+            if recompute is not None and start != i:
+                self.needs_inputs(i, recompute, self.mem[i], (start, *frontiers), end,
+                                  str(end), _CASCADE_DEPTH)
+
+    def needs_inputs(self, x: int, recompute: Any, smallest: int, frontiers: tuple[int, ...],
+                     end: int, tag: str, depth: int) -> None:
+        """Recomputing ``x`` within a segment needs each input u. An input read by x alone
+        is not needed after x's first run: either it is restored too within the segment,
+        or it stays in RAM from the segment's start until x is recomputed. Then at every
+        frontier of the segment x, u or (when x itself came back by recomputation) an
+        input further up this chain is resident: the smallest of their sizes at least."""
+        graph, mem, held_at = self.graph, self.mem, self.held_at
+        for u in graph.predecessors(x):
+            if mem[u] == 0 or graph.successors(u) != (x,):
+                continue
+            size = min(smallest, mem[u])
+            held = self.model.addVar(vtype="B", name=f"h_{u}_{tag}")
+            for t in frontiers:
+                held_at[t].append((size, held))
+            back, recomputed, paged = self.restore(u, f"{tag}_{u}", end)
+            self.model.addCons(recompute <= held + back, name=f"needs_{tag}_{x}_{u}")
+            if self.lane is not None and paged is not None:
+                # paged back, u stays until its write ends (or the CPU waits for it)
+                for t, q in self.lane.free_after_write(u, paged, frontiers).items():
+                    held_at[t].append((size, paged - q))
+            if recomputed is not None and depth > 1:
+                self.needs_inputs(u, recomputed, size, frontiers, end, f"{tag}_{u}",
+                                  depth - 1)
+
+    def add_holds(self) -> None:
+        """The weight holds: ``u``, the op runs its first time without its hold; otherwise
+        the hold's bytes are in RAM at every frontier from its owner's to its own."""
+        costs = self.costs
+        for b in np.flatnonzero(costs.hold_owner >= 0):
+            b = int(b)
+            u = self.model.addVar(vtype="B", name=f"u_{b}",
+                                  obj=self.scale * (self.compute_j[b] - self.first_j[b]))
+            self.unheld.append((b, u))
+            size = int(costs.held_bytes[b])
+            for t in range(int(costs.hold_owner[b]), b + 1):
+                # held (1 - u) as "held" terms: size at the frontier, less size * u
+                self.room[t] -= size
+                self.held_at[t].append((-size, u))
+
+    def add_frontiers(self) -> bool:
+        """The memory at each frontier, where it can exceed the room; False when some op
+        cannot run at all (its own working set is over the budget)."""
+        mem = self.mem
+        for t in range(len(self.graph)):
+            tracked, held = self.away_at[t], self.held_at[t]
+            total = sum(mem[i] for i in tracked)
+            if not held and total <= self.room[t]:
+                continue
+            if not tracked and not held:
+                return False  # room[t] < 0: op t cannot run at all
+            # resident tracked + held <= room  <=>  sum m away - sum m held >= total - room
+            self.model.addCons(quicksum(mem[i] * away for i, away in tracked.items())
+                               - quicksum(size * h for size, h in held)
+                               >= total - self.room[t], name=f"frontier_{t}")
+        return True
+
+    def add_deadline(self, deadline_s: float | None) -> None:
+        """The deadline: recomputations and unheld runs add their compute time, transfers
+        their transfer time (to the compute time without DMA). With page-ins on a DMA board
+        the lane's rows hold the deadline instead (:meth:`_Lane.finish`)."""
+        costs, model = self.costs, self.model
+        if deadline_s is None or not math.isfinite(deadline_s) or (self.lane and self.page_ins):
+            return
+        slack = (deadline_s - costs.plain_time_s) / deadline_s
+        compute = quicksum(float(costs.compute_time_s[i]) / deadline_s * r
+                           for i, r in self.recomputes)
+        compute += quicksum(float(costs.compute_time_s[b] - costs.held_compute_time_s[b])
+                            / deadline_s * u for b, u in self.unheld
+                            if costs.compute_time_s[b] > costs.held_compute_time_s[b])
+        transfers = (quicksum(float(costs.pagein_time_s[i]) / deadline_s * p
+                              for i, p, _ in self.page_ins)
+                     + quicksum(float(costs.pageout_time_s[i]) / deadline_s * z
+                                for i, z in self.written.items()))
+        if not costs.cpu_moves:
+            model.addCons(compute <= slack, name="deadline_compute")
+            model.addCons(transfers <= 1.0, name="deadline_transfers")
+        else:
+            model.addCons(compute + transfers <= slack, name="deadline")
+
+    def add_writes(self, storage_capacity_bytes: int | None) -> None:
+        """The writes: each is read back (an unread page-out is no plan's, see the MILP),
+        any wakes the storage (it starts asleep), the lane's rows on a DMA board, and the
+        written bytes within the storage capacity."""
+        model, written = self.model, self.written
+        if not written:
+            return
+        reads: dict[int, list[Any]] = {}
+        for x, p, _ in self.page_ins:
+            reads.setdefault(x, []).append(p)
+        for x, z in written.items():
+            model.addCons(z <= quicksum(reads[x]), name=f"read_{x}")
+        wait = self.costs.wait
+        wake_j = wait.wake_j - wait.rest_w * wait.wakeup_s
+        woken = model.addVar(vtype="B", name="woken", obj=self.scale * max(0.0, wake_j))
+        for x, z in written.items():
+            model.addCons(woken >= z, name=f"woken_{x}")
+        if self.lane is not None and self.page_ins:
+            self.lane.finish(self.recomputes, self.unheld, self.page_ins, written, woken)
+        if storage_capacity_bytes is not None:
+            model.addCons(quicksum(self.mem[i] * z for i, z in written.items())
+                          <= storage_capacity_bytes, name="capacity")
+
+    def solution_shape(self) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The best solution's ``away`` and ``paged`` (:class:`Relaxation`); None and None
+        when SCIP found none."""
+        model = self.model
+        if model.getNSols() == 0:
+            return None, None
+        n = len(self.graph)
         solution = model.getBestSol()
         away = np.zeros((n, n), dtype=bool)
         values: dict[int, bool] = {}  # a segment's expression is shared by its frontiers
         for t in range(n):
-            for i, gone in away_at[t].items():
+            for i, gone in self.away_at[t].items():
                 if id(gone) not in values:
                     values[id(gone)] = (gone if isinstance(gone, int)
                                         else model.getSolVal(solution, gone)) > 0.5
                 away[t, i] = values[id(gone)]
         paged = np.zeros(n, dtype=bool)
-        for x, p, _ in page_ins:
+        for x, p, _ in self.page_ins:
             paged[x] |= model.getSolVal(solution, p) > 0.5
-    dual = model.getDualbound()
-    bound_j = (plain_j if not math.isfinite(dual) or abs(dual) >= 1e19
-               else plain_j + max(0.0, dual) / scale)
-    return Relaxation(bound_j, away, paged)
+        return away, paged
 
 
 class _Lane:
