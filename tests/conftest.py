@@ -96,7 +96,7 @@ def dtr_lifted_resnet18():
     from poetsim.baselines import dtr
     from poetsim.boards import get_board
     from poetsim.costs import op_costs
-    from poetsim.optimizer.plan import plan_from_schedule
+    from poetsim.optimizer.lowering import plan_from_schedule
     from poetsim.zoo import build_model
 
     graph, board = build_model("resnet18_cifar"), get_board("nrf52840")

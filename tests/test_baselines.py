@@ -38,7 +38,8 @@ from poetsim.errors import InputError
 from poetsim.graph import ForwardGraph, plain_peak, resident_memory
 from poetsim.methods import METHODS, MethodStatus, Produced, SolverSettings, produce
 from poetsim.optimizer import SolveStatus, solve
-from poetsim.optimizer.plan import evaluate_plan, plan_from_schedule
+from poetsim.optimizer.lowering import plan_from_schedule
+from poetsim.optimizer.plan import evaluate_plan
 from poetsim.schedule import Action, Schedule, check_schedule, plain_schedule
 from poetsim.schedule.model import predict
 from poetsim.sim import simulate
@@ -448,7 +449,8 @@ def test_seeded_solve_starts_from_the_best_fast_baseline():
     request = paper_request(graph, board, "50%")
     costs = request.costs
     budget = request.activation_budget_bytes
-    from poetsim.optimizer.plan import drop_idle_keeps, evaluate_plan, plan_from_schedule
+    from poetsim.optimizer.lowering import plan_from_schedule
+    from poetsim.optimizer.plan import drop_idle_keeps, evaluate_plan
 
     energies = {}
     for method in FAST_BASELINES:

@@ -25,12 +25,8 @@ from poetsim.graph import ForwardGraph, Op, Phase, TrainingGraph, plain_peak
 from poetsim.graph.memory import minimum_ram_bytes
 from poetsim.optimizer.bound import relax
 from poetsim.optimizer.heuristic import greedy_plan
-from poetsim.optimizer.plan import (
-    evaluate_plan,
-    lower_plan,
-    plan_from_schedule,
-    plan_violations,
-)
+from poetsim.optimizer.lowering import lower_plan, plan_from_schedule
+from poetsim.optimizer.plan import evaluate_plan, plan_violations
 from poetsim.request import resolve_request
 from poetsim.zoo import build_model
 

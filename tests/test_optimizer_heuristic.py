@@ -251,7 +251,7 @@ def test_capuchin_overlapped_is_priced_as_the_board_runs_it() -> None:
     from poetsim.baselines import capuchin
     from poetsim.boards import get_board
     from poetsim.optimizer.heuristic import overlap_transfers
-    from poetsim.optimizer.plan import plan_from_schedule
+    from poetsim.optimizer.lowering import plan_from_schedule
     from poetsim.request import resolve_request
     from poetsim.sim import simulate
 

@@ -455,7 +455,7 @@ def test_lifted_baseline_schedules_keep_their_decisions(model):
     valid lowered schedule whose peak is the plan's own accounting."""
     from poetsim.baselines import chen_greedy, dtr
     from poetsim.boards import get_board
-    from poetsim.optimizer.plan import plan_from_schedule
+    from poetsim.optimizer.lowering import plan_from_schedule
 
     graph, board = build_model(model), get_board("nrf52840")
     costs = op_costs(graph, board)
@@ -474,7 +474,7 @@ def test_lifted_baseline_schedules_keep_their_decisions(model):
 
 
 def test_schedules_without_stage_form_are_refused(residual):
-    from poetsim.optimizer.plan import plan_from_schedule
+    from poetsim.optimizer.lowering import plan_from_schedule
     from poetsim.schedule import Action, Schedule, Step
 
     # x and fc1 computed out of index order: no frontier-advancing stage form.
@@ -556,7 +556,7 @@ def test_weight_holds_lower_lift_and_price_as_the_op_list():
     unchanged, and a held op's run costs its held figures."""
     from poetsim.graph.streaming import WeightsOnStorage
     from poetsim.optimizer.heuristic import add_holds
-    from poetsim.optimizer.plan import plan_from_schedule
+    from poetsim.optimizer.lowering import plan_from_schedule
 
     graph = WeightsOnStorage(trained=True).graph(
         build_model("mlp", layers=3, width=16, inplace_update=1))

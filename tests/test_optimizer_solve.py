@@ -1240,8 +1240,9 @@ def test_window_search_never_worsens_the_incumbent() -> None:
     """The large-neighbourhood search keeps a valid plan at or below the greedy's energy."""
     from poetsim.boards import get_board
     from poetsim.costs import op_costs
+    from poetsim.optimizer.lowering import lower_plan
     from poetsim.optimizer.milp import Formulation, build_milp
-    from poetsim.optimizer.plan import evaluate_plan, lower_plan
+    from poetsim.optimizer.plan import evaluate_plan
     from poetsim.optimizer.search.portfolio import best_heuristic
     from poetsim.optimizer.search.problem import Problem
     from poetsim.optimizer.search.windows import window_search
@@ -1358,8 +1359,9 @@ def test_an_unproven_incumbent_hides_its_transfers_before_it_is_returned():
     the stage model and still fits."""
     from poetsim.baselines.capuchin import capuchin
     from poetsim.boards import get_board
+    from poetsim.optimizer.lowering import plan_from_schedule
     from poetsim.optimizer.milp import Formulation
-    from poetsim.optimizer.plan import evaluate_plan, plan_from_schedule
+    from poetsim.optimizer.plan import evaluate_plan
     from poetsim.optimizer.search.portfolio import overlap_incumbent
     from poetsim.optimizer.search.state import Search
 

@@ -9,12 +9,12 @@
 """
 
 from poetsim.optimizer.heuristic import greedy_plan, plain_plan
+from poetsim.optimizer.lowering import lower_plan
 from poetsim.optimizer.milp import Formulation, build_milp
 from poetsim.optimizer.plan import (
     PlanMetrics,
     StagePlan,
     evaluate_plan,
-    lower_plan,
     plan_violations,
 )
 from poetsim.optimizer.solve import STAGE_MAX_OPS, SolveResult, SolveStatus, solve

@@ -296,7 +296,7 @@ def overlap_transfers(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
     never makes anything later); then a page-in moves up to ``reach`` stages earlier, kept
     into the stage that reads it (the simulator prefetches it), where that lowers the
     energy most without lengthening the iteration. A lifted op list
-    (:func:`~poetsim.optimizer.plan.plan_from_schedule`) has neither: its page-outs free
+    (:func:`~poetsim.optimizer.lowering.plan_from_schedule`) has neither: its page-outs free
     the tensor where the list does, its page-ins sit in the stage of their reader. The
     same plan on a board without DMA or without transfers. ``max_work`` bounds the work,
     counted in stages timed (each timeline of the plan times all its stages): past it, the

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from poetsim.optimizer.lowering import lower_plan
 from poetsim.optimizer.plan import (
     PlanMetrics,
     StagePlan,
     drop_unread_page_outs,
     evaluate_plan,
-    lower_plan,
 )
 from poetsim.optimizer.search.result import SAME_ENERGY, SolveResult, SolveStatus
 from poetsim.request import Request

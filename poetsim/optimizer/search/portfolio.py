@@ -17,8 +17,9 @@ import numpy as np
 
 from poetsim.optimizer.bound import Relaxation
 from poetsim.optimizer.heuristic import add_holds, greedy_plan, overlap_transfers, plain_plan
+from poetsim.optimizer.lowering import plan_from_schedule
 from poetsim.optimizer.milp import Formulation
-from poetsim.optimizer.plan import PlanMetrics, StagePlan, drop_idle_keeps, plan_from_schedule
+from poetsim.optimizer.plan import PlanMetrics, StagePlan, drop_idle_keeps
 from poetsim.optimizer.search.problem import Problem
 from poetsim.optimizer.search.result import method_name
 from poetsim.optimizer.search.state import Search
