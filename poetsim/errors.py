@@ -22,6 +22,7 @@ __all__ = [
     "UnknownNameError",
     "ScheduleError",
     "ScheduleFileError",
+    "FileProblem",
     "ExecutionError",
     "SweepError",
     "TorchMissingError",
@@ -93,6 +94,19 @@ class ScheduleFileError(InputError):
         super().__init__(message)
         self.rule = rule
         self.position = position
+
+
+class FileProblem(ScheduleFileError):
+    """A problem found while reading a schedule, before the file's name is known: where in
+    the document, what and the rule; :meth:`error` names the source."""
+
+    def __init__(self, where: str, detail: str, rule: str, position: int | None = None) -> None:
+        super().__init__(detail, rule, position)
+        self.where, self.detail = where, detail
+
+    def error(self, source: str) -> ScheduleFileError:
+        parts = [source, self.where, self.detail] if self.where else [source, self.detail]
+        return ScheduleFileError(f"{': '.join(parts)} [{self.rule}]", self.rule, self.position)
 
 
 class ExecutionError(InputError):

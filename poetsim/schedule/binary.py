@@ -50,14 +50,14 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from poetsim.errors import ScheduleFileError
+from poetsim.errors import FileProblem, ScheduleFileError
 from poetsim.fileio import atomic_write_bytes
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
 from poetsim.schedule.check import ScheduleError
 from poetsim.schedule.layout import KINDS, Buffer, Layout
 from poetsim.schedule.ops import HOLD_ACTIONS, WEIGHT_ACTIONS, Action, Schedule, Step
-from poetsim.schedule.problems import FileProblem, check_fits
+from poetsim.schedule.problems import check_fits
 
 __all__ = ["BINARY_MAGIC", "BINARY_VERSION", "decode_binary", "encode_binary",
            "is_binary_schedule", "read_schedule_binary", "write_schedule_binary"]

@@ -63,7 +63,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from poetsim.errors import InputError, ScheduleFileError
+from poetsim.errors import FileProblem, InputError, ScheduleFileError
 from poetsim.fileio import atomic_write_text
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.io import graph_fingerprint
@@ -80,7 +80,7 @@ from poetsim.schedule.check import ScheduleError
 from poetsim.schedule.layout import KINDS, Buffer, Layout
 from poetsim.schedule.metadata import parse_metadata
 from poetsim.schedule.ops import Action, Schedule, Step
-from poetsim.schedule.problems import FileProblem, check_fits
+from poetsim.schedule.problems import check_fits
 
 __all__ = [
     "BINARY_MAGIC", "BINARY_VERSION", "DIGEST_FIELD", "FORMAT", "VERSION",
