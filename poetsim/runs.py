@@ -42,9 +42,9 @@ from poetsim.boards.spec import Board
 from poetsim.fileio import atomic_write_text
 from poetsim.graph.io import graph_fingerprint
 from poetsim.graph.memory import minimum_ram_bytes
-from poetsim.methods import METHODS, MethodStatus, SolverSettings, produce
+from poetsim.methods import METHODS, MethodStatus, Produced, SolverSettings, produce
 from poetsim.request import Accounting, Request
-from poetsim.schedule import Schedule, plain_schedule
+from poetsim.schedule import plain_schedule
 from poetsim.schedule.io import DIGEST_FIELD, schedule_from_dict, schedule_to_dict
 from poetsim.sim import SimReport, simulate
 from poetsim.units import energy_overhead, meets_deadline
@@ -72,6 +72,10 @@ _MIN_RETRY_S = 0.5
 #: so that their cached runs go stale while the baselines' stay valid.
 SOLVER_VERSION = 18
 
+#: The fields of :class:`~poetsim.methods.Produced` a cache entry keeps (all but its
+#: schedule, kept apart, and POET's whole result, which is not cached).
+_PRODUCED_FIELDS = ("status", "reason", "predicted_energy_j", "predicted_time_s",
+                    "predicted_peak_ram_bytes", "gap", "bound_j", "limits_hit")
 #: The fields a cache entry keeps: everything an unjudged outcome holds but its schedule.
 _RUN_FIELDS = ("method", "status", "reason", "accounting", "budget_bytes",
                "budget_activation_bytes", "resident_bytes", "deadline_s",
@@ -96,28 +100,19 @@ class Outcome:
     """
 
     method: str
-    status: MethodStatus
-    reason: str
+    #: what the method made: its status, reason, schedule and predicted figures
+    produced: Produced
     accounting: str
     budget_bytes: int
     budget_activation_bytes: int
     resident_bytes: int
     deadline_s: float | None
-    schedule: Schedule | None = attrs.field(default=None, repr=False, eq=False)
-    predicted_energy_j: float | None = None
-    predicted_time_s: float | None = None
-    predicted_peak_ram_bytes: int | None = None
-    gap: float | None = None
-    bound_j: float | None = None
     run_time_s: float = 0.0
     solver_deadline_s: float | None = None
     tightenings: int = 0
-    limits_hit: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     #: the activation budget the method last planned against, when lowered below the
     #: request's to leave room for the arena's fragmentation (None: the request's)
     planned_activation_bytes: int | None = None
-    #: POET's whole result when this run solved it (not cached)
-    solve_result: Any = attrs.field(default=None, repr=False, eq=False)
     cached: bool = False
     report: SimReport | None = attrs.field(default=None, repr=False, eq=False)
     verdict: Verdict | None = None
@@ -129,6 +124,18 @@ class Outcome:
     @property
     def feasible(self) -> bool:
         return self.verdict is not None and self.verdict.passed
+
+    # what the method made, read through: the record is the Produced one
+    status = property(lambda self: self.produced.status)
+    reason = property(lambda self: self.produced.reason)
+    schedule = property(lambda self: self.produced.schedule)
+    predicted_energy_j = property(lambda self: self.produced.predicted_energy_j)
+    predicted_time_s = property(lambda self: self.produced.predicted_time_s)
+    predicted_peak_ram_bytes = property(lambda self: self.produced.predicted_peak_ram_bytes)
+    gap = property(lambda self: self.produced.gap)
+    bound_j = property(lambda self: self.produced.bound_j)
+    limits_hit = property(lambda self: self.produced.limits_hit)
+    solve_result = property(lambda self: self.produced.solve_result)
 
     @property
     def energy_j(self) -> float | None:
@@ -228,11 +235,14 @@ class RunCache:
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
             fields = {name: doc["run"][name] for name in _RUN_FIELDS}
-            fields["status"] = MethodStatus(fields["status"])
             raw = doc.get("schedule")
             schedule = None if raw is None else schedule_from_dict(raw, request.graph,
                                                                    source=str(path))
-            outcome = Outcome(**fields, schedule=schedule, cached=True)
+            made = {name: fields.pop(name) for name in _PRODUCED_FIELDS}
+            produced = Produced(**{**made, "status": MethodStatus(made["status"]),
+                                   "limits_hit": tuple(made["limits_hit"])},
+                                schedule=schedule)
+            outcome = Outcome(**fields, produced=produced, cached=True)
         except (OSError, ValueError, KeyError, TypeError):
             self.misses += 1
             return None
@@ -284,17 +294,12 @@ def run_method(request: Request, method: str, settings: SolverSettings = SolverS
                        deadline_s=solver_deadline_s, budget_bytes=budget_bytes,
                        solve_options=solve_options)
         return Outcome(
-            method=method, status=made.status, reason=made.reason,
-            accounting=request.accounting.value, budget_bytes=request.budget_bytes,
+            method=method, produced=made, accounting=request.accounting.value,
+            budget_bytes=request.budget_bytes,
             budget_activation_bytes=request.activation_budget_bytes,
             resident_bytes=request.resident_bytes, deadline_s=request.deadline_s,
-            schedule=made.schedule, predicted_energy_j=made.predicted_energy_j,
-            predicted_time_s=made.predicted_time_s,
-            predicted_peak_ram_bytes=made.predicted_peak_ram_bytes, gap=made.gap,
-            bound_j=made.bound_j, run_time_s=time.perf_counter() - started,
-            solver_deadline_s=solver_deadline_s, tightenings=tightenings,
-            limits_hit=made.limits_hit, planned_activation_bytes=budget_bytes,
-            solve_result=made.solve_result)
+            run_time_s=time.perf_counter() - started, solver_deadline_s=solver_deadline_s,
+            tightenings=tightenings, planned_activation_bytes=budget_bytes)
 
     outcome = _meet_the_board(request, attempt(request.planning_deadline_s, 0), attempt,
                               retime=bool(solver_settings) and request.deadline_s is not None,
@@ -310,7 +315,8 @@ def _judged(outcome: Outcome, report: SimReport, verdict: Verdict) -> Outcome:
     schedule = outcome.schedule
     if schedule is not None and report.layout is not None:
         schedule = attrs.evolve(schedule, layout=report.layout)
-    return attrs.evolve(outcome, schedule=schedule, report=report, verdict=verdict)
+    return attrs.evolve(outcome, produced=attrs.evolve(outcome.produced, schedule=schedule),
+                        report=report, verdict=verdict)
 
 
 def _meet_the_board(request: Request, outcome: Outcome, attempt: Any, *,

@@ -9,7 +9,7 @@ import pytest
 from conftest import paper_request
 
 from poetsim.boards import get_board
-from poetsim.methods import METHODS, MethodStatus, SolverSettings
+from poetsim.methods import METHODS, MethodStatus, Produced, SolverSettings
 from poetsim.request import resolve_request
 from poetsim.runs import Outcome, RunCache, judge_outcome, run_and_judge, run_key, run_method
 from poetsim.schedule import check_schedule, plain_schedule
@@ -234,10 +234,10 @@ def test_plans_are_made_again_only_while_the_time_limit_lasts(monkeypatch):
         calls.append(budget)
         return first
 
-    first = Outcome(method="poet", status=MethodStatus.FEASIBLE, reason="",
+    first = Outcome(method="poet", produced=Produced(MethodStatus.FEASIBLE, "",
+                                                     plain_schedule(request.graph)),
                     accounting="physical", budget_bytes=0, budget_activation_bytes=0,
-                    resident_bytes=0, deadline_s=None,
-                    schedule=plain_schedule(request.graph))
+                    resident_bytes=0, deadline_s=None)
     clock = iter([10.0, 10.0, 0.2, 0.2])
     runs._meet_the_board(request, first, attempt, retime=False,
                          time_left_s=lambda: next(clock))
