@@ -60,10 +60,6 @@ class Precision:
         return {"dtype_bytes": self.activation_bytes, **attrs.asdict(self)}
 
     @property
-    def is_fp32(self) -> bool:
-        return self.weight_bytes == self.activation_bytes == self.gradient_bytes == 4
-
-    @property
     def int8_kernels(self) -> bool:
         """Int8 weights and activations: the graph runs as int8 MCU runtimes run it
         (TFLite Micro, TinyEngine), with a convolution, its norm and activation fused into

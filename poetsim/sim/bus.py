@@ -112,8 +112,6 @@ class FairShareBus:
         self.generation = 0
         self.busy_s = 0.0
         self.bytes_moved = 0
-        #: how many times flow rates were recomputed (for tests and benchmarks)
-        self.reallocations = 0
 
     # ------------------------------------------------------------------ fluid core
     def _advance(self) -> None:
@@ -130,7 +128,6 @@ class FairShareBus:
 
     def _allocate(self) -> None:
         flows = self.flows
-        self.reallocations += 1
         if flows:
             left = self.bandwidth_bytes_per_s
             n = len(flows)

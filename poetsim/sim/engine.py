@@ -387,7 +387,6 @@ class Simulation:
             fired = triggers.get(i)
             if fired:
                 self._fire(fired)
-        self.program_end_s = env.now
         while self.outstanding:
             job = min(self.outstanding, key=lambda j: (j.eta_s, j.step))
             t0 = env.now

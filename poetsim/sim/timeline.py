@@ -61,12 +61,3 @@ class Timeline:
         """Integral of the power over the state slices (of one component, or all)."""
         return sum(s.power_w * (s.end_s - s.start_s) for s in self.states
                    if component is None or s.component == component)
-
-    def components(self) -> list[str]:
-        """Components that appear in the slices or states, in a stable order."""
-        seen: dict[str, None] = {}
-        for s in self.slices:
-            seen.setdefault(s.component, None)
-        for st in self.states:
-            seen.setdefault(st.component, None)
-        return list(seen)

@@ -60,10 +60,6 @@ class SolveResult:
     effort: int | None = None
     limits_hit: tuple[str, ...] = ()
 
-    @property
-    def has_schedule(self) -> bool:
-        return self.schedule is not None
-
     def summary(self) -> dict[str, Any]:
         """JSON-ready figures (no schedule steps)."""
         m = self.metrics
