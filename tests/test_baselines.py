@@ -548,10 +548,10 @@ def test_a_near_deadline_is_honoured_on_a_long_chain(long_mlp, method):
 @pytest.mark.parametrize("method", STOPPABLE)
 def test_a_long_chain_needs_no_deep_recursion(long_mlp, method):
     """Every baseline on a 3,001-op chain with the interpreter's recursion limit a hundred
-    frames above the caller's: any recursion over the chain would hit it. DTR, Chen's and
-    Revolve find a schedule in a second (Revolve's first tries are the snapshot counts
-    around the largest that fits, not zero snapshots, whose quadratic recomputation costs
-    over a hundred times the energy); Capuchin and POFO need longer on this chain."""
+    frames above the caller's: any recursion over the chain would hit it. DTR and Chen's
+    square root find a schedule in a fraction of a second; Chen's greedy and Revolve, which
+    try every candidate (Revolve: 1,500 snapshot counts, each a program of its own), take
+    about 30 s of CPU each on this chain; Capuchin and POFO need longer."""
     depth, frame = 0, sys._getframe()
     while frame is not None:
         depth, frame = depth + 1, frame.f_back
