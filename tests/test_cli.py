@@ -350,8 +350,8 @@ def test_simulate_prints_the_storage_lifetime(capsys):
     status, out, _ = run(capsys, "simulate", "schedules/paging_only-mlp-rpi4-70.json",
                          "--board", "rpi4")
     assert status == 0
-    assert ("storage lifetime                   4.87e8 iterations (31.9 TB written rating, "
-            "64.0 KiB worn per iteration)") in out
+    assert ("storage lifetime                   6.49e8 iterations (31.9 TB written rating, "
+            "48.0 KiB worn per iteration)") in out
     status, out, _ = run(capsys, "simulate",
                          "schedules/paging_only-mlp-nrf52840_qspi_nor-70-paper.json",
                          "--board", "nrf52840_qspi_nor", "--accounting", "paper")
