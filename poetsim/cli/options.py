@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from poetsim.boards import DEFAULT_BOARD
-from poetsim.boards.spec import Board
+from poetsim.boards import DEFAULT_BOARD, get_board
 from poetsim.errors import InputError
 from poetsim.graph import TrainingGraph, read_graph
 from poetsim.graph.graph import OPTIMIZER_STATE_COPIES
@@ -109,9 +108,12 @@ def graph_from_args(args: argparse.Namespace,
     return build_model(args.model, **{**(defaults or {}), **model_options(args)})
 
 
-def request_from_args(args: argparse.Namespace, graph: TrainingGraph, board: Board) -> Request:
-    """The user's request (:func:`~poetsim.request.resolve_request`)."""
-    return resolve_request(graph, board, ram=args.ram, deadline=args.deadline,
+def request_from_args(args: argparse.Namespace,
+                      defaults: dict[str, int] | None = None) -> Request:
+    """The user's request (:func:`~poetsim.request.resolve_request`) of the graph
+    (:func:`graph_from_args`, with ``defaults``) on the board they named."""
+    return resolve_request(graph_from_args(args, defaults), get_board(args.board),
+                           ram=args.ram, deadline=args.deadline,
                            accounting=args.accounting, optimizer=args.optimizer or "sgd",
                            deadline_margin=getattr(args, "deadline_margin", None))
 

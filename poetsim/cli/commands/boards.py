@@ -16,9 +16,7 @@ from poetsim.boards import (
 )
 from poetsim.boards.spec import Board
 from poetsim.cli.commands import calibrate
-from poetsim.cli.options import (
-    add_json,
-)
+from poetsim.cli.options import add_json
 from poetsim.cli.output import emit_json, row
 from poetsim.errors import PoetsimError
 from poetsim.units import format_bytes, format_quantity

@@ -6,16 +6,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from poetsim.boards import (
-    get_board,
-)
 from poetsim.cli.options import (
     add_corners,
     add_graph_and_board,
     add_json,
     add_model_options,
     add_request_options,
-    graph_from_args,
     request_from_args,
     solver_settings,
 )
@@ -27,8 +23,7 @@ __all__ = ["register"]
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    board = get_board(args.board)
-    request = request_from_args(args, graph_from_args(args), board)
+    request = request_from_args(args)
     outcomes = compare(request, settings=solver_settings(args), corners=args.corners)
     written = [str(p) for p in write_outcomes(outcomes, request, args.out)] if args.out else []
     if args.json:

@@ -6,9 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from poetsim.boards import (
-    get_board,
-)
+from poetsim.boards import get_board
 from poetsim.boards.spec import Board
 from poetsim.cli.options import (
     add_graph_and_board,

@@ -6,16 +6,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from poetsim.boards import (
-    get_board,
-)
 from poetsim.cli.commands.costs import add_per_op, show_costs
 from poetsim.cli.options import (
     add_graph_and_board,
     add_json,
     add_model_options,
     add_request_options,
-    graph_from_args,
     request_from_args,
     solver_settings,
 )
@@ -37,13 +33,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     """Costs, POET at a tight budget, simulation, two baselines; files in a new folder."""
     from poetsim.demo import run_demo
 
-    board = get_board(args.board)
     request = request_from_args(
-        args, graph_from_args(args, DEMO_MODEL_OPTIONS if args.model == DEMO_MODEL else None),
-        board)
-    graph = request.graph
+        args, DEMO_MODEL_OPTIONS if args.model == DEMO_MODEL else None)
     if not args.json:
-        show_costs(graph, board, args)
+        show_costs(request.graph, request.board, args)
         print(flush=True)
     result = run_demo(request, solver_settings(args), out_dir=args.out,
                       echo=None if args.json else lambda line: print(line, flush=True))

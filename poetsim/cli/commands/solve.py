@@ -11,9 +11,6 @@ from typing import Any
 
 import attrs
 
-from poetsim.boards import (
-    get_board,
-)
 from poetsim.boards.corners import CORNERS, corner_board
 from poetsim.boards.spec import Board
 from poetsim.cli.options import (
@@ -21,7 +18,6 @@ from poetsim.cli.options import (
     add_json,
     add_model_options,
     add_request_options,
-    graph_from_args,
     request_from_args,
     solver_settings,
 )
@@ -49,8 +45,8 @@ def _progress_printer(quiet: bool):
 
 
 def _cmd_solve(args: argparse.Namespace) -> int:
-    board = get_board(args.board)
-    request = request_from_args(args, graph_from_args(args), board)
+    request = request_from_args(args)
+    board = request.board
     if args.plan_for != "typical":  # the user's words resolved on the board as given
         board = corner_board(board, args.plan_for)
         request = attrs.evolve(request, board=board, costs=op_costs(request.graph, board))
