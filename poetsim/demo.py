@@ -47,7 +47,7 @@ from poetsim.methods import SolverSettings
 from poetsim.request import Request
 from poetsim.runs import Outcome, reference_energy_j, run_and_judge, with_overheads
 from poetsim.summary import cost_summary
-from poetsim.units import energy_overhead, format_bytes, format_quantity
+from poetsim.units import format_bytes, format_quantity
 from poetsim.verdict import CornerVerdict, judge_corners
 
 __all__ = ["DEMO_BASELINES", "DEMO_BOARD", "DEMO_DEADLINE", "DEMO_MODEL", "DEMO_MODEL_OPTIONS",
@@ -300,8 +300,7 @@ def _markdown(s: dict[str, Any], outcomes: Sequence[Outcome]) -> str:
             *([f"- at the board's measured corners: {s['corners_line']}"]
               if len(s["corners"]) > 1 else []),
             f"- energy {format_quantity(sim['energy_j'], 'J', 4)} per iteration "
-            f"({energy_overhead(sim['energy_j'], s['reference_energy_j']):+.2%} vs every op "
-            "once with "
+            f"({outcomes[0].energy_overhead:+.2%} vs every op once with "
             f"unlimited RAM), makespan {format_quantity(sim['makespan_s'], 's', 4)}",
             f"- {poet['recomputations']} recomputations, {poet['page_outs']} page-outs, "
             f"{poet['page_ins']} page-ins",
