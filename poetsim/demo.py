@@ -169,7 +169,8 @@ def _write_outputs(folder: Path, request: Request, outcomes: Sequence[Outcome],
         say("writing the schedule, trace and plots")
         write_schedule(poet.schedule, graph, folder / "schedule.json")
         write_schedule_binary(poet.schedule, folder / "schedule.bin", graph)
-        write_chrome_trace(poet.report, folder / "trace.json", verdict=poet.verdict.label)
+        write_chrome_trace(poet.report, folder / "trace.json", verdict=poet.verdict.label,
+                           deadline_s=poet.verdict.deadline_s)
         plot_simulation(graph, poet.schedule, poet.report, folder / "simulation.png",
                         verdict=poet.verdict.label)
         files += ["schedule.json", "schedule.bin", "trace.json", "simulation.png"]

@@ -46,7 +46,7 @@ from poetsim.sim.report import SimReport
 from poetsim.units import format_bytes, meets_deadline
 
 __all__ = ["ENERGY_NOTE_SHARE", "FAIL", "PASS", "CornerVerdict", "Verdict", "check_on_board",
-           "judge", "judge_corners"]
+           "deadline_met_runs", "judge", "judge_corners"]
 
 PASS = "PASS"
 FAIL = "FAIL"
@@ -56,7 +56,7 @@ ENERGY_NOTE_SHARE = 0.01
 
 #: Simulator observations this module re-judges against the request (the others count
 #: as violations as they are).
-_REJUDGED = frozenset({"ram_overflow", "deadline_missed", "storage_full", "flash_worn_out"})
+_REJUDGED = frozenset({"ram_overflow", "storage_full", "flash_worn_out"})
 
 
 @attrs.frozen
@@ -251,14 +251,21 @@ def judge(request: Request, report: SimReport, *, notes: Iterable[str] = (),
         streamed_state=WeightsOnStorage.of(request.graph).state_copies > 0)
 
 
+def deadline_met_runs(request: Request, makespans_s: Iterable[float]) -> int | None:
+    """How many runs of these makespans meet the request's deadline, each judged as
+    :func:`judge` judges one run (None without a deadline): a Monte Carlo study's count."""
+    if request.deadline_s is None:
+        return None
+    return sum(meets_deadline(m, request.deadline_s) for m in makespans_s)
+
+
 def check_on_board(request: Request, schedule: Schedule, *, trace: bool = False,
                    notes: Iterable[str] = ()) -> tuple[SimReport, Verdict]:
     """Simulate ``schedule`` on the request's board with the request's resident state,
     budget and deadline, and judge it."""
     report = simulate(request.graph, request.board, schedule,
                       budget_bytes=request.ram_limit_bytes,
-                      resident_bytes=request.resident_bytes, deadline_s=request.deadline_s,
-                      costs=request.costs, trace=trace)
+                      resident_bytes=request.resident_bytes, costs=request.costs, trace=trace)
     return report, judge(request, report, notes=notes,
                          predicted_energy_j=report.prediction.predicted_energy_j)
 

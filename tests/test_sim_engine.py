@@ -94,8 +94,7 @@ def test_structurally_invalid_schedules_are_refused(residual):
 @pytest.mark.parametrize("kwargs, message", [
     ({"budget_bytes": -1}, "budget_bytes"),
     ({"resident_bytes": 1.5}, "resident_bytes"),
-    ({"deadline_s": 0}, "deadline_s"),
-    ({"deadline_s": math.inf}, "deadline_s"),
+    ({"seed": -1}, "seed"),
 ])
 def test_bad_arguments(residual, kwargs, message):
     with pytest.raises(InputError, match=message):
@@ -110,27 +109,15 @@ def test_costs_for_another_graph_are_refused(residual):
         simulate(residual, make_board(), plain_schedule(residual), costs=other)
 
 
-def test_deadline_verdict(residual):
-    schedule = hand(residual, *PAGE_R)
-    report = simulate(residual, make_board(), schedule)
-    met = simulate(residual, make_board(), schedule, deadline_s=report.makespan_s * 1.01)
-    assert not met.violations and met.deadline_met
-    missed = simulate(residual, make_board(), schedule, deadline_s=report.makespan_s / 2)
-    assert missed.violations and missed.deadline_met is False
-    assert missed.violations[-1].rule == "deadline_missed"
-    reasons = [v.message for v in missed.violations]
-    assert "exceeds the deadline" in reasons[0]
-
-
-def test_deadline_is_not_taken_from_the_schedule_metadata(residual):
-    """A schedule file's own deadline is never judged: the deadline is passed explicitly."""
+def test_the_simulator_reports_and_does_not_judge_deadlines(residual):
+    """A schedule file's own deadline is never taken, and the simulator takes none: it
+    reports the makespan, the verdict judges it."""
     schedule = hand(residual, *PAGE_R, deadline_s=1e-6)
     report = simulate(residual, make_board(), schedule)
-    assert report.deadline_s is None and report.deadline_met is None
-    assert not report.violations
-    explicit = simulate(residual, make_board(), schedule, deadline_s=1e-6)
-    assert explicit.deadline_s == 1e-6 and not explicit.deadline_met
-    assert [v.rule for v in explicit.violations] == ["deadline_missed"]
+    assert not report.violations and report.makespan_s > 1e-6
+    assert "deadline_met" not in report.as_dict() and "deadline_s" not in report.as_dict()
+    with pytest.raises(TypeError):
+        simulate(residual, make_board(), schedule, deadline_s=1e-6)
 
 
 def test_the_verdict_judges_the_requests_deadline(residual):
@@ -140,11 +127,11 @@ def test_the_verdict_judges_the_requests_deadline(residual):
     makespan = simulate(residual, board, schedule).makespan_s
     loose = paper_request(residual, board, "100%", makespan * 1.01)
     report, verdict = check_on_board(loose, schedule)
-    assert report.deadline_s == loose.deadline_s and report.deadline_met
+    assert report.makespan_s == makespan
     assert verdict.passed and verdict.label == "PASS" and verdict.deadline_met
     tight = paper_request(residual, board, "100%", makespan / 2)
     report, verdict = check_on_board(tight, schedule)
-    assert not report.deadline_met
+    assert not report.violations
     assert not verdict.passed and verdict.label == "FAIL" and verdict.deadline_met is False
     assert any("exceeds the deadline" in v for v in verdict.violations)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import make_board
+from conftest import make_board, paper_request
 from test_sim_support import PAGE_BOTH, hand
 
 from poetsim.boards import WriteBusy
@@ -12,6 +12,7 @@ from poetsim.errors import InputError
 from poetsim.schedule import Action
 from poetsim.sim import simulate
 from poetsim.sim.montecarlo import MAX_RUNS, monte_carlo
+from poetsim.verdict import deadline_met_runs
 
 TAIL = WriteBusy(median_s=1e-3, p99_s=2e-2, block_stall_probability=0.2, stall_min_s=0.01,
                  stall_max_s=0.25)
@@ -35,9 +36,9 @@ def test_same_seed_same_result_other_seed_other_result(residual):
 
 def test_run_i_is_the_single_simulation_with_seed_plus_i(residual):
     schedule = hand(residual, *PAGE_BOTH)
-    result = monte_carlo(residual, _board(), schedule, runs=5, seed=100, deadline_s=1.0)
+    result = monte_carlo(residual, _board(), schedule, runs=5, seed=100)
     for i in range(5):
-        alone = simulate(residual, _board(), schedule, seed=100 + i, deadline_s=1.0)
+        alone = simulate(residual, _board(), schedule, seed=100 + i)
         assert result.makespans_s[i] == alone.makespan_s
         assert result.energies_j[i] == alone.energy_j
     worst = int(np.argmax(result.makespans_s))
@@ -47,23 +48,22 @@ def test_run_i_is_the_single_simulation_with_seed_plus_i(residual):
 def test_percentiles_and_deadline_share_are_those_of_the_runs(residual):
     schedule = hand(residual, *PAGE_BOTH)
     nominal = simulate(residual, _board(), schedule)
-    probe = monte_carlo(residual, _board(), schedule, runs=200, seed=0)
-    deadline = float(np.median(probe.makespans_s))
-    result = monte_carlo(residual, _board(), schedule, runs=200, seed=0, deadline_s=deadline)
+    result = monte_carlo(residual, _board(), schedule, runs=200, seed=0)
+    deadline = float(np.median(result.makespans_s))
     makespans = np.array(result.makespans_s)
     assert result.makespan_s.p50 == pytest.approx(np.percentile(makespans, 50))
     assert result.makespan_s.p99 == pytest.approx(np.percentile(makespans, 99))
     assert result.makespan_s.mean == pytest.approx(makespans.mean())
     assert result.makespan_s.max == makespans.max()
     assert result.energy_j.p99 == pytest.approx(np.percentile(result.energies_j, 99))
-    assert result.deadline_met_runs == int((makespans <= deadline).sum())
-    assert result.deadline_met_share == pytest.approx(result.deadline_met_runs / 200)
-    assert 0.4 < result.deadline_met_share < 0.7
+    met = deadline_met_runs(paper_request(residual, _board(), "100%", deadline),
+                            result.makespans_s)
+    assert met == int((makespans <= deadline).sum())
+    assert 80 < met < 140
     # busy only adds time: nominal is the floor, and the tail shows at p99
     assert result.makespan_s.min >= nominal.makespan_s - 1e-12
     assert result.makespan_s.p99 > result.makespan_s.p50 > nominal.makespan_s
     assert result.energy_j.p50 > nominal.energy_j
-    assert result.as_dict()["deadline_met_share"] == result.deadline_met_share
 
 
 def test_a_constant_busy_gives_identical_runs_shifted_by_hand(residual):
@@ -72,22 +72,24 @@ def test_a_constant_busy_gives_identical_runs_shifted_by_hand(residual):
     busy = WriteBusy(median_s=0.005, p99_s=0.005, block_stall_probability=0.0)
     schedule = hand(residual, *PAGE_BOTH)
     nominal = simulate(residual, make_board(dma_channels=0), schedule)
-    result = monte_carlo(residual, _board(busy, dma_channels=0), schedule, runs=7, seed=3,
-                         deadline_s=nominal.makespan_s + 0.005)
+    result = monte_carlo(residual, _board(busy, dma_channels=0), schedule, runs=7, seed=3)
     assert result.varies
     assert result.makespan_s.min == pytest.approx(nominal.makespan_s + 0.010, rel=1e-9)
     assert result.makespan_s.max == pytest.approx(result.makespan_s.min, rel=1e-12)
-    assert result.deadline_met_runs == 0 and result.deadline_met_share == 0.0
+    late = paper_request(residual, make_board(), "100%", nominal.makespan_s + 0.005)
+    assert deadline_met_runs(late, result.makespans_s) == 0
 
 
 def test_without_a_distribution_every_run_is_the_nominal_run(residual):
     schedule = hand(residual, *PAGE_BOTH)
-    nominal = simulate(residual, make_board(), schedule, deadline_s=1.0)
-    result = monte_carlo(residual, make_board(), schedule, runs=1000, seed=9, deadline_s=1.0)
+    nominal = simulate(residual, make_board(), schedule)
+    result = monte_carlo(residual, make_board(), schedule, runs=1000, seed=9)
     assert not result.varies and "no storage.write_busy" in result.identical_reason
     assert set(result.makespans_s) == {nominal.makespan_s}
     assert result.energy_j.p99 == result.energy_j.p50 == nominal.energy_j
-    assert result.deadline_met_share == 1.0 and len(result.energies_j) == 1000
+    assert len(result.energies_j) == 1000
+    loose = paper_request(residual, make_board(), "100%", 1.0)
+    assert deadline_met_runs(loose, result.makespans_s) == 1000
 
 
 def test_a_schedule_that_writes_nothing_does_not_vary(residual):
@@ -95,7 +97,8 @@ def test_a_schedule_that_writes_nothing_does_not_vary(residual):
 
     result = monte_carlo(residual, _board(), plain_schedule(residual), runs=3)
     assert not result.varies and "writes nothing" in result.identical_reason
-    assert result.deadline_met_share is None
+    no_deadline = paper_request(residual, _board(), "100%", None)
+    assert deadline_met_runs(no_deadline, result.makespans_s) is None
 
 
 @pytest.mark.parametrize(("runs", "seed", "fragment"), [

@@ -16,8 +16,7 @@ from poetsim.sim.trace import chrome_trace, write_chrome_trace
 
 @pytest.fixture
 def report(residual):
-    return simulate(residual, make_board(), hand(residual, *PAGE_BOTH), trace=True,
-                    deadline_s=1e-3)
+    return simulate(residual, make_board(), hand(residual, *PAGE_BOTH), trace=True)
 
 
 def test_without_trace_there_is_no_timeline(residual):
@@ -41,7 +40,7 @@ def test_timeline_states_cover_the_run_per_component(report):
 
 
 def test_chrome_trace_layout(report, tmp_path):
-    trace = chrome_trace(report)
+    trace = chrome_trace(report, deadline_s=1e-3)
     events = trace["traceEvents"]
     names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
     assert names == {"cpu", "dma0", "cpu state", "dma state", "storage state"}
@@ -60,7 +59,9 @@ def test_chrome_trace_layout(report, tmp_path):
         assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
     counters = {e["name"] for e in events if e["ph"] == "C"}
     assert counters == {"power_mW", "ram_bytes"}
-    assert any(e["ph"] == "I" and e["name"] == "deadline_missed" for e in events)
+    deadline = [e for e in events if e["ph"] == "I" and e["name"] == "deadline"]
+    assert [e["ts"] for e in deadline] == [pytest.approx(1e3)]  # 1 ms in microseconds
+    assert not any(e["ph"] == "I" for e in chrome_trace(report)["traceEvents"])
     path = tmp_path / "run.json"
     write_chrome_trace(report, path)
     assert json.loads(path.read_text())["otherData"]["energy_j"] == report.energy_j

@@ -33,7 +33,6 @@ Modules, one concept each:
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from poetsim.boards.spec import Board
@@ -59,8 +58,8 @@ def _whole_bytes(name: str, value: Any) -> int:
 
 def simulate(graph: TrainingGraph, board: Board, schedule: Schedule, *,
              budget_bytes: int | None = None, resident_bytes: int = 0,
-             deadline_s: float | None = None, costs: OpCosts | None = None,
-             trace: bool = False, seed: int | None = None) -> SimReport:
+             costs: OpCosts | None = None, trace: bool = False,
+             seed: int | None = None) -> SimReport:
     """Simulate one training iteration of ``schedule`` on ``board``.
 
     Parameters
@@ -76,9 +75,6 @@ def simulate(graph: TrainingGraph, board: Board, schedule: Schedule, *,
         the board's usable RAM (``ram.bytes - ram.reserved_bytes``).
     resident_bytes:
         The fixed region (parameters, gradients, optimizer state), live from the start.
-    deadline_s:
-        Makespan bound to record a miss against; ``None``: none (a schedule file's own
-        figures are never taken).
     costs:
         Per-op costs; ``None`` computes :func:`poetsim.costs.op_costs` for ``board``.
     trace:
@@ -94,8 +90,9 @@ def simulate(graph: TrainingGraph, board: Board, schedule: Schedule, *,
     ------
     ~poetsim.schedule.ScheduleError
         The schedule breaks a structural rule of the contract (wrong graph, an input not
-        in RAM, ...): it cannot be executed. Budget, deadline and storage capacity are not
-        structural: the run goes on and the report records them.
+        in RAM, ...): it cannot be executed. Budget and storage capacity are not
+        structural: the run goes on and the report records them. Deadlines are the
+        verdict's (:func:`poetsim.verdict.judge`): the simulator reports the makespan.
     InputError
         A bad argument (negative bytes, costs for another graph, ...).
     """
@@ -103,11 +100,6 @@ def simulate(graph: TrainingGraph, board: Board, schedule: Schedule, *,
         budget_bytes = board.ram.usable_bytes
     budget_bytes = _whole_bytes("budget_bytes", budget_bytes)
     resident_bytes = _whole_bytes("resident_bytes", resident_bytes)
-    if deadline_s is not None:
-        if isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)) \
-                or not math.isfinite(deadline_s) or deadline_s <= 0:
-            raise InputError(f"deadline_s = {deadline_s!r}: must be a positive number of seconds")
-        deadline_s = float(deadline_s)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise InputError(f"seed = {seed!r}: must be a whole number >= 0")
     if costs is None:
@@ -120,5 +112,5 @@ def simulate(graph: TrainingGraph, board: Board, schedule: Schedule, *,
     except ContractViolation as err:
         raise ScheduleError(f"cannot simulate: {err}") from None
     return Simulation(replayed, board, costs, budget_bytes=budget_bytes,
-                      resident_bytes=resident_bytes, deadline_s=deadline_s, trace=trace,
+                      resident_bytes=resident_bytes, trace=trace,
                       seed=seed).run()

@@ -106,7 +106,7 @@ class Simulation:
     """One training iteration of ``schedule`` on ``board``; :meth:`run` returns the report."""
 
     def __init__(self, replay: Replay, board: Board, costs: OpCosts, *, budget_bytes: int,
-                 resident_bytes: int, deadline_s: float | None, trace: bool,
+                 resident_bytes: int, trace: bool,
                  seed: int | None = None) -> None:
         graph = replay.graph
         self.graph = graph
@@ -117,7 +117,6 @@ class Simulation:
         self.steps = replay.steps
         self.budget_bytes = budget_bytes
         self.resident_bytes = resident_bytes
-        self.deadline_s = deadline_s
         self.trace = trace
         self.env = env = simpy.Environment()
         self.ledger = ledger = EnergyLedger()

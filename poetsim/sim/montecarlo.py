@@ -8,7 +8,8 @@ Each seeded run draws every page-out's extra write-busy time from the board's
 
 It reports the distribution of makespan, energy and drawn write-busy time over the runs
 (p50, p99, mean, min, max; percentiles by linear interpolation between order statistics,
-numpy's default) and the share of runs whose makespan meets the deadline. When nothing
+numpy's default); the share of runs that meet a deadline is the verdict's
+(:func:`poetsim.verdict.deadline_met_runs`). When nothing
 can vary (the board has no ``write_busy``, or the schedule writes nothing) every run is
 the nominal run: it is simulated once and :attr:`MonteCarlo.identical_reason` says why.
 
@@ -30,7 +31,6 @@ from poetsim.errors import InputError
 from poetsim.graph.graph import TrainingGraph
 from poetsim.schedule.ops import Action, Schedule
 from poetsim.sim import simulate
-from poetsim.units import meets_deadline
 
 __all__ = ["MAX_RUNS", "Distribution", "MonteCarlo", "monte_carlo"]
 
@@ -63,8 +63,7 @@ class Distribution:
 class MonteCarlo:
     """The result of :func:`monte_carlo` (see the module docstring).
 
-    ``deadline_met_runs`` / ``deadline_met_share`` count runs with ``makespan_s <=
-    deadline_s`` (None without a deadline). ``worst_seed`` is the seed of the run with the
+    ``worst_seed`` is the seed of the run with the
     largest makespan (the first such), to reproduce it alone. ``makespans_s`` and
     ``energies_j`` hold every run's figure, in seed order.
     """
@@ -75,8 +74,6 @@ class MonteCarlo:
     makespan_s: Distribution
     energy_j: Distribution
     write_busy_s: Distribution
-    deadline_s: float | None
-    deadline_met_runs: int | None
     worst_seed: int
     makespans_s: tuple[float, ...] = attrs.field(repr=False)
     energies_j: tuple[float, ...] = attrs.field(repr=False)
@@ -91,12 +88,6 @@ class MonteCarlo:
     def last_seed(self) -> int:
         return self.seed + self.runs - 1
 
-    @property
-    def deadline_met_share(self) -> float | None:
-        if self.deadline_met_runs is None:
-            return None
-        return self.deadline_met_runs / self.runs
-
     def as_dict(self, *, samples: bool = False) -> dict[str, Any]:
         """JSON-ready, units in the keys (``samples=True`` adds every run's figures)."""
         out: dict[str, Any] = {
@@ -104,9 +95,7 @@ class MonteCarlo:
             "varies": self.varies, "identical_reason": self.identical_reason,
             "percentile_method": "linear",
             "makespan_s": self.makespan_s.as_dict(), "energy_j": self.energy_j.as_dict(),
-            "write_busy_s": self.write_busy_s.as_dict(), "deadline_s": self.deadline_s,
-            "deadline_met_runs": self.deadline_met_runs,
-            "deadline_met_share": self.deadline_met_share, "worst_seed": self.worst_seed,
+            "write_busy_s": self.write_busy_s.as_dict(), "worst_seed": self.worst_seed,
             "wall_s": self.wall_s,
         }
         if samples:
@@ -134,8 +123,7 @@ def _identical_reason(board: Board, schedule: Schedule) -> str | None:
 
 def monte_carlo(graph: TrainingGraph, board: Board, schedule: Schedule, *, runs: int,
                 seed: int = 0, budget_bytes: int | None = None, resident_bytes: int = 0,
-                deadline_s: float | None = None, costs: OpCosts | None = None
-                ) -> MonteCarlo:
+                costs: OpCosts | None = None) -> MonteCarlo:
     """Simulate ``schedule`` with the seeds ``seed .. seed + runs - 1`` and summarize.
 
     ``runs`` in [1, :data:`MAX_RUNS`], ``seed`` >= 0; the other arguments are those of
@@ -147,8 +135,7 @@ def monte_carlo(graph: TrainingGraph, board: Board, schedule: Schedule, *, runs:
     if costs is None:
         costs = op_costs(graph, board)
     identical = _identical_reason(board, schedule)
-    options = dict(budget_bytes=budget_bytes, resident_bytes=resident_bytes,
-                   deadline_s=deadline_s, costs=costs)
+    options = dict(budget_bytes=budget_bytes, resident_bytes=resident_bytes, costs=costs)
     if identical is not None:
         report = simulate(graph, board, schedule, seed=seed, **options)
         makespans = [report.makespan_s] * runs
@@ -161,12 +148,9 @@ def monte_carlo(graph: TrainingGraph, board: Board, schedule: Schedule, *, runs:
             makespans.append(report.makespan_s)
             energies.append(report.energy_j)
             busy.append(report.write_busy_s)
-    met = None
-    if deadline_s is not None:
-        met = sum(meets_deadline(m, deadline_s) for m in makespans)
     return MonteCarlo(
         runs=runs, seed=seed, identical_reason=identical,
         makespan_s=Distribution.of(makespans), energy_j=Distribution.of(energies),
-        write_busy_s=Distribution.of(busy), deadline_s=deadline_s, deadline_met_runs=met,
+        write_busy_s=Distribution.of(busy),
         worst_seed=seed + int(np.argmax(makespans)), makespans_s=tuple(makespans),
         energies_j=tuple(energies), wall_s=time.perf_counter() - started)

@@ -23,15 +23,14 @@ import attrs
 
 from poetsim.schedule.layout import Layout
 from poetsim.sim.timeline import Timeline
-from poetsim.units import meets_deadline
 
 __all__ = ["Prediction", "SimReport", "SimViolation", "TransferRecord"]
 
 
 @attrs.frozen
 class SimViolation:
-    """Something the run broke: ``ram_overflow``, ``deadline_missed``, ``storage_full``,
-    ``flash_worn_out``. ``step`` / ``op`` say where (``None`` for the whole run)."""
+    """Something the run broke: ``ram_overflow``, ``storage_full``, ``flash_worn_out``.
+    ``step`` / ``op`` say where (``None`` for the whole run)."""
 
     rule: str
     message: str
@@ -142,7 +141,6 @@ class SimReport:
     violations: tuple[SimViolation, ...]
     # time
     makespan_s: float
-    deadline_s: float | None
     compute_s: float
     cpu_transfer_s: float
     stall_s: float
@@ -212,11 +210,6 @@ class SimReport:
 
     # ------------------------------------------------------------------ derived
     @property
-    def deadline_met(self) -> bool | None:
-        return (None if self.deadline_s is None
-                else meets_deadline(self.makespan_s, self.deadline_s))
-
-    @property
     def peak_activation_bytes(self) -> int:
         return self.peak_ram_bytes - self.resident_bytes
 
@@ -248,8 +241,6 @@ class SimReport:
             "steps": self.steps,
             "violations": [v.as_dict() for v in self.violations],
             "makespan_s": self.makespan_s,
-            "deadline_s": self.deadline_s,
-            "deadline_met": self.deadline_met,
             "compute_s": self.compute_s,
             "cpu_transfer_s": self.cpu_transfer_s,
             "stall_s": self.stall_s,

@@ -14,7 +14,6 @@ from poetsim.sim.dma import DONE
 from poetsim.sim.jobs import transfer_record
 from poetsim.sim.report import Prediction, SimReport, SimViolation
 from poetsim.sim.timeline import Slice, StateSlice, Timeline
-from poetsim.units import meets_deadline
 
 if TYPE_CHECKING:
     from poetsim.sim.engine import Simulation
@@ -42,8 +41,8 @@ def _book_weight_streams(sim: Simulation) -> None:
 
 
 def _violations(sim: Simulation, makespan: float) -> tuple[SimViolation, ...]:
-    """What the run broke: the program's own findings, RAM overflows, a missed deadline and
-    a worn-out flash sector."""
+    """What the run broke: the program's own findings, RAM overflows and a worn-out flash
+    sector (deadlines are the verdict's)."""
     violations = list(sim.violations)
     for over in sim.ram.overflows:
         violations.append(SimViolation(
@@ -51,11 +50,6 @@ def _violations(sim: Simulation, makespan: float) -> tuple[SimViolation, ...]:
             f"step {over.step} ({over.action} {over.op!r}) at {over.time_s:.6g} s: RAM "
             f"reaches {over.ram_bytes} B, {over.excess_bytes} B over the budget of "
             f"{over.budget_bytes} B", over.step, over.op, over.time_s))
-    if sim.deadline_s is not None and not meets_deadline(makespan, sim.deadline_s):
-        violations.append(SimViolation(
-            "deadline_missed",
-            f"makespan {makespan:.6g} s exceeds the deadline of {sim.deadline_s:.6g} s "
-            f"by {makespan - sim.deadline_s:.6g} s"))
     wear = sim.storage.wear
     if wear is not None and wear.max_erase_count > wear.endurance_cycles:
         violations.append(SimViolation(
@@ -130,7 +124,7 @@ def finished_report(sim: Simulation, makespan: float, machines: list, events: in
     return SimReport(
         graph_name=sim.graph.name, board_name=board.name, steps=len(sim.steps),
         violations=_violations(sim, makespan),
-        makespan_s=makespan, deadline_s=sim.deadline_s, compute_s=sim.compute_s,
+        makespan_s=makespan, compute_s=sim.compute_s,
         cpu_transfer_s=sim.cpu_transfer_s, stall_s=sim.stall_s, tail_s=sim.tail_s,
         **_ram_fields(sim),
         energy_j=ledger.total_j,

@@ -10,7 +10,8 @@ run):
   ``storage state``), each slice carrying the power in mW;
 * counter (``"C"``) tracks ``power_mW`` (one series per component, stacked) and
   ``ram_bytes`` (with the budget as a second series);
-* instant (``"i"``) events for RAM overflows and a missed deadline.
+* instant (``"i"``) events for RAM overflows and, when the caller gives one, the deadline
+  the verdict judged against (drawn wherever it falls, met or missed).
 
 Timestamps and durations are in microseconds, as the format requires (``ts`` may be
 fractional). Slices on one thread never overlap (Perfetto requires strict nesting), which
@@ -51,9 +52,11 @@ def _span_us(start_s: float, end_s: float) -> tuple[float, float]:
     return ts, dur
 
 
-def chrome_trace(report: SimReport, *, verdict: str | None = None) -> dict[str, Any]:
+def chrome_trace(report: SimReport, *, verdict: str | None = None,
+                 deadline_s: float | None = None) -> dict[str, Any]:
     """The trace as a JSON-ready dict (needs a report made with ``trace=True``);
-    ``verdict`` (from :mod:`poetsim.verdict`) is recorded with it when given."""
+    ``verdict`` and ``deadline_s`` (from :mod:`poetsim.verdict`) are recorded with it when
+    given."""
     timeline = report.timeline
     if timeline is None:
         raise InputError("the report has no timeline: simulate with trace=True")
@@ -102,11 +105,14 @@ def chrome_trace(report: SimReport, *, verdict: str | None = None) -> dict[str, 
     for t, nbytes in timeline.ram:
         events.append({"ph": "C", "pid": pid, "name": "ram_bytes", "ts": t * _US,
                        "args": {"live": nbytes, "budget": report.budget_bytes}})
-    for v in report.violations:
-        if v.time_s is not None or v.rule == "deadline_missed":
-            ts = v.time_s if v.time_s is not None else (report.deadline_s or 0.0)
-            events.append({"ph": "I", "pid": pid, "tid": tid.get("cpu", 1), "s": "g",
-                           "name": v.rule, "ts": ts * _US, "args": {"message": v.message}})
+    instants = [(v.time_s, v.rule, v.message) for v in report.violations
+                if v.time_s is not None]
+    if deadline_s is not None:
+        instants.append((deadline_s, "deadline", f"the deadline, {deadline_s:.6g} s; the "
+                         f"makespan is {report.makespan_s:.6g} s"))
+    for ts, name, message in instants:
+        events.append({"ph": "I", "pid": pid, "tid": tid.get("cpu", 1), "s": "g",
+                       "name": name, "ts": ts * _US, "args": {"message": message}})
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
@@ -117,8 +123,9 @@ def chrome_trace(report: SimReport, *, verdict: str | None = None) -> dict[str, 
     }
 
 
-def write_chrome_trace(report: SimReport, path: str | Path, *,
-                       verdict: str | None = None) -> None:
+def write_chrome_trace(report: SimReport, path: str | Path, *, verdict: str | None = None,
+                       deadline_s: float | None = None) -> None:
     """Write :func:`chrome_trace` of ``report`` to ``path`` (atomically)."""
-    atomic_write_text(path, json.dumps(chrome_trace(report, verdict=verdict),
+    atomic_write_text(path, json.dumps(chrome_trace(report, verdict=verdict,
+                                                    deadline_s=deadline_s),
                                        separators=(",", ":")) + "\n")
