@@ -37,8 +37,7 @@ from typing import Any
 import attrs
 
 from poetsim import __version__
-from poetsim.boards.load import board_to_dict
-from poetsim.boards.spec import Board
+from poetsim.boards.load import board_numbers
 from poetsim.fileio import atomic_write_text
 from poetsim.graph.io import graph_fingerprint
 from poetsim.graph.memory import minimum_ram_bytes
@@ -56,7 +55,7 @@ __all__ = ["CACHE_VERSION", "MAX_DEADLINE_TIGHTENINGS", "METHODS", "SOLVER_VERSI
            "with_overheads"]
 
 #: Bumped whenever a change makes cached runs stale.
-CACHE_VERSION = 8
+CACHE_VERSION = 9
 
 #: How often a MILP method is re-solved with a tighter deadline when its schedule misses
 #: the deadline in the simulation.
@@ -181,28 +180,12 @@ class Outcome:
         return out
 
 
-def _board_numbers(board: Board) -> dict[str, Any]:
-    """The board's document without what does not change a result (names, sources)."""
-
-    def strip(value: Any) -> Any:
-        if isinstance(value, dict):
-            if "value" in value and "source" in value:
-                return strip(value["value"])
-            return {k: strip(v) for k, v in value.items()
-                    if k not in ("name", "title", "notes", "source", "ref")}
-        if isinstance(value, list):
-            return [strip(v) for v in value]
-        return value
-
-    return strip(board_to_dict(board))
-
-
 def run_key(request: Request, method: str, solver_settings: dict[str, Any]) -> str:
     """SHA-256 (hex) of everything that decides a run's result."""
     document = {
         "cache_version": CACHE_VERSION, "poetsim": __version__, "method": method,
         "graph_fingerprint": graph_fingerprint(request.graph),
-        "board": _board_numbers(request.board), "accounting": request.accounting.value,
+        "board": board_numbers(request.board), "accounting": request.accounting.value,
         "budget_bytes": request.budget_bytes,
         "budget_activation_bytes": request.activation_budget_bytes,
         "resident_bytes": request.resident_bytes,

@@ -939,9 +939,11 @@ def test_deadline_parsing() -> None:
 
 def test_invalid_solver_settings_raise_input_errors() -> None:
     graph, board = residual_graph(), make_board()
-    for kwargs in ({"time_limit_s": 0}, {"time_limit_s": -1}, {"gap_limit": 1.0},
-                   {"gap_limit": -0.1}, {"threads": 0}):
-        with pytest.raises(InputError):
+    for kwargs in ({"time_limit_s": 0}, {"time_limit_s": -1}, {"time_limit_s": float("nan")},
+                   {"gap_limit": 1.0}, {"gap_limit": -0.1}, {"threads": 0}, {"seed": -1},
+                   {"effort": 0}, {"effort": 2.5}):
+        # the same one-line messages as the CLI's settings: one validator
+        with pytest.raises(InputError, match=f"^{next(iter(kwargs))} = "):
             solve(paper_request(graph, board), **kwargs)
     # a solver deadline may tighten the request's, never loosen it
     request = paper_request(graph, board, deadline="2x")

@@ -33,8 +33,8 @@ from poetsim.boards.spec import (
 from poetsim.errors import BoardError
 from poetsim.fileio import read_toml
 
-__all__ = ["OPTIONAL_SECTIONS", "SCHEMA_VERSION", "SECTIONS", "board_from_dict", "board_to_dict",
-           "load_board"]
+__all__ = ["OPTIONAL_SECTIONS", "SCHEMA_VERSION", "SECTIONS", "board_from_dict", "board_numbers",
+           "board_to_dict", "load_board"]
 
 SCHEMA_VERSION = 1
 
@@ -49,6 +49,22 @@ _REQUIRED_TOP = ("schema_version", "name", "title", "profile",
                  *(s for s in SECTIONS if s not in OPTIONAL_SECTIONS))
 _SOURCE_KEYS = ("value", "source", "ref")
 _RANGE_KEYS = ("min", "max")
+
+
+def board_numbers(board: Board) -> dict[str, Any]:
+    """Every number and choice of ``board`` that can change a result (no names, titles,
+    notes or sources), JSON-ready: what a run's cache key and a sweep point's id hold of
+    the board."""
+
+    def plain(_inst: Any, _field: Any, value: Any) -> Any:
+        return value.value if hasattr(value, "value") and not isinstance(value, (int, float)) \
+            else value
+
+    doc: dict[str, Any] = {"profile": board.profile.value}
+    for section in SECTIONS:
+        if getattr(board, section) is not None:  # an optional section such as [flash]
+            doc[section] = attrs.asdict(getattr(board, section), value_serializer=plain)
+    return doc
 
 
 def load_board(path: str | Path) -> Board:

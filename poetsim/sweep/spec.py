@@ -53,7 +53,7 @@ from typing import Any
 
 import attrs
 
-from poetsim.boards.load import SECTIONS
+from poetsim.boards.load import SECTIONS, board_numbers
 from poetsim.boards.registry import get_board
 from poetsim.boards.spec import Board, BoardFieldError, Source, SourceKind
 from poetsim.errors import InputError, PoetsimError, SweepError
@@ -62,7 +62,7 @@ from poetsim.methods import METHODS, SolverSettings
 from poetsim.request import BOARD_RAM, Accounting, parse_deadline, resolve_request
 
 __all__ = ["BOARD_BUDGET", "Point", "SolverSettings", "Sweep", "SweepError", "apply_overrides",
-           "board_numbers", "expand_points", "load_sweep", "parse_sweep", "variant_label"]
+           "expand_points", "load_sweep", "parse_sweep", "variant_label"]
 
 #: The RAM budget word meaning "the board's usable RAM".
 BOARD_BUDGET = BOARD_RAM
@@ -155,20 +155,6 @@ class Point:
 
 
 # ----------------------------------------------------------------------------- boards
-
-def board_numbers(board: Board) -> dict[str, Any]:
-    """Every number and choice of ``board`` (no names or sources), JSON-ready."""
-
-    def plain(_inst: Any, _field: Any, value: Any) -> Any:
-        return value.value if hasattr(value, "value") and not isinstance(value, (int, float)) \
-            else value
-
-    doc: dict[str, Any] = {"profile": board.profile.value}
-    for section in SECTIONS:
-        if getattr(board, section) is not None:  # an optional section such as [flash]
-            doc[section] = attrs.asdict(getattr(board, section), value_serializer=plain)
-    return doc
-
 
 def _format_value(value: Any) -> str:
     """``2e6`` for 2000000.0, ``728000`` for 728000.0, ``1`` for 1: short and exact enough."""

@@ -5,7 +5,6 @@ what was proven. :func:`solve` is the optimizer's public entry point."""
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 
@@ -31,6 +30,7 @@ from poetsim.optimizer.search.portfolio import (
 from poetsim.optimizer.search.result import SolveResult, SolveStatus
 from poetsim.optimizer.search.state import Search
 from poetsim.optimizer.search.windows import remat_neighbourhood, window_search
+from poetsim.optimizer.settings import SolverSettings
 from poetsim.request import Request
 from poetsim.schedule import Schedule
 
@@ -87,7 +87,7 @@ def solve(request: Request, *, remat: bool = True, paging: bool = True,
     MILP; improve by a window search, then let SCIP search; conclude what was proven.
     """
     deadline_s = _checked(request, time_limit_s=time_limit_s, gap_limit=gap_limit,
-                          threads=threads, effort=effort, deadline_s=deadline_s)
+                          threads=threads, seed=seed, effort=effort, deadline_s=deadline_s)
     search = Search(request=request,
                     formulation=Formulation(remat=remat, paging=paging, restricted=restricted),
                     deadline_s=deadline_s, time_limit_s=time_limit_s, gap_limit=gap_limit,
@@ -111,18 +111,13 @@ def solve(request: Request, *, remat: bool = True, paging: bool = True,
 
 
 def _checked(request: Request, *, time_limit_s: float, gap_limit: float, threads: int,
-             effort: int | None, deadline_s: float | None) -> float | None:
-    """The deadline to plan against, once the settings are checked."""
-    if not (time_limit_s > 0) or not math.isfinite(time_limit_s):
-        raise InputError(f"time_limit_s = {time_limit_s!r}: must be a positive number of "
-                         "seconds")
-    if not (0 <= gap_limit < 1):
-        raise InputError(f"gap_limit = {gap_limit!r}: must be in [0, 1)")
-    if threads < 1:
-        raise InputError(f"threads = {threads!r}: must be at least 1")
-    if effort is not None and (isinstance(effort, bool) or not isinstance(effort, int)
-                               or effort < 1):
+             seed: int, effort: int | None, deadline_s: float | None) -> float | None:
+    """The deadline to plan against, once the settings are checked (by
+    :class:`~poetsim.optimizer.settings.SolverSettings`, their one validator)."""
+    if effort == 0 and not isinstance(effort, bool):
         raise InputError(f"effort = {effort!r}: must be a whole number of nodes >= 1")
+    SolverSettings(time_limit_s=time_limit_s, gap_limit=gap_limit, threads=threads, seed=seed,
+                   effort=effort)
     if deadline_s is None:
         return request.deadline_s
     if request.deadline_s is not None and deadline_s > request.deadline_s:
