@@ -22,7 +22,15 @@ from poetsim.baselines.program import (
     forward_indices,
     run_policy,
 )
-from poetsim.baselines.revolve import _plan, _slot_order, binomial_advances, revolve_program
+from poetsim.baselines.revolve import (
+    _energy_floor,
+    _first_descent,
+    _plan,
+    _slot_order,
+    binomial_advances,
+    revolve,
+    revolve_program,
+)
 from poetsim.graph import ForwardGraph, TrainingGraph, graph_fingerprint, plain_peak
 from poetsim.schedule import Schedule, Step, check_schedule, plain_schedule
 from poetsim.zoo import build_model
@@ -199,6 +207,54 @@ def test_binomial_plan_is_the_recursions_optimum():
             if c < s - 1:
                 assert _plan(s, c) == (advances[c][s], costs.index(advances[c][s]) + 1), (s, c)
             assert binomial_advances(s, c) == advances[c][s], (s, c)
+
+
+def _chains():
+    """MLP chains of several lengths and widths (linear and ReLU steps cost unequally)."""
+    yield build_model("mlp", layers=7, width=4)
+    yield build_model("mlp", layers=40, width=8)
+    yield build_model("mlp", layers=30, width=24, input_dim=300)
+
+
+@pytest.mark.parametrize("graph", list(_chains()), ids=lambda g: g.name)
+def test_revolves_bounds_never_exceed_what_a_slot_count_needs(graph):
+    """For every slot count: the snapshots of the first descent are resident together (so
+    their bytes are at most the program's peak), and the energy floor is at most the
+    program's compute energy; so the counts they skip cannot win."""
+    from poetsim.boards import get_board
+    from poetsim.costs import op_costs
+
+    energy = op_costs(graph, get_board("rpi4")).compute_energy_j
+    chain, _ = chain_order(graph)
+    size = [op.output_bytes for op in graph.ops]
+    steps = len(chain) - 1
+    for slots in range(steps):
+        prog = revolve_program(graph, chain, slots)
+        held = size[chain[0]] + sum(size[chain[j]] for j in _first_descent(steps, slots))
+        assert held <= prog.peak, slots
+        assert _energy_floor(energy, chain, slots) <= prog.compute_sum(energy) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("graph", list(_chains()), ids=lambda g: g.name)
+def test_revolves_pruned_search_finds_what_trying_every_count_finds(graph):
+    """The least-energy feasible count (ties: fewer slots) by lowering every count, against
+    revolve()'s search, which skips the counts its bounds rule out, at budgets from the
+    least that fits to all of it."""
+    from poetsim.boards import get_board
+    from poetsim.costs import op_costs
+
+    board = get_board("rpi4")
+    costs = op_costs(graph, board)
+    chain, _ = chain_order(graph)
+    programs = [revolve_program(graph, chain, c) for c in range(len(chain) - 1)]
+    peaks = sorted({prog.peak for prog in programs})
+    for budget in (*peaks[:3], peaks[len(peaks) // 2], peaks[-1]):
+        keys = [(prog.compute_sum(costs.compute_energy_j), c)
+                for c, prog in enumerate(programs) if prog.peak <= budget]
+        energy_j, slots = min(keys)
+        result = revolve(graph, board, costs, budget)
+        assert result.details["snapshots"] == slots, budget
+        assert list(result.schedule.steps) == list(programs[slots].steps)
 
 
 def _slot_orders(counts, peak, budget):

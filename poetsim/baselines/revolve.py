@@ -17,13 +17,17 @@ The forward ops form a chain ``x0 -> x1 -> ... -> xN`` (``xN`` the loss); revers
 the smallest such ``m``, in Griewank and Walther's closed form), as Revolve assumes; the
 actual per-op costs and sizes are *not* used to place snapshots. The number of slots is
 the only knob: every ``c`` from 0 (least memory) to ``N-1`` is lowered, checked, and the
-feasible schedule with the least predicted energy is returned (ties: fewer slots). The
-counts are tried the likely best first, the largest that fits (:func:`_slot_order`), so
-that a search cut short by its ``stop_at`` returns a sensible schedule rather than the
-quadratic recomputation of no snapshot at all. Intermediate tensors are freed as
-soon as the advance has moved past them; backward tensors as soon as their last reader
-has run. Because every reverse step recomputes what it reads beyond ``x(j-1)``, Revolve
-recomputes at every budget (ReLU outputs, the loss), unlike checkpoint-all.
+feasible schedule with the least predicted energy is returned (ties: fewer slots). A count
+is not lowered when a bound proves it cannot win: the snapshots its first descent holds
+together exceed the budget (:func:`_first_descent`), or its forward advances, each a
+recomputation at least as dear as the cheapest chain state, cost more than the best so
+far (:func:`_energy_floor`). The counts are tried the likely best first, the largest
+that fits (:func:`_slot_order`), so that a search cut short by its ``stop_at`` returns a
+sensible schedule rather than the quadratic recomputation of no snapshot at all.
+Intermediate tensors are freed as soon as the advance has moved past them; backward
+tensors as soon as their last reader has run. Because every reverse step recomputes what
+it reads beyond ``x(j-1)``, Revolve recomputes at every budget (ReLU outputs, the loss),
+unlike checkpoint-all.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from poetsim.baselines.base import (
     BaselineResult,
@@ -54,6 +58,9 @@ from poetsim.graph.ops import Phase
 __all__ = ["binomial_advances", "revolve", "revolve_program"]
 
 METHOD = "revolve"
+#: Relative slack of the energy bound against the float rounding of the sums it is
+#: compared with.
+_ROUNDING = 1e-9
 
 
 def _beta(c: int, r: int) -> int:
@@ -94,6 +101,30 @@ def _plan(steps: int, slots: int) -> tuple[int, int]:
 def binomial_advances(steps: int, slots: int) -> int:
     """Forward advances Revolve needs for ``steps`` unit steps and ``slots`` free snapshots."""
     return _plan(steps, slots)[0]
+
+
+def _first_descent(steps: int, slots: int) -> Iterator[int]:
+    """The positions of the snapshots taken before the first step is reversed: the
+    recursion's first path, each level with one slot less. All of them (and ``x0``) are
+    resident together when that step runs, so their bytes bound the peak from below."""
+    s, c = 0, slots
+    while steps - s > 1 and c > 0:
+        s += _plan(steps - s, c)[1]
+        yield s
+        c -= 1
+
+
+def _energy_floor(energy: Sequence[float], chain: list[int], slots: int) -> float:
+    """A lower bound on the compute energy of the program with ``slots`` snapshots: every
+    op once, and every forward advance beyond the chain's one pass a recomputation of a
+    chain state (never ``x0``), each at least the cheapest. The program advances exactly
+    as the unit-step recursion does (:func:`binomial_advances` counts those advances)."""
+    steps = len(chain) - 1
+    extra = binomial_advances(steps, slots) - steps
+    once = math.fsum(energy)
+    if extra <= 0 or steps < 1:
+        return once
+    return once + extra * min(energy[u] for u in chain[1:])
 
 
 class _Revolve:
@@ -238,10 +269,18 @@ def revolve(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_by
     best: tuple[tuple[float, int], Program] | None = None
     best_to_finish = 0.0
     peaks: dict[int, int] = {}
+    size = [op.output_bytes for op in graph.ops]
     order = _slot_order(max(1, steps), budget_bytes, peaks)
     try:
         for slots in order:
             ticker.tick(ticker.every)  # looks at the clock
+            held = size[chain[0]] + sum(size[chain[j]] for j in _first_descent(steps, slots))
+            if held > budget_bytes:
+                peaks[slots] = held  # a lower bound: enough to rule the count out
+                continue
+            if best is not None and _energy_floor(energy, chain, slots) * (1 - _ROUNDING) \
+                    > best[0][0]:
+                continue
             started = time.perf_counter()
             prog = revolve_program(graph, chain, slots, ticker)
             to_finish = finish_estimate_s(graph, time.perf_counter() - started)
@@ -263,9 +302,9 @@ def revolve(graph: TrainingGraph, board: Board, costs: OpCosts | None, budget_by
         return ran_out_of_time(METHOD, budget_bytes, deadline_s, {
             "snapshot_counts_tried": len(peaks)}, why="before it could check its best schedule")
     if best is None:
-        smallest = min(peaks.values())
+        smallest = min(peaks.values())  # of every count, lowered or bounded from below
         return infeasible(METHOD, (
-            f"even with no snapshot (quadratic recomputation) it needs {smallest} B of "
+            f"even with no snapshot (quadratic recomputation) it needs at least {smallest} B of "
             f"activation RAM, over the budget of {budget_bytes} B"), budget_bytes, deadline_s,
             {"smallest_peak_bytes": smallest})
     (_, slots), prog = best
