@@ -42,6 +42,18 @@ def test_boards_list_and_show(capsys):
     assert doc["cpu"]["clock_hz"]["source"] in ("datasheet", "paper", "measured", "estimate")
 
 
+def test_boards_show_fits_100_columns(capsys):
+    """Every built-in board's lines wrap at 100 columns; only one word too long to break
+    (a URL) may stand alone past it."""
+    from poetsim.boards import builtin_board_names
+
+    for name in builtin_board_names():
+        status, out, _ = run(capsys, "boards", "show", name)
+        assert status == 0
+        for line in out.splitlines():
+            assert len(line) <= 100 or len(line.split()) == 1, (name, line)
+
+
 def test_boards_validate(capsys, tmp_path):
     from poetsim.boards import builtin_board_dir
     good = str(builtin_board_dir() / "nrf52840.toml")

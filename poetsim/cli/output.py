@@ -4,6 +4,7 @@ the simulation's figures (shared by ``simulate`` and ``demo``)."""
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,17 @@ from poetsim.verdict import Verdict
 def emit_json(data: Any) -> None:
     """``data`` as indented JSON on stdout."""
     print(json.dumps(data, indent=2, default=str))
+
+
+#: Columns of a printed line: longer ones wrap (:func:`wrapped`).
+WIDTH = 100
+
+
+def wrapped(line: str, indent: int) -> str:
+    """``line`` wrapped to :data:`WIDTH` columns, its continuation lines indented by
+    ``indent`` spaces (words are never broken: a path or reference stays whole)."""
+    return textwrap.fill(line, width=WIDTH, subsequent_indent=" " * indent,
+                         break_long_words=False, break_on_hyphens=False)
 
 
 def row(label: str, value: str) -> str:

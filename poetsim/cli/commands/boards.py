@@ -17,7 +17,7 @@ from poetsim.boards import (
 from poetsim.boards.spec import Board
 from poetsim.cli.commands import calibrate
 from poetsim.cli.options import add_json
-from poetsim.cli.output import emit_json, row
+from poetsim.cli.output import emit_json, row, wrapped
 from poetsim.errors import PoetsimError
 from poetsim.units import format_bytes, format_quantity
 
@@ -39,7 +39,8 @@ def _cmd_boards_list(args: argparse.Namespace) -> None:
 
 def _print_board(board: Board) -> None:
     doc = board_to_dict(board)
-    print(f"{board.name}: {board.title}  (profile: {board.profile.value})")
+    print(f"{board.name}: {board.title}")
+    print(f"profile: {board.profile.value}")
     def table(name: str, rows: dict[str, Any]) -> None:
         print(f"[{name}]")
         nested = {k: v for k, v in rows.items() if isinstance(v, dict) and "value" not in v}
@@ -49,8 +50,9 @@ def _print_board(board: Board) -> None:
             if isinstance(value, dict):
                 spread = (f" (range {value['min']:g} to {value['max']:g})"
                           if "min" in value else "")
-                print(f"  {key:<30} {value['value']:<14g} [{value['source']}]{spread} "
-                      f"{value['ref']}")
+                # the reference continues under the source, past the key and value columns
+                print(wrapped(f"  {key:<30} {value['value']:<14g} [{value['source']}]{spread} "
+                              f"{value['ref']}", indent=48))
             else:
                 print(f"  {key:<30} {value}")
         for key, value in nested.items():  # sub-tables such as [storage.write_busy]
@@ -71,7 +73,7 @@ def _print_board(board: Board) -> None:
     if board.notes:
         print("notes")
         for line in board.notes.strip().splitlines():
-            print(f"  {line}")
+            print(wrapped(f"  {line}", indent=4))
 
 
 def _cmd_boards_show(args: argparse.Namespace) -> None:
@@ -92,12 +94,13 @@ def _cmd_boards_show(args: argparse.Namespace) -> None:
         options = ",".join(f"{k}={v}" for k, v in job["model_options"].items())
         lifetime = job["storage_lifetime_iterations"]
         step = "" if job["optimizer"] == "sgd" else f" with {job['optimizer']}"
-        print(f"  {job['model']}{f' ({options})' if options else ''} by {job['method']}{step}, RAM "
-              f"{job['ram']}, deadline {job['deadline'] or 'none'}: "
-              f"{format_quantity(job['energy_j'], 'J')} and "
-              f"{format_quantity(job['makespan_s'], 's')} per iteration, peak "
-              f"{format_bytes(job['peak_total_bytes'])}"
-              + (f", storage lifetime {lifetime:.3g} iterations" if lifetime else ""))
+        print(wrapped(f"  {job['model']}{f' ({options})' if options else ''} by "
+                      f"{job['method']}{step}, RAM {job['ram']}, deadline "
+                      f"{job['deadline'] or 'none'}: {format_quantity(job['energy_j'], 'J')} and "
+                      f"{format_quantity(job['makespan_s'], 's')} per iteration, peak "
+                      f"{format_bytes(job['peak_total_bytes'])}"
+                      + (f", storage lifetime {lifetime:.3g} iterations" if lifetime else ""),
+                      indent=4))
 
 
 def _cmd_boards_validate(args: argparse.Namespace) -> int:
