@@ -158,15 +158,19 @@ def simulate(schedule: str | Path, board: str | Path | Board | None = None, *,
     wrote it is refused unless ``accept_edits``. ``trace`` records the timeline at once
     (:meth:`Check.plot` and :meth:`Check.trace` record it when needed).
 
-    >>> import poetsim
+    >>> import pathlib, tempfile, poetsim
     >>> planned = poetsim.plan("ds_cnn_s", "nrf52840", ram="board", deadline="2x",
     ...                        train_last=3)
-    >>> path = planned.save(tmp / "s.json")
+    >>> path = planned.save(pathlib.Path(tempfile.mkdtemp()) / "s.json")
     >>> check = poetsim.simulate(path)
-    >>> check.verdict.label, check.makespan_s <= check.verdict.deadline_s
-    ('PASS', True)
-    >>> poetsim.simulate(path, ram="150KiB").verdict.violations[0][:47]
-    'peak RAM 201.3 KiB (206176 B in all) exceeds the'
+    >>> check.passed, check.makespan_s <= check.verdict.deadline_s
+    (True, True)
+
+    The same file judged against a smaller budget than it was made for:
+
+    >>> tight = poetsim.simulate(path, ram="150KiB")
+    >>> tight.verdict.label, tight.verdict.violations[0][:36]
+    ('FAIL', 'peak RAM 201.3 KiB (206176 B: 45664 ')
     """
     expect("schedule", schedule, (str, Path), "a schedule file (str or Path)")
     expect_flag("accept_edits", accept_edits)

@@ -119,7 +119,21 @@ def run_sweep(sweep: str | Path | Sweep, results: str | Path | None = None, *,
     :class:`~poetsim.sweep.Sweep`) on Dask: every point not yet in the SQLite store
     ``results`` (default ``./NAME.sqlite``, NAME from the sweep); ``scheduler`` a running
     cluster's address (default: a local one of ``workers`` processes); ``progress`` is
-    called after every finished point. See :func:`poetsim.sweep.run_sweep`."""
+    called after every finished point. See :func:`poetsim.sweep.run_sweep`.
+
+    >>> import pathlib, tempfile, poetsim
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "tiny.toml").write_text('''
+    ... models = [{name = "mlp", layers = 4, width = 64}]
+    ... boards = ["nrf52840"]
+    ... ram = ["80%"]
+    ... methods = ["dtr", "chen_greedy"]
+    ... accounting = "paper"
+    ... ''')
+    >>> swept = poetsim.run_sweep(folder / "tiny.toml", folder / "tiny.sqlite", workers=1)
+    >>> swept.total, swept.done, swept.failed
+    (2, 2, 0)
+    """
     from poetsim.sweep import Sweep, load_sweep
     from poetsim.sweep import run_sweep as run
 
@@ -202,10 +216,14 @@ def regress_goldens(folder: str | Path = "schedules", *, tolerance: str | float 
     rewrites the expected figures of those that moved; ``corners`` also judges each at
     its board's corners.
 
-    >>> import poetsim
-    >>> found = poetsim.regress_goldens("schedules")
-    >>> found.passed, all(c.status == "ok" for c in found.checks)
-    (True, True)
+    One golden of the repository's ``schedules/``, checked in a folder of its own:
+
+    >>> import pathlib, shutil, tempfile, poetsim
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = shutil.copy("schedules/poet-ds_cnn_s_last3-nrf52840-board.json", folder)
+    >>> found = poetsim.regress_goldens(folder)
+    >>> found.passed, [check.status for check in found.checks]
+    (True, ['ok'])
     """
     from poetsim.regress import check_goldens, make_goldens, update_goldens
 
