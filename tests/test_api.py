@@ -186,6 +186,8 @@ def test_bad_words_give_the_cli_message(call, argv, capsys):
      "search = {'gap_limit': 0.1}: expected poetsim.Search settings, not dict"),
     (lambda: poetsim.Search(remat="no"), "remat = 'no': expected True or False (bool)"),
     (lambda: poetsim.Search(seed=1.5), "seed = 1.5: expected a whole number (int), not float"),
+    (lambda: poetsim.Search(progress="log"),
+     "progress = 'log': expected a function of a dict (callable) or None, not str"),
     (lambda: poetsim.simulate(3), "schedule = 3: expected a schedule file (str or Path)"),
     (lambda: poetsim.compare_methods("ds_cnn_s", methods="dtr"),
      "methods = 'dtr': expected a list of method names, not str"),

@@ -32,7 +32,7 @@ from poetsim.api.checking import Check, check_schedule
 from poetsim.boards import DEFAULT_BOARD, Board
 from poetsim.boards.corners import CORNERS, corner_board
 from poetsim.costs import op_costs
-from poetsim.errors import InputError
+from poetsim.errors import ArgumentTypeError, InputError, InternalError
 from poetsim.methods import DEFAULT_EFFORT, DEFAULT_TIME_LIMIT_S, SolverSettings
 from poetsim.optimizer import SolveResult
 from poetsim.request import Accounting, Request, resolve_request
@@ -62,7 +62,8 @@ def _corner(_instance: Any, attribute: Any, value: Any) -> None:
 
 def _callable(_instance: Any, attribute: Any, value: Any) -> None:
     if value is not None and not callable(value):
-        raise InputError(f"{attribute.name} = {value!r}: expected a function of a dict, or None")
+        raise ArgumentTypeError(f"{attribute.name} = {value!r}: expected a function of a dict "
+                                f"(callable) or None, not {type(value).__name__}")
 
 
 @attrs.frozen(kw_only=True)
@@ -118,7 +119,8 @@ class Plan:
     @property
     def result(self) -> SolveResult:
         """POET's whole result: the model's figures and the search's statistics."""
-        assert self.outcome.solve_result is not None  # POET always answers with one
+        if self.outcome.solve_result is None:  # POET answers with one, cached or not
+            raise InternalError("a POET outcome without its solve result")
         return self.outcome.solve_result
 
     @property
