@@ -13,6 +13,7 @@ __all__ = [
     "PoetsimError",
     "OutOfTime",
     "InputError",
+    "ArgumentTypeError",
     "GraphError",
     "GraphFileError",
     "ContractViolation",
@@ -38,6 +39,11 @@ class PoetsimError(Exception):
 
 class InputError(PoetsimError, ValueError):
     """A user-supplied value or file is invalid; the message says which and why."""
+
+
+class ArgumentTypeError(InputError, TypeError):
+    """An argument of a public function has the wrong type; the message names the parameter,
+    the value, the type expected and the type given."""
 
 
 class GraphError(InputError):

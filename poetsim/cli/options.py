@@ -4,6 +4,9 @@ the library's values (a graph, a request, solver settings)."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from poetsim.boards import DEFAULT_BOARD, get_board
 from poetsim.errors import InputError
@@ -108,6 +111,15 @@ def graph_from_args(args: argparse.Namespace,
     return build_model(args.model, **{**(defaults or {}), **model_options(args)})
 
 
+def model_from_args(args: argparse.Namespace) -> tuple[str | Path | None, dict[str, int]]:
+    """What the API takes as ``model`` (the graph file as a :class:`~pathlib.Path`, else
+    the zoo model's name, or None for a schedule's own) and the zoo model's options
+    (``--set``, ``--batch-size``; none with a graph file, which takes none)."""
+    if getattr(args, "graph", None):
+        return Path(args.graph), {}
+    return args.model, model_options(args)
+
+
 def request_from_args(args: argparse.Namespace,
                       defaults: dict[str, int] | None = None) -> Request:
     """The user's request (:func:`~poetsim.request.resolve_request`) of the graph
@@ -118,20 +130,29 @@ def request_from_args(args: argparse.Namespace,
                            deadline_margin=getattr(args, "deadline_margin", None))
 
 
-#: The flag of each solver setting, for messages that name what the user typed.
+#: The flag of each API parameter whose name differs, for messages that name what the
+#: user typed.
 _SETTING_FLAGS = {"time_limit_s": "--time-limit", "gap_limit": "--gap", "seed": "--seed",
-                  "threads": "--threads", "effort": "--effort"}
+                  "threads": "--threads", "effort": "--effort", "tolerance": "--tolerance"}
+
+
+@contextmanager
+def flags_named() -> Iterator[None]:
+    """Re-raise the API's one-line :class:`InputError` about a parameter
+    (``effort = -1: ...``) as one about the flag the user typed (``--effort -1: ...``)."""
+    try:
+        yield
+    except InputError as err:
+        field, sep, rest = str(err).partition(" = ")
+        if sep and field in _SETTING_FLAGS:
+            raise InputError(f"{_SETTING_FLAGS[field]} {rest}") from None
+        raise
 
 
 def solver_settings(args: argparse.Namespace) -> SolverSettings:
     """The solver settings the user gave, a bad one named by its flag."""
-    try:
+    with flags_named():
         return SolverSettings(time_limit_s=args.time_limit, gap_limit=getattr(args, "gap", 0.0),
                               seed=getattr(args, "seed", 0),
                               threads=getattr(args, "threads", 1),
                               effort=getattr(args, "effort", DEFAULT_EFFORT))
-    except InputError as err:
-        field, _, rest = str(err).partition(" = ")
-        if field in _SETTING_FLAGS:
-            raise InputError(f"{_SETTING_FLAGS[field]} {rest}") from None
-        raise

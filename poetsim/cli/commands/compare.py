@@ -6,33 +6,39 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from poetsim.api import compare_methods
 from poetsim.cli.options import (
     add_corners,
     add_graph_and_board,
     add_json,
     add_model_options,
     add_request_options,
-    request_from_args,
-    solver_settings,
+    flags_named,
+    model_from_args,
 )
 from poetsim.cli.output import emit_json
-from poetsim.compare import compare, format_table, write_outcomes
 from poetsim.methods import DEFAULT_EFFORT, DEFAULT_TIME_LIMIT_S
 
 __all__ = ["register"]
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    request = request_from_args(args)
-    outcomes = compare(request, settings=solver_settings(args), corners=args.corners)
-    written = [str(p) for p in write_outcomes(outcomes, request, args.out)] if args.out else []
+    model, options = model_from_args(args)
+    with flags_named():  # the API names its parameters, the command line its flags
+        table = compare_methods(model, args.board, ram=args.ram, deadline=args.deadline,
+                                accounting=args.accounting,
+                                optimizer=args.optimizer or "sgd", effort=args.effort,
+                                time_limit_s=args.time_limit, **options)
+    if args.corners:
+        table = table.at_corners()
+    written = [str(p) for p in table.save(args.out)] if args.out else []
     if args.json:
-        emit_json([o.as_dict() for o in outcomes])
+        emit_json(table.as_dicts())
     else:
-        print(format_table(outcomes))
+        print(table.table())
         if written:
             print(f"wrote {len(written)} files into {args.out}")
-    return 0 if any(o.feasible for o in outcomes) else 1
+    return 0 if any(o.feasible for o in table.outcomes) else 1
 
 
 

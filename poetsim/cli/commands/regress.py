@@ -9,49 +9,26 @@ from typing import Any
 from poetsim.cli.options import (
     add_corners,
     add_json,
+    flags_named,
 )
 from poetsim.cli.output import emit_json
-from poetsim.errors import InputError
 
 __all__ = ["register"]
 
 
-def _tolerance(text: str) -> float:
-    value = text.strip()
-    try:
-        number = float(value[:-1]) / 100 if value.endswith("%") else float(value)
-    except ValueError:
-        raise InputError(f"--tolerance {text!r}: expected a share such as 0.1% or 0.001"
-                         ) from None
-    if not (0 <= number < 1):
-        raise InputError(f"--tolerance {text!r}: must be in [0, 100%)")
-    return number
-
-
 def _cmd_regress(args: argparse.Namespace) -> int:
-    from poetsim.regress import check_goldens, make_goldens, update_goldens
+    from poetsim.api import regress_goldens
 
-    say = (lambda _line: None) if args.json else print
-    if args.make:
-        make_goldens(args.dir, say=say)
-    checks = check_goldens(args.dir, tolerance=_tolerance(args.tolerance),
-                           resolve=args.resolve, corners=args.corners)
-    updated = update_goldens(checks) if args.update else []
-    regressed = [c.name for c in checks if c.status in ("regressed", "error")]
+    with flags_named():  # the API names its parameters, the command line its flags
+        found = regress_goldens(args.dir, tolerance=args.tolerance, resolve=args.resolve,
+                                corners=args.corners, make=args.make, update=args.update,
+                                say=None if args.json else print)
     if args.json:
-        emit_json({"cases": [c.as_dict() for c in checks], "updated": updated,
-                    "regressed": regressed})
+        emit_json(found.as_dict())
     else:
-        for check in checks:
-            print(check.line())
-        for line in updated:
+        for line in found.lines():
             print(line)
-        counts = {s: sum(c.status == s for c in checks)
-                  for s in ("ok", "improved", "regressed", "error")}
-        print(f"{len(checks)} goldens: {counts['ok']} ok, {counts['improved']} improved, "
-              f"{counts['regressed']} regressed, {counts['error']} errors"
-              + (f"; regressed: {', '.join(regressed)}" if regressed else ""))
-    return 1 if regressed and not args.update else 0
+    return 0 if found.passed else 1
 
 
 

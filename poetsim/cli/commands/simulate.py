@@ -6,31 +6,22 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from poetsim.boards import (
-    DEFAULT_BOARD,
-    get_board,
-)
+from poetsim.api import simulate
+from poetsim.boards import DEFAULT_BOARD
 from poetsim.cli.options import (
     add_accept_edits,
     add_corners,
     add_json,
     add_model_options,
     add_request_options,
-    graph_from_args,
-    model_options,
+    model_from_args,
 )
 from poetsim.cli.output import emit_json, print_simulation, row, write_all_or_nothing
-from poetsim.errors import InputError, ScheduleError, ScheduleFileError
-from poetsim.graph import read_graph
-from poetsim.report import plot_simulation
-from poetsim.request import BOARD_RAM, Accounting, Request, request_for_schedule, resolve_request
-from poetsim.schedule import Schedule, read_schedule, read_schedule_binary
-from poetsim.schedule.io import DIGEST_FIELD, is_binary_schedule
-from poetsim.schedule.metadata import disagreements, parse_metadata
-from poetsim.sim.montecarlo import MAX_RUNS, MonteCarlo, monte_carlo
-from poetsim.sim.trace import write_chrome_trace
+from poetsim.errors import InputError
+from poetsim.request import Request
+from poetsim.sim.montecarlo import MAX_RUNS, MonteCarlo
 from poetsim.units import format_quantity
-from poetsim.verdict import check_on_board, deadline_met_runs, judge_corners
+from poetsim.verdict import deadline_met_runs
 
 __all__ = ["register"]
 
@@ -76,79 +67,30 @@ def _print_monte_carlo(mc: MonteCarlo, deadline: dict[str, Any]) -> None:
     print(row("wall time", f"{mc.wall_s:.2f} s"))
 
 
-def _simulated_request(args: argparse.Namespace) -> tuple[Request, Schedule, list[str]]:
-    """The request a simulation judges, the schedule, and where the command line and the
-    file disagree. A JSON file records its request, each part overridden by the command
-    line (the file's own byte and second figures are only compared); a binary one records
-    none, so it is the user's words (--model or --graph and --board; --ram, default the
-    board's RAM, --deadline, --accounting, default physical)."""
-    if is_binary_schedule(args.schedule):
-        if args.model is None and args.graph is None or args.board is None:
-            raise InputError(f"{args.schedule}: a binary schedule records neither its model "
-                             "nor its board: give --model (or --graph) and --board")
-        request = resolve_request(graph_from_args(args), get_board(args.board),
-                                  ram=BOARD_RAM if args.ram is None else args.ram,
-                                  deadline=args.deadline,
-                                  accounting=args.accounting or Accounting.PHYSICAL.value,
-                                  optimizer=args.optimizer or "sgd")
-        return request, read_schedule_binary(args.schedule, request.graph), []
-    edited: list[str] = []
-    try:
-        recorded = read_schedule(args.schedule)
-    except ScheduleFileError as err:
-        if err.rule != "edited" or not args.accept_edits:
-            raise
-        recorded = read_schedule(args.schedule, accept_edits=True)
-        edited.append(f"{args.schedule} was changed after poetsim wrote it: judged as it is "
-                      "now (--accept-edits)")
-    options = model_options(args)
-    request = request_for_schedule(
-        recorded, args.board, source=args.schedule,
-        graph=read_graph(args.graph) if args.graph else None, model=args.model,
-        model_options=options or None, ram=args.ram, deadline=args.deadline,
-        accounting=args.accounting, optimizer=args.optimizer)
-    schedule = read_schedule(args.schedule, request.graph, accept_edits=args.accept_edits)
-    notes = edited + disagreements(parse_metadata(recorded.metadata), request.metadata())
-    if DIGEST_FIELD not in recorded.metadata:
-        notes.append(f"{args.schedule} records no digest (written by an older poetsim, or "
-                     "stripped): changes made to it since cannot be detected")
-    return request, schedule, notes
-
-
 def _cmd_simulate(args: argparse.Namespace) -> int:
     variance = _monte_carlo_args(args)
-    request, schedule, notes = _simulated_request(args)
-    graph, board = request.graph, request.board
-    try:
-        report, verdict = check_on_board(request, schedule, trace=bool(args.trace or args.plot),
-                                         notes=notes)
-    except ScheduleError as err:  # a rule of the op-list contract: say which file broke it
-        raise ScheduleError(f"{args.schedule}: {err}") from None
-    corners = judge_corners(request, schedule, verdict) if args.corners else None
-    mc = None
-    if variance is not None:
-        mc = monte_carlo(graph, board, schedule, runs=variance[0], seed=variance[1],
-                         budget_bytes=request.ram_limit_bytes,
-                         resident_bytes=request.resident_bytes, costs=request.costs)
+    model, options = model_from_args(args)
+    check = simulate(args.schedule, args.board, model=model, ram=args.ram,
+                     deadline=args.deadline, accounting=args.accounting,
+                     optimizer=args.optimizer, accept_edits=args.accept_edits,
+                     trace=bool(args.trace or args.plot), **options)
+    verdict, board = check.verdict, check.request.board
+    corners = check.corners() if args.corners else None
+    mc = None if variance is None else check.monte_carlo(*variance)
     written: list[str] = []
-    write_all_or_nothing(written, (
-        (args.trace, lambda path: write_chrome_trace(report, path, verdict=verdict.label,
-                                                      deadline_s=verdict.deadline_s)),
-        (args.plot, lambda path: plot_simulation(graph, schedule, report, path,
-                                                  verdict=verdict.label))))
+    write_all_or_nothing(written, ((args.trace, check.trace), (args.plot, check.plot)))
     if args.json:
-        doc = {**report.as_dict(transfers=args.transfers), **verdict.as_dict(),
-               "request": request.metadata()}
+        doc = check.as_dict(transfers=args.transfers)
         if mc is not None:
             doc["monte_carlo"] = {
-                **mc.as_dict(), **_deadline_runs(request, mc),
+                **mc.as_dict(), **_deadline_runs(check.request, mc),
                 "verdict_is_of": "the nominal run (the figures and verdict above); "
                                  "monte_carlo is reported beside it"}
         if corners is not None:
             doc["corners"] = [c.as_dict() for c in corners]
         emit_json(doc)
     else:
-        print_simulation(report, verdict)
+        print_simulation(check.report, verdict)
         if corners is not None:
             print(row("corners", "; ".join(c.phrase() for c in corners)
                        if len(corners) > 1 else
@@ -157,7 +99,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         for path in written:
             print(row("wrote", path))
         if mc is not None:
-            _print_monte_carlo(mc, _deadline_runs(request, mc))
+            _print_monte_carlo(mc, _deadline_runs(check.request, mc))
     return 0 if verdict.passed else 1
 
 

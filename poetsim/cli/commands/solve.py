@@ -6,28 +6,21 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from typing import Any
 
-import attrs
-
-from poetsim.boards.corners import CORNERS, corner_board
-from poetsim.boards.spec import Board
+from poetsim.api import Plan, Search, plan
+from poetsim.boards.corners import CORNERS
 from poetsim.cli.options import (
     add_graph_and_board,
     add_json,
     add_model_options,
     add_request_options,
-    request_from_args,
-    solver_settings,
+    flags_named,
+    model_from_args,
 )
 from poetsim.cli.output import emit_json, row, write_all_or_nothing
-from poetsim.costs import op_costs
-from poetsim.graph import TrainingGraph
 from poetsim.methods import DEFAULT_EFFORT, DEFAULT_TIME_LIMIT_S
 from poetsim.optimizer import SolveStatus
-from poetsim.runs import Outcome, run_method
-from poetsim.schedule import write_schedule, write_schedule_binary
 from poetsim.units import format_bytes, format_quantity
 
 __all__ = ["register"]
@@ -45,51 +38,33 @@ def _progress_printer(quiet: bool):
 
 
 def _cmd_solve(args: argparse.Namespace) -> int:
-    request = request_from_args(args)
-    board = request.board
-    if args.plan_for != "typical":  # the user's words resolved on the board as given
-        board = corner_board(board, args.plan_for)
-        request = attrs.evolve(request, board=board, costs=op_costs(request.graph, board))
-    graph = request.graph
-    # --time-limit holds for the whole command: reading and costing a large graph counts
-    settings = solver_settings(args)
-    spent_s = time.perf_counter() - args.started
-    settings = attrs.evolve(settings, time_limit_s=max(0.1 * settings.time_limit_s,
-                                                       settings.time_limit_s - spent_s))
-    # the method path compare and the demo take: re-solved when the simulation finds the
-    # schedule late or its buffers do not lay out on the board
-    outcome = run_method(request, "poet", settings, solve_options=dict(
-        remat=not args.no_remat, paging=not args.no_paging, restricted=args.restricted,
-        progress=_progress_printer(args.json)))
-    result, schedule = outcome.solve_result, outcome.schedule
-    if schedule is not None and args.plan_for != "typical":
-        schedule = schedule.with_metadata(plan_for=args.plan_for)
+    model, options = model_from_args(args)
+    with flags_named():  # the API names its parameters, the command line its flags
+        planned = plan(model, args.board, ram=args.ram, deadline=args.deadline,
+                       accounting=args.accounting, optimizer=args.optimizer or "sgd",
+                       effort=args.effort, time_limit_s=args.time_limit, search=Search(
+                           deadline_margin=args.deadline_margin, gap_limit=args.gap,
+                           seed=args.seed, threads=args.threads, remat=not args.no_remat,
+                           paging=not args.no_paging, restricted=args.restricted,
+                           plan_for=args.plan_for, progress=_progress_printer(args.json)),
+                       **options)
     written: list[str] = []
-    if schedule is not None:
+    if planned.schedule is not None:
         write_all_or_nothing(written, (
-            (args.out, lambda path: write_schedule(schedule, graph, path)),
-            (args.binary, lambda path: write_schedule_binary(schedule, path, graph))))
+            (args.out, planned.save),
+            (args.binary, lambda path: planned.save(path, binary=True))))
     if args.json:
-        emit_json({**result.summary(), **_replanned(outcome), "plan_for": args.plan_for,
-                    "files": written})
+        emit_json({**planned.summary(), "files": written})
     else:
-        _print_solve(graph, board, outcome, written, args.plan_for)
-    return 0 if result.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE) else 1
+        _print_solve(planned, written)
+    return 0 if planned.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE) else 1
 
 
-def _replanned(outcome: Outcome) -> dict[str, Any]:
-    """What the method path added to POET's result: the simulated arena, and the budget
-    and deadline planned against when the board asked for less."""
-    return {"arena_bytes": outcome.verdict.arena_bytes if outcome.verdict else None,
-            "planned_activation_bytes": outcome.planned_activation_bytes,
-            "tightenings": outcome.tightenings}
-
-
-def _print_solve(graph: TrainingGraph, board: Board, outcome: Outcome,
-                 written: list[str], plan_for: str = "typical") -> None:
-    result = outcome.solve_result
+def _print_solve(planned: Plan, written: list[str]) -> None:
+    outcome, result, plan_for = planned.outcome, planned.result, planned.plan_for
     s = result.summary()
-    print(f"{graph.name} on {board.name}: {s['method']}: {result.message}")
+    print(f"{planned.request.graph.name} on {planned.request.board.name}: {s['method']}: "
+          f"{result.message}")
     if plan_for != "typical":
         print(row("planned for", f"the {plan_for} corner of the board's ranges (simulate "
                    "--corners judges every corner)"))

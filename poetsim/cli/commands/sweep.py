@@ -96,13 +96,13 @@ def _progress_line(enabled: bool) -> Callable[[Any], None] | None:
 
 
 def _cmd_run(argv: list[str]) -> int:
-    from poetsim.sweep import load_sweep, run_sweep
+    from poetsim.api import run_sweep
+    from poetsim.sweep import load_sweep
 
     args = _run_parser().parse_args(argv)
     sweep = load_sweep(args.file)
-    results = Path(args.results) if args.results else Path(f"{sweep.name}.sqlite")
     show = not args.quiet and not args.json and sys.stderr.isatty()
-    outcome = run_sweep(sweep, results, scheduler=args.scheduler, workers=args.workers,
+    outcome = run_sweep(sweep, args.results, scheduler=args.scheduler, workers=args.workers,
                         cache_dir=args.cache, retry_failed=args.retry_failed,
                         progress=_progress_line(show))
     if args.json:
