@@ -158,6 +158,8 @@ def simulate(schedule: str | Path, board: str | Path | Board | None = None, *,
     wrote it is refused unless ``accept_edits``. ``trace`` records the timeline at once
     (:meth:`Check.plot` and :meth:`Check.trace` record it when needed).
 
+    Examples
+    --------
     >>> import pathlib, tempfile, poetsim
     >>> planned = poetsim.plan("ds_cnn_s", "nrf52840", ram="board", deadline="2x",
     ...                        train_last=3)

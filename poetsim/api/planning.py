@@ -217,6 +217,8 @@ def plan(model: Model, board: str | Path | Board = DEFAULT_BOARD, *, ram: str | 
     settings (:class:`Search`). Bad words raise :class:`~poetsim.errors.InputError`, with
     the command line's messages.
 
+    Examples
+    --------
     >>> import poetsim
     >>> planned = poetsim.plan("ds_cnn_s", "nrf52840", ram="board", deadline="2x",
     ...                        train_last=3)

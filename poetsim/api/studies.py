@@ -91,6 +91,8 @@ def compare_methods(model: Model, board: str | Path | Board = DEFAULT_BOARD, *,
     ``methods`` the baselines to run after POET (default: all of
     :data:`poetsim.methods.METHODS`); ``time_limit_s`` caps each MILP solve.
 
+    Examples
+    --------
     >>> import poetsim
     >>> table = poetsim.compare_methods("ds_cnn_s", "nrf52840", ram="board", deadline="2x",
     ...                                 methods=["dtr", "checkpoint_all"], train_last=3)
@@ -121,6 +123,8 @@ def run_sweep(sweep: str | Path | Sweep, results: str | Path | None = None, *,
     cluster's address (default: a local one of ``workers`` processes); ``progress`` is
     called after every finished point. See :func:`poetsim.sweep.run_sweep`.
 
+    Examples
+    --------
     >>> import pathlib, tempfile, poetsim
     >>> folder = pathlib.Path(tempfile.mkdtemp())
     >>> _ = (folder / "tiny.toml").write_text('''
@@ -216,6 +220,8 @@ def regress_goldens(folder: str | Path = "schedules", *, tolerance: str | float 
     rewrites the expected figures of those that moved; ``corners`` also judges each at
     its board's corners.
 
+    Examples
+    --------
     One golden of the repository's ``schedules/``, checked in a folder of its own:
 
     >>> import pathlib, shutil, tempfile, poetsim
