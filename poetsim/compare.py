@@ -9,7 +9,7 @@ once with unlimited RAM on the same board (:func:`poetsim.runs.reference_energy_
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -20,21 +20,33 @@ from poetsim.fileio import atomic_write_text, new_folder
 from poetsim.methods import METHODS, SolverSettings
 from poetsim.request import Request
 from poetsim.runs import Outcome, RunCache, reference_energy_j, run_and_judge, with_overheads
+from poetsim.units import format_bytes, format_quantity
 from poetsim.verdict import judge_corners
 
-__all__ = ["compare", "format_table", "write_outcomes"]
+__all__ = ["Progress", "compare", "format_table", "write_outcomes"]
+
+
+#: Called after each method with its position (from 1), the number of methods and its
+#: outcome, so that a long comparison shows how far it is.
+Progress = Callable[[int, int, Outcome], None]
 
 
 def compare(request: Request, *, settings: SolverSettings = SolverSettings(),
             methods: Iterable[str] | None = None,
-            cache: RunCache | None = None, corners: bool = False) -> list[Outcome]:
+            cache: RunCache | None = None, corners: bool = False,
+            progress: Progress | None = None) -> list[Outcome]:
     """Run POET and the baselines (all of :data:`~poetsim.methods.METHODS`, or ``methods``
     after POET), simulate and judge each; one outcome per method, POET's first. With
     ``corners``, every schedule is judged at the board's corners too
-    (:func:`~poetsim.verdict.judge_corners`)."""
+    (:func:`~poetsim.verdict.judge_corners`); ``progress`` hears of each method as it
+    ends."""
     names = list(METHODS) if methods is None else ["poet", *(m for m in methods
                                                             if m != "poet")]
-    outcomes = [run_and_judge(request, name, settings, cache=cache) for name in names]
+    outcomes = []
+    for position, name in enumerate(names, 1):
+        outcomes.append(run_and_judge(request, name, settings, cache=cache))
+        if progress is not None:
+            progress(position, len(names), outcomes[-1])
     if corners:
         outcomes = [attrs.evolve(o, corners=judge_corners(request, o.schedule, o.verdict))
                     if o.schedule is not None and o.verdict is not None else o
@@ -66,35 +78,41 @@ def write_outcomes(outcomes: Iterable[Outcome], request: Request, out_dir: str |
 
 
 def format_table(outcomes: Iterable[Outcome]) -> str:
-    """A plain-text table of the outcomes (one line each)."""
+    """A plain-text table of the outcomes, one line each, every figure with its unit: the
+    energy and makespan of one simulated iteration, the overhead over every op once, the
+    MILP methods' proven gap, the byte peak and the arena it lays out in."""
 
-    def cell(value: Any, spec: str, width: int) -> str:
+    def cell(value: Any, width: int, show: Callable[[Any], str] = str) -> str:
         if value is None:
             return "-".rjust(width)
         if isinstance(value, bool):
             return ("yes" if value else "no").rjust(width)
-        return format(value, spec).rjust(width)
+        return show(value).rjust(width)
+
+    def share(value: float) -> str:
+        return f"{100 * value:.2f}%"
 
     outcomes = list(outcomes)
     with_corners = any(len(o.corners) > 1 for o in outcomes)
-    header = (f"{'method':<15} {'verdict':>7} {'status':<14} {'energy_J':>11} "
-              f"{'overhead':>9} {'makespan_s':>11} {'peak_total_B':>12} {'arena_B':>12} "
-              f"{'fits_RAM':>8} "
+    header = (f"{'method':<15} {'verdict':>7} {'status':<14} {'energy':>11} "
+              f"{'overhead':>9} {'gap':>7} {'makespan':>11} {'peak':>10} {'arena':>10} "
+              f"{'fits RAM':>8} "
               + (f"{'typ/slow/costly':>15} " if with_corners else "")
               + f"{'remat':>5} {'out':>4} {'in':>4}  why not")
     lines = [header]
     for o in outcomes:
         corner_cell = ("/".join(c.verdict.label for c in o.corners) if o.corners else "-")
-        overhead = None if o.energy_overhead is None else f"{100 * o.energy_overhead:.2f}%"
         schedule = o.schedule
         counts = ((schedule.recomputations(), schedule.page_outs, schedule.page_ins)
                   if schedule is not None else (0, 0, 0))
         lines.append(
-            f"{o.method:<15} {cell(o.verdict.label if o.verdict else None, '', 7)} "
-            f"{o.status.value:<14} {cell(o.energy_j, '.6g', 11)} {cell(overhead, '', 9)} "
-            f"{cell(o.makespan_s, '.6g', 11)} {cell(o.peak_total_bytes, 'd', 12)} "
-            f"{cell(o.verdict.arena_bytes if o.verdict else None, 'd', 12)} "
-            f"{cell(o.verdict.fits_board_ram if o.verdict else None, '', 8)} "
+            f"{o.method:<15} {cell(o.verdict.label if o.verdict else None, 7)} "
+            f"{o.status.value:<14} {cell(o.energy_j, 11, lambda v: format_quantity(v, 'J'))} "
+            f"{cell(o.energy_overhead, 9, share)} {cell(o.gap, 7, share)} "
+            f"{cell(o.makespan_s, 11, lambda v: format_quantity(v, 's'))} "
+            f"{cell(o.peak_total_bytes, 10, format_bytes)} "
+            f"{cell(o.verdict.arena_bytes if o.verdict else None, 10, format_bytes)} "
+            f"{cell(o.verdict.fits_board_ram if o.verdict else None, 8)} "
             + (f"{corner_cell:>15} " if with_corners else "")
             + f"{counts[0]:>5} {counts[1]:>4} {counts[2]:>4}  {o.why_not}")
     return "\n".join(lines)

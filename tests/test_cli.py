@@ -199,9 +199,18 @@ def test_compare_table(capsys):
     plain = next(row for row in rows if row["method"] == "checkpoint_all")
     assert poet["feasible"] and plain["feasible"]
     assert poet["energy_j"] <= plain["energy_j"] * (1 + 1e-9)
-    status, out, _ = run(capsys, "compare", "--model", "mlp", "--board", "rpi4",
-                         "--time-limit", "2")
+    status, out, err = run(capsys, "compare", "--model", "mlp", "--board", "rpi4",
+                           "--time-limit", "2")
     assert status == 0 and "revolve" in out
+    # every figure with its unit, POET's gap in a column of its own
+    header, poet_line = out.splitlines()[:2]
+    assert header.split()[:6] == ["method", "verdict", "status", "energy", "overhead", "gap"]
+    assert " mJ " in poet_line or " J " in poet_line
+    assert " KiB " in poet_line or " MiB " in poet_line
+    # a line per method on stderr as it ends, stdout left to the table
+    progress = err.splitlines()
+    assert len(progress) == len(out.splitlines()) - 1
+    assert progress[0].startswith("[1/") and "poet:" in progress[0]
     # on the nRF52840 nothing fits physically: exit 1, and every row says why
     status, out, _ = run(capsys, "compare", "--model", "mlp", "--time-limit", "2")
     assert status == 1 and out.count("usable RAM") == len(out.splitlines()) - 1

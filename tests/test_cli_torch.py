@@ -39,6 +39,14 @@ def test_import_solve_execute_end_to_end(tmp_path, capsys):
                  "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["graph"]["parameters"] == 32 * 16 + 16 + 16 * 16 + 16 + 16 * 4 + 4
+    # named after the module's class (MLP), not the factory function; --name overrides it
+    assert doc["graph"]["name"] == "mlp" and json.loads(graph.read_text())["name"] == "mlp"
+    assert main(["import", f"{MODELS}:small_cnn", "--input-shape", "2,3,8,8", "--out",
+                 str(tmp_path / "c.json"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["graph"]["name"] == "smallrescnn"
+    assert main(["import", factory, "--input-shape", "2,32", "--name", "mine",
+                 "--out", str(tmp_path / "n.json"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["graph"]["name"] == "mine"
     assert main(["solve", "--graph", str(graph), "--board", "nrf52840", "--ram", "60%",
                  "--time-limit", "5", "--out", str(schedule), "--json"]) == 0
     capsys.readouterr()

@@ -56,7 +56,11 @@ def test_compare_under_physical_accounting_on_an_mcu_says_why_for_every_method(m
 def test_compare_marks_chain_only_methods_not_applicable(residual):
     board = make_board()
     request = paper_request(residual, board, "100%")
-    outcomes = compare(request, settings=FAST, methods=["checkpoint_all", "revolve", "pofo"])
+    heard = []
+    outcomes = compare(request, settings=FAST, methods=["checkpoint_all", "revolve", "pofo"],
+                       progress=lambda *args: heard.append(args))
+    assert [(i, n, o.method) for i, n, o in heard] == \
+        [(i, 4, o.method) for i, o in enumerate(outcomes, 1)]
     by_name = {o.method: o for o in outcomes}
     assert by_name["checkpoint_all"].feasible
     assert by_name["checkpoint_all"].energy_overhead == pytest.approx(0.0, abs=1e-9)

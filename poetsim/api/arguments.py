@@ -47,6 +47,14 @@ def expect(name: str, value: Any, types: type | tuple[type, ...], expected: str)
                             f"{type(value).__name__}")
 
 
+def expect_callable(name: str, value: Any, expected: str) -> Any:
+    """``value`` when it is None or callable, else an :class:`ArgumentTypeError`."""
+    if value is None or callable(value):
+        return value
+    raise ArgumentTypeError(f"{name} = {_shown(value)}: expected {expected} (callable) or "
+                            f"None, not {type(value).__name__}")
+
+
 def expect_flag(name: str, value: Any) -> bool:
     """``value`` when it is True or False, else an :class:`ArgumentTypeError`."""
     if isinstance(value, bool):

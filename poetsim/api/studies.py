@@ -17,11 +17,13 @@ from poetsim.api.arguments import (
     budget_word,
     deadline_word,
     expect,
+    expect_callable,
     expect_flag,
     graph_of,
     optimizer_of,
 )
 from poetsim.boards import DEFAULT_BOARD, Board
+from poetsim.compare import Progress as ComparisonProgress
 from poetsim.compare import compare, format_table, write_outcomes
 from poetsim.errors import InputError
 from poetsim.methods import DEFAULT_EFFORT, DEFAULT_TIME_LIMIT_S, SolverSettings
@@ -79,17 +81,22 @@ class Comparison:
         return write_outcomes(self.outcomes, self.request, out_dir)
 
 
-def compare_methods(model: Model, board: str | Path | Board = DEFAULT_BOARD, *,
+def compare_methods(  # noqa: PLR0913 - the command line's words, one keyword each
+                    model: Model, board: str | Path | Board = DEFAULT_BOARD, *,
                     ram: str | None = None, ram_bytes: int | None = None,
                     deadline: str | None = None, deadline_s: float | None = None,
                     accounting: str | Accounting = "physical", optimizer: str = "sgd",
                     effort: int = DEFAULT_EFFORT, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
                     example_inputs: Sequence[Any] | Any | None = None,
-                    methods: Iterable[str] | None = None, **model_options: int) -> Comparison:
+                    methods: Iterable[str] | None = None,
+                    progress: ComparisonProgress | None = None,
+                    **model_options: int) -> Comparison:
     """POET against the baselines on one request (``poetsim compare``): the same model,
     board, budget, deadline, accounting, optimizer and effort words as :func:`plan`;
     ``methods`` the baselines to run after POET (default: all of
-    :data:`poetsim.methods.METHODS`); ``time_limit_s`` caps each MILP solve.
+    :data:`poetsim.methods.METHODS`); ``time_limit_s`` caps each MILP solve; ``progress``
+    is called as each method ends, with its position, the number of methods and its
+    outcome.
 
     Examples
     --------
@@ -110,7 +117,9 @@ def compare_methods(model: Model, board: str | Path | Board = DEFAULT_BOARD, *,
         ram=budget_word(ram, ram_bytes), deadline=deadline_word(deadline, deadline_s),
         accounting=accounting_of(accounting), optimizer=optimizer_of(optimizer) or "sgd")
     settings = SolverSettings(time_limit_s=time_limit_s, effort=effort)
-    return Comparison(request, compare(request, settings=settings, methods=methods))
+    expect_callable("progress", progress, "a function of (position, methods, outcome)")
+    return Comparison(request, compare(request, settings=settings, methods=methods,
+                                       progress=progress))
 
 
 def run_sweep(sweep: str | Path | Sweep, results: str | Path | None = None, *,

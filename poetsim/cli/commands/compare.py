@@ -4,6 +4,7 @@ on the board."""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from poetsim.api import compare_methods
@@ -18,8 +19,19 @@ from poetsim.cli.options import (
 )
 from poetsim.cli.output import emit_json
 from poetsim.methods import DEFAULT_EFFORT, DEFAULT_TIME_LIMIT_S
+from poetsim.runs import Outcome
+from poetsim.units import format_quantity
 
 __all__ = ["register"]
+
+
+def _progress(position: int, methods: int, outcome: Outcome) -> None:
+    """One line on stderr as each method ends (stdout keeps the table or the JSON)."""
+    figure = ("" if outcome.energy_j is None
+              else f", {format_quantity(outcome.energy_j, 'J')}")
+    verdict = f", {outcome.verdict.label}" if outcome.verdict is not None else ""
+    print(f"[{position}/{methods}] {outcome.method}: {outcome.status.value}{verdict}{figure} "
+          f"({outcome.run_time_s:.1f} s)", file=sys.stderr, flush=True)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -28,7 +40,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         table = compare_methods(model, args.board, ram=args.ram, deadline=args.deadline,
                                 accounting=args.accounting,
                                 optimizer=args.optimizer or "sgd", effort=args.effort,
-                                time_limit_s=args.time_limit, **options)
+                                time_limit_s=args.time_limit, progress=_progress, **options)
     if args.corners:
         table = table.at_corners()
     written = [str(p) for p in table.save(args.out)] if args.out else []

@@ -45,8 +45,9 @@ def imported_model(args: argparse.Namespace, factory_spec: str) -> Any:
     if inputs is None:
         raise InputError(f"model factory {factory_spec!r} gives no example inputs: pass "
                          "--input-shape, e.g. --input-shape 1,3,32,32")
-    name = args.name or factory_spec.rpartition(":")[2]
-    return import_module(module, tuple(inputs), name=name, loss=args.loss,
+    # by default the graph is named after the module's class, as the API names it, not
+    # after the factory function (every factory called "make" gave graphs called "make")
+    return import_module(module, tuple(inputs), name=args.name, loss=args.loss,
                          dtype_bytes=args.dtype_bytes, output_index=args.output_index,
                          metadata={"factory": factory_spec},
                          inplace_update=args.inplace_update, gradient_sums=args.gradient_sums)
@@ -81,7 +82,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                    help="loss added on the model's output (default cross_entropy)")
     p.add_argument("--output-index", type=int, default=0, metavar="N",
                    help="which tensor output the loss reads (default 0)")
-    p.add_argument("--name", metavar="NAME", help="graph name (default: the factory's name)")
+    p.add_argument("--name", metavar="NAME",
+                   help="graph name (default: the module's class name, lower case)")
     p.add_argument("--dtype-bytes", type=int, default=4, metavar="N",
                    help="bytes per element in the graph (default 4, float32)")
     p.add_argument("--seed", type=int, default=0, metavar="N",
