@@ -21,9 +21,10 @@ and the folder lacks.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from poetsim.runs import Outcome, judge_outcome, run_method
 from poetsim.schedule import Schedule, read_schedule, write_schedule
 from poetsim.schedule.io import DIGEST_FIELD
 from poetsim.schedule.metadata import parse_metadata
+from poetsim.units import format_bytes, format_quantity
 from poetsim.verdict import CornerVerdict, Verdict, check_on_board, judge_corners
 
 __all__ = ["CASES_FILE", "DEFAULT_TOLERANCE", "Case", "CaseCheck", "Change", "check_goldens",
@@ -125,12 +127,15 @@ class CaseCheck:
             return f"ERROR     {self.name}: {self.error}"
         head = {"ok": "ok", "improved": "IMPROVED", "regressed": "REGRESSED"}[self.status]
         found = self.found
-        text = (f"{head:<9} {self.name}: {found['verdict']}, energy {found['energy_j']:.6g} J, "
-                f"makespan {found['makespan_s']:.6g} s, peak {found['peak_total_bytes']} B, "
-                f"arena {found['arena_bytes']} B")
+        text = (f"{head:<9} {self.name}: {found['verdict']}, energy "
+                f"{format_quantity(found['energy_j'], 'J')}, makespan "
+                f"{format_quantity(found['makespan_s'], 's')}, peak "
+                f"{format_bytes(found['peak_total_bytes'])}, arena "
+                f"{format_bytes(found['arena_bytes'])}")
         if found.get("objective_j") is not None:
-            text += (f", objective {found['objective_j']:.6g} J, bound "
-                     f"{found.get('bound_j') or 0:.6g} J, gap {found.get('gap') or 0:.2%}")
+            text += (f", objective {format_quantity(found['objective_j'], 'J')}, bound "
+                     f"{format_quantity(found.get('bound_j') or 0, 'J')}, gap "
+                     f"{found.get('gap') or 0:.2%}")
         if len(self.corners) > 1:
             text += "; corners " + "/".join(c.verdict.label for c in self.corners) + (
                 " (typical/slow/costly)")
@@ -387,20 +392,39 @@ def _goldens(folder: Path) -> list[Path]:
 
 
 def check_goldens(folder: str | Path, *, tolerance: float = DEFAULT_TOLERANCE,
-                  resolve: bool = False, corners: bool = False) -> list[CaseCheck]:
-    """Check every golden of ``folder`` (see the module docstring), in file-name order;
-    with ``corners``, each also judged at the corners of its board's ranges (reported,
-    not compared: the expected figures are the typical corner's)."""
+                  resolve: bool = False, corners: bool = False,
+                  names: Sequence[str] = (),
+                  progress: Callable[[CaseCheck], None] | None = None) -> list[CaseCheck]:
+    """Check every golden of ``folder`` (see the module docstring), or only the cases
+    ``names``, in file-name order; with ``corners``, each also judged at the corners of
+    its board's ranges (reported, not compared: the expected figures are the typical
+    corner's). ``progress`` hears of each check as it ends."""
     if not (0 <= tolerance < 1):
         raise InputError(f"tolerance = {tolerance!r}: must be in [0, 1)")
     folder = Path(folder)
-    checks = [_check_one(path, tolerance, resolve, corners) for path in _goldens(folder)]
-    if (folder / CASES_FILE).exists():  # a case whose golden is gone is an error, not a pass
-        found = {check.path.stem for check in checks}
-        checks += [CaseCheck(case.name, folder / f"{case.name}.json", "error", {},
-                             error=f"{CASES_FILE} lists it but {case.name}.json is missing "
-                                   "(make it with poetsim regress --make)")
-                   for case in load_cases(folder) if case.name not in found]
+    paths = _goldens(folder)
+    listed = [case.name for case in load_cases(folder)] \
+        if (folder / CASES_FILE).exists() else []
+    known = {path.stem for path in paths} | set(listed)
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise InputError(f"{folder}: no golden {name!r}{hint}; poetsim regress lists "
+                             "them all")
+    wanted = set(names) or known
+    checks = []
+    for path in paths:
+        if path.stem in wanted:
+            checks.append(_check_one(path, tolerance, resolve, corners))
+            if progress is not None:
+                progress(checks[-1])
+    # a case whose golden is gone is an error, not a pass
+    found = {check.path.stem for check in checks}
+    checks += [CaseCheck(name, folder / f"{name}.json", "error", {},
+                         error=f"{CASES_FILE} lists it but {name}.json is missing "
+                               "(make it with poetsim regress --make)")
+               for name in listed if name in wanted and name not in found]
     return checks
 
 

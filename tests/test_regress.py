@@ -144,6 +144,26 @@ def test_a_golden_changed_by_hand_is_an_error(goldens, capsys, change, message):
     assert message in line and "regress --make" in line
 
 
+def test_regress_checks_the_cases_it_names(goldens, capsys):
+    """#31 item 5: ``regress [DIR] NAME...`` checks those cases alone; an unknown name is
+    one line, exit 2; ``--resolve`` says on stderr as each case ends."""
+    assert [c.name for c in check_goldens(goldens, names=["dtr-mlp-nrf52840-60-paper"])] \
+        == ["dtr-mlp-nrf52840-60-paper"]
+    assert main(["regress", str(goldens), "poet-mlp-nrf52840-90-paper", "--resolve"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0].startswith("ok        poet-mlp-nrf52840-90-paper: ")
+    assert " mJ," in out or " J," in out  # figures with their units
+    assert out.splitlines()[-1].startswith("1 golden: 1 ok")
+    assert err == "regress: poet-mlp-nrf52840-90-paper: ok\n"
+    assert main(["regress", str(goldens), "poet-mlp-nrf52840-80-paper"]) == 2
+    assert "no golden 'poet-mlp-nrf52840-80-paper' (did you mean 'poet-mlp-nrf52840-90-paper'" \
+        in capsys.readouterr().err
+    # a named case whose golden is gone is still an error, not a pass
+    (goldens / "dtr-mlp-nrf52840-60-paper.json").unlink()
+    assert main(["regress", str(goldens), "dtr-mlp-nrf52840-60-paper"]) == 1
+    assert "ERROR     dtr-mlp-nrf52840-60-paper" in capsys.readouterr().out
+
+
 def test_a_deleted_golden_is_an_error_not_a_pass(goldens, capsys):
     (goldens / "dtr-mlp-nrf52840-60-paper.json").unlink()
     assert main(["regress", str(goldens)]) == 1

@@ -329,3 +329,27 @@ def test_a_second_writer_on_one_store_refuses_with_one_line(tmp_path):
             assert reader.statuses() == {}
     with ResultsStore(path, writer=True):  # released when the first one closed
         pass
+
+
+def test_sweep_progress_reads_off_a_terminal_too(capsys):
+    """#31 item 5: in a log or a pipe a line per finished point; on a terminal one line
+    rewritten in place, ended once the sweep is done."""
+    from types import SimpleNamespace
+
+    from poetsim.cli.commands.sweep import _progress_line
+
+    def progress(done, total):
+        return SimpleNamespace(skipped=0, done=done, failed=0, total=total, running=0,
+                               eta_s=0.0, remaining=total - done)
+
+    assert _progress_line(False, terminal=False) is None
+    show = _progress_line(True, terminal=False)
+    for done in (1, 2, 3):
+        show(progress(done, 3))
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split()[1] for line in lines] == ["1/3", "2/3", "3/3"]
+    show = _progress_line(True, terminal=True)
+    for done in (1, 2):
+        show(progress(done, 2))
+    err = capsys.readouterr().err
+    assert err.count("\r") == 2 and err.endswith("\n") and err.count("\n") == 1

@@ -204,8 +204,9 @@ class Regression:
         counts = {s: sum(c.status == s for c in self.checks)
                   for s in ("ok", "improved", "regressed", "error")}
         regressed = self.regressed
-        return (f"{len(self.checks)} goldens: {counts['ok']} ok, {counts['improved']} improved, "
-                f"{counts['regressed']} regressed, {counts['error']} errors"
+        goldens = "golden" if len(self.checks) == 1 else "goldens"
+        return (f"{len(self.checks)} {goldens}: {counts['ok']} ok, {counts['improved']} "
+                f"improved, {counts['regressed']} regressed, {counts['error']} errors"
                 + (f"; regressed: {', '.join(regressed)}" if regressed else ""))
 
     def lines(self) -> list[str]:
@@ -217,17 +218,18 @@ class Regression:
                 "regressed": self.regressed}
 
 
-def regress_goldens(folder: str | Path = "schedules", *, tolerance: str | float = "0.1%",
-                    resolve: bool = False, corners: bool = False, make: bool = False,
-                    update: bool = False, say: Callable[[str], None] | None = None
-                    ) -> Regression:
-    """Check the golden schedules of ``folder`` (``poetsim regress``): each re-simulated
-    (and, with ``resolve``, solved again under its deterministic effort) and compared with
-    the figures it expects; a figure that moved beyond ``tolerance`` (``"0.1%"`` or a
-    share) for the worse is a regression. ``make`` first makes the goldens
-    ``cases.toml`` lists and the folder lacks (``say`` is told of each); ``update``
-    rewrites the expected figures of those that moved; ``corners`` also judges each at
-    its board's corners.
+def regress_goldens(folder: str | Path = "schedules", *, names: Sequence[str] = (),
+                    tolerance: str | float = "0.1%", resolve: bool = False,
+                    corners: bool = False, make: bool = False, update: bool = False,
+                    say: Callable[[str], None] | None = None,
+                    progress: Callable[[CaseCheck], None] | None = None) -> Regression:
+    """Check the golden schedules of ``folder`` (``poetsim regress``), or only the cases
+    ``names``: each re-simulated (and, with ``resolve``, solved again under its
+    deterministic effort) and compared with the figures it expects; a figure that moved
+    beyond ``tolerance`` (``"0.1%"`` or a share) for the worse is a regression. ``make``
+    first makes the goldens ``cases.toml`` lists and the folder lacks (``say`` is told of
+    each); ``update`` rewrites the expected figures of those that moved; ``corners`` also
+    judges each at its board's corners; ``progress`` hears of each check as it ends.
 
     Examples
     --------
@@ -247,7 +249,12 @@ def regress_goldens(folder: str | Path = "schedules", *, tolerance: str | float 
     for name, flag in (("resolve", resolve), ("corners", corners), ("make", make),
                        ("update", update)):
         expect_flag(name, flag)
+    names = list(expect("names", names, (list, tuple), "a list of case names"))
+    for name in names:
+        expect("names", name, str, "a list of case names (str)")
+    expect_callable("progress", progress, "a function of a check")
     if make:
         make_goldens(folder, say=say or (lambda _line: None))
-    checks = check_goldens(folder, tolerance=share, resolve=resolve, corners=corners)
+    checks = check_goldens(folder, tolerance=share, resolve=resolve, corners=corners,
+                           names=names, progress=progress)
     return Regression(checks, update_goldens(checks) if update else [], update)

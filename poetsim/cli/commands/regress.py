@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
 
 from poetsim.cli.options import (
@@ -12,17 +14,33 @@ from poetsim.cli.options import (
     flags_named,
 )
 from poetsim.cli.output import emit_json
+from poetsim.regress import CaseCheck
 
 __all__ = ["register"]
+
+
+def _folder_and_names(targets: list[str]) -> tuple[str, list[str]]:
+    """``[DIR] [NAME ...]``: a first word that is a folder is the folder of goldens, the
+    rest are case names (of schedules/ without a folder)."""
+    if targets and Path(targets[0]).is_dir():
+        return targets[0], targets[1:]
+    return "schedules", targets
+
+
+def _progress(check: CaseCheck) -> None:
+    """A line on stderr per golden checked (a re-solving run takes minutes)."""
+    print(f"regress: {check.name}: {check.status}", file=sys.stderr, flush=True)
 
 
 def _cmd_regress(args: argparse.Namespace) -> int:
     from poetsim.api import regress_goldens
 
+    folder, names = _folder_and_names(args.targets)
     with flags_named():  # the API names its parameters, the command line its flags
-        found = regress_goldens(args.dir, tolerance=args.tolerance, resolve=args.resolve,
-                                corners=args.corners, make=args.make, update=args.update,
-                                say=None if args.json else print)
+        found = regress_goldens(folder, names=names, tolerance=args.tolerance,
+                                resolve=args.resolve, corners=args.corners, make=args.make,
+                                update=args.update, say=None if args.json else print,
+                                progress=_progress if args.resolve else None)
     if args.json:
         emit_json(found.as_dict())
     else:
@@ -37,8 +55,9 @@ def register(sub: Any) -> None:
     p = add_json(sub.add_parser(
         "regress", help="check the golden schedules: re-simulate them (and re-solve the MILP "
                         "cases with --resolve) and report what moved"))
-    p.add_argument("dir", nargs="?", default="schedules", metavar="DIR",
-                   help="folder of golden schedules (default schedules/)")
+    p.add_argument("targets", nargs="*", metavar="[DIR] [NAME]",
+                   help="a folder of golden schedules (default schedules/), then the cases to "
+                        "check (default: all of them)")
     p.add_argument("--resolve", action="store_true",
                    help="also solve every MILP case again under its deterministic effort")
     p.add_argument("--update", action="store_true",

@@ -79,7 +79,9 @@ def _format_duration(seconds: float | None) -> str:
     return f"{seconds}s"
 
 
-def _progress_line(enabled: bool) -> Callable[[Any], None] | None:
+def _progress_line(enabled: bool, terminal: bool) -> Callable[[Any], None] | None:
+    """On a terminal one line rewritten in place; elsewhere (a log, CI, a pipe) a line per
+    finished point, so that progress reads there too."""
     if not enabled:
         return None
 
@@ -88,9 +90,12 @@ def _progress_line(enabled: bool) -> Callable[[Any], None] | None:
         line = (f"sweep: {finished}/{p.total} points ({p.skipped} skipped, {p.done} done, "
                 f"{p.failed} failed), {p.running} running, ETA "
                 f"{_format_duration(p.eta_s)}")
-        sys.stderr.write("\r" + line.ljust(90))
-        if p.remaining == 0:
-            sys.stderr.write("\n")
+        if not terminal:
+            sys.stderr.write(line + "\n")
+        else:
+            sys.stderr.write("\r" + line.ljust(90))
+            if p.remaining == 0:
+                sys.stderr.write("\n")
         sys.stderr.flush()
     return show
 
@@ -101,10 +106,10 @@ def _cmd_run(argv: list[str]) -> int:
 
     args = _run_parser().parse_args(argv)
     sweep = load_sweep(args.file)
-    show = not args.quiet and not args.json and sys.stderr.isatty()
+    show = not args.quiet and not args.json
     outcome = run_sweep(sweep, args.results, scheduler=args.scheduler, workers=args.workers,
                         cache_dir=args.cache, retry_failed=args.retry_failed,
-                        progress=_progress_line(show))
+                        progress=_progress_line(show, sys.stderr.isatty()))
     if args.json:
         print(json.dumps(outcome.as_dict(), indent=2))
     elif not args.quiet:
