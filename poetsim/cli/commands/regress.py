@@ -37,8 +37,9 @@ def register(sub: Any) -> None:
     p = add_json(sub.add_parser(
         "regress", help="check the golden schedules: re-simulate them (and re-solve the MILP "
                         "cases with --resolve) and report what moved"))
-    p.add_argument("dir", nargs="?", default="schedules", metavar="DIR",
-                   help="folder of golden schedules (default schedules/)")
+    p.add_argument("dir", nargs="?", metavar="DIR",
+                   help="folder of golden schedules (default: the built-in ones, schedules/ "
+                        "of the checkout or of the installed package)")
     p.add_argument("--resolve", action="store_true",
                    help="also solve every MILP case again under its deterministic effort")
     p.add_argument("--update", action="store_true",
