@@ -27,6 +27,7 @@ __all__ = [
     "ExecutionError",
     "SweepError",
     "TorchMissingError",
+    "DaskMissingError",
     "BuildTimeout",
     "InternalError",
     "PoetsimWarning",
@@ -125,6 +126,11 @@ class SweepError(InputError):
 
 class TorchMissingError(InputError):
     """PyTorch is not installed (``pip install 'poetsim[torch]'``)."""
+
+
+class DaskMissingError(InputError):
+    """Dask's ``distributed``, which runs sweeps, is not installed
+    (``pip install 'poetsim[sweep]'``)."""
 
 
 class BuildTimeout(PoetsimError):

@@ -238,6 +238,33 @@ def test_boards_show_lists_the_training_jobs(capsys):
     assert doc["trains"] and doc["trains"][0]["model"] == "mlp"
 
 
+def test_regress_and_boards_show_read_the_built_in_goldens_wherever_they_run(
+        tmp_path, monkeypatch, capsys):
+    """#31: without a DIR, ``regress`` (and ``boards show``) read the goldens poetsim carries
+    (poetsim.data), not a ``schedules/`` of the working folder: here an installed package's
+    copy, holding one golden."""
+    import shutil
+
+    import poetsim.data
+
+    package = tmp_path / "site-packages" / "poetsim"
+    (package / "schedules").mkdir(parents=True)
+    (package / "device_models").symlink_to(LANDED.parent / "device_models")
+    shutil.copy(LANDED / "poet-ds_cnn_s_last3-nrf52840-board.json", package / "schedules")
+    monkeypatch.setattr(poetsim.data, "_PACKAGE", package)
+    work = tmp_path / "work"
+    (work / "schedules").mkdir(parents=True)  # not goldens: ignored without a DIR
+    monkeypatch.chdir(work)
+    assert main(["regress"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ok        poet-ds_cnn_s_last3-nrf52840-board: PASS")
+    assert "1 goldens: 1 ok" in out
+    main(["boards", "show", "nrf52840"])
+    out = capsys.readouterr().out
+    assert "trains (built-in golden schedules that PASS physically" in out
+    assert "ds_cnn_s (train_last=3) by poet" in out
+
+
 def test_corners_are_reported_beside_the_figures_not_compared(goldens, capsys):
     """#29: with --corners each golden is judged at its board's corners too (the
     nRF52840's measured SD ranges); the expected figures stay the typical corner's."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 
@@ -123,6 +125,27 @@ def test_load_sweep_file_and_cli_error(tmp_path, capsys):
     (tmp_path / "junk.toml").write_text("models = [")
     with pytest.raises(SweepError, match="not valid TOML"):
         load_sweep(tmp_path / "junk.toml")
+
+
+def test_poetsim_imports_without_dask():
+    """Dask is the sweep extra (#31): the demo's setup lacks it, and every command but a
+    sweep's run imports without it."""
+    code = ("import sys; import poetsim, poetsim.cli.main, poetsim.demo, poetsim.regress, "
+            "poetsim.sweep, poetsim.sweep.execute; "
+            "sys.exit(1 if {'distributed', 'dask'} & set(sys.modules) else 0)")
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_a_sweep_without_dask_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed raises
+    path = tmp_path / "s.toml"
+    path.write_text('models = ["mlp"]\nboards = ["nrf52840"]\nram = ["80%"]\n'
+                    'methods = ["dtr"]\naccounting = "paper"\n')
+    results = tmp_path / "r.sqlite"
+    assert main(["sweep", str(path), "--results", str(results)]) == 2
+    assert capsys.readouterr().err.strip() == ("poetsim: error: poetsim sweep runs its "
+                                               "points on Dask: pip install 'poetsim[sweep]'")
+    assert not results.exists()
 
 
 def test_example_sweep_file_is_valid():

@@ -25,6 +25,7 @@ from poetsim.api.arguments import (
 from poetsim.boards import DEFAULT_BOARD, Board
 from poetsim.compare import Progress as ComparisonProgress
 from poetsim.compare import compare, format_table, write_outcomes
+from poetsim.data import data_dir
 from poetsim.errors import InputError
 from poetsim.methods import DEFAULT_EFFORT, DEFAULT_TIME_LIMIT_S, SolverSettings
 from poetsim.regress import CaseCheck
@@ -218,18 +219,20 @@ class Regression:
                 "regressed": self.regressed}
 
 
-def regress_goldens(folder: str | Path = "schedules", *, names: Sequence[str] = (),
+def regress_goldens(folder: str | Path | None = None, *, names: Sequence[str] = (),
                     tolerance: str | float = "0.1%", resolve: bool = False,
                     corners: bool = False, make: bool = False, update: bool = False,
                     say: Callable[[str], None] | None = None,
                     progress: Callable[[CaseCheck], None] | None = None) -> Regression:
-    """Check the golden schedules of ``folder`` (``poetsim regress``), or only the cases
-    ``names``: each re-simulated (and, with ``resolve``, solved again under its
-    deterministic effort) and compared with the figures it expects; a figure that moved
-    beyond ``tolerance`` (``"0.1%"`` or a share) for the worse is a regression. ``make``
-    first makes the goldens ``cases.toml`` lists and the folder lacks (``say`` is told of
-    each); ``update`` rewrites the expected figures of those that moved; ``corners`` also
-    judges each at its board's corners; ``progress`` hears of each check as it ends.
+    """Check the golden schedules of ``folder`` (``poetsim regress``; by default the
+    built-in ones: ``schedules/`` of the checkout, or the installed package's copy), or
+    only the cases ``names``: each re-simulated (and, with ``resolve``, solved again under
+    its deterministic effort) and compared with the figures it expects; a figure that
+    moved beyond ``tolerance`` (``"0.1%"`` or a share) for the worse is a regression.
+    ``make`` first makes the goldens ``cases.toml`` lists and the folder lacks (``say`` is
+    told of each); ``update`` rewrites the expected figures of those that moved;
+    ``corners`` also judges each at its board's corners; ``progress`` hears of each check
+    as it ends.
 
     Examples
     --------
@@ -245,6 +248,7 @@ def regress_goldens(folder: str | Path = "schedules", *, names: Sequence[str] = 
     from poetsim.regress import check_goldens, make_goldens, update_goldens
 
     expect("folder", folder, (str, Path), "a folder path (str or Path)")
+    folder = data_dir("schedules") if folder is None else folder
     share = parse_share(tolerance)
     for name, flag in (("resolve", resolve), ("corners", corners), ("make", make),
                        ("update", update)):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from functools import cache
-from importlib import resources
 from pathlib import Path
 
 from poetsim.boards.load import load_board
 from poetsim.boards.spec import Board
+from poetsim.data import data_dir
 from poetsim.errors import UnknownNameError
 
 __all__ = ["DEFAULT_BOARD", "board_for_schedule", "builtin_board_dir", "builtin_board_names",
@@ -18,15 +18,9 @@ DEFAULT_BOARD = "nrf52840"
 
 
 def builtin_board_dir() -> Path:
-    """The folder of built-in board files.
-
-    An installed wheel carries them inside the package (``poetsim/device_models``); a
-    source checkout has them at the top level (``device_models/``).
-    """
-    packaged = Path(str(resources.files("poetsim"))) / "device_models"
-    if packaged.is_dir():
-        return packaged
-    return Path(__file__).resolve().parents[2] / "device_models"
+    """The folder of built-in board files: ``device_models/`` of the checkout, or the
+    installed package's copy (:func:`poetsim.data.data_dir`)."""
+    return data_dir("device_models")
 
 
 def builtin_board_names() -> list[str]:

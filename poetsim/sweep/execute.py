@@ -13,6 +13,9 @@ The schedule cache (:class:`poetsim.runs.RunCache`) is a folder the *workers* wr
 shares it. On a multi-machine cluster the path must be on a filesystem every worker
 mounts at the same path (NFS, ...); otherwise each machine keeps its own cache there.
 Workers on other machines also need poetsim installed (same version).
+
+Dask is an extra (``pip install 'poetsim[sweep]'``): without it :func:`run_sweep` raises
+a one-line :class:`~poetsim.errors.DaskMissingError` before it touches the store.
 """
 
 from __future__ import annotations
@@ -26,10 +29,13 @@ from typing import Any
 
 import attrs
 
+from poetsim.errors import DaskMissingError
 from poetsim.sweep.spec import Sweep, SweepError, expand_points
 from poetsim.sweep.store import ResultsStore, cache_dir_for, pending_points
 
-__all__ = ["Progress", "SweepOutcome", "run_sweep"]
+__all__ = ["DASK_MISSING", "Progress", "SweepOutcome", "require_distributed", "run_sweep"]
+
+DASK_MISSING = "poetsim sweep runs its points on Dask: pip install 'poetsim[sweep]'"
 
 
 @attrs.frozen
@@ -88,23 +94,29 @@ class SweepOutcome:
                 "points_per_min": self.points_per_min, "cache_hit_rate": self.cache_hit_rate}
 
 
-def _local_cluster(workers: int):
-    from distributed import LocalCluster
+def require_distributed() -> Any:
+    """The ``distributed`` module, or a one-line :class:`DaskMissingError`."""
+    try:
+        import distributed
+    except ImportError:
+        raise DaskMissingError(DASK_MISSING) from None
+    return distributed
 
-    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                        dashboard_address=None, scheduler_port=0,
-                        silence_logs=logging.ERROR)
+
+def _local_cluster(workers: int):
+    return require_distributed().LocalCluster(
+        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+        scheduler_port=0, silence_logs=logging.ERROR)
 
 
 def _connect(scheduler: str | None, workers: int):
     """(client, cluster or None); raises SweepError if the scheduler cannot be reached."""
-    from distributed import Client
-
+    distributed = require_distributed()
     if scheduler is None:
         cluster = _local_cluster(workers)
-        return Client(cluster, set_as_default=False), cluster
+        return distributed.Client(cluster, set_as_default=False), cluster
     try:
-        return Client(scheduler, timeout="10s", set_as_default=False), None
+        return distributed.Client(scheduler, timeout="10s", set_as_default=False), None
     except (OSError, TimeoutError, ValueError) as err:
         raise SweepError(f"--scheduler {scheduler!r}: cannot connect: {err}") from None
 
@@ -120,7 +132,7 @@ def run_sweep(sweep: Sweep, results: str | Path, *, scheduler: str | None = None
     failed point is final, like a finished one). ``progress`` is called after every
     finished point (and once at the start).
     """
-    from distributed import as_completed
+    as_completed = require_distributed().as_completed
 
     from poetsim.sweep.worker import run_point
 

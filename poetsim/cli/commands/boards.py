@@ -18,6 +18,7 @@ from poetsim.boards.spec import Board
 from poetsim.cli.commands import calibrate
 from poetsim.cli.options import add_json
 from poetsim.cli.output import emit_json, row, wrapped
+from poetsim.data import data_dir
 from poetsim.errors import PoetsimError
 from poetsim.units import format_bytes, format_quantity
 
@@ -81,13 +82,15 @@ def _cmd_boards_show(args: argparse.Namespace) -> None:
 
     board = get_board(args.board)
     # the golden training jobs that run on this board, simulated again now
-    folder = Path(args.goldens)
+    folder = data_dir("schedules") if args.goldens is None else Path(args.goldens)
     trains = trained_on(board.name, folder) if folder.is_dir() else []
     if args.json:
         emit_json({**board_to_dict(board), "trains": trains})
         return
     _print_board(board)
-    print(f"trains (golden schedules in {folder}/ that PASS physically, simulated now)")
+    where = "built-in golden schedules" if args.goldens is None else \
+        f"golden schedules in {folder}/"
+    print(f"trains ({where} that PASS physically, simulated now)")
     if not trains:
         print("  none")
     for job in trains:
@@ -132,9 +135,10 @@ def register(sub: Any) -> None:
     p = add_json(actions.add_parser("show", help="print one board with the source of "
                                                  "every number"))
     p.add_argument("board", metavar="NAME|FILE")
-    p.add_argument("--goldens", default="schedules", metavar="DIR",
+    p.add_argument("--goldens", metavar="DIR",
                    help="folder of golden schedules whose training jobs on this board are "
-                        "listed (default schedules/)")
+                        "listed (default: the built-in ones, schedules/ of the checkout or "
+                        "of the installed package)")
     p.set_defaults(func=_cmd_boards_show)
     p = add_json(actions.add_parser("validate", help="check board files"))
     p.add_argument("files", nargs="+", metavar="FILE")

@@ -19,12 +19,12 @@ from poetsim.regress import CaseCheck
 __all__ = ["register"]
 
 
-def _folder_and_names(targets: list[str]) -> tuple[str, list[str]]:
+def _folder_and_names(targets: list[str]) -> tuple[str | None, list[str]]:
     """``[DIR] [NAME ...]``: a first word that is a folder is the folder of goldens, the
-    rest are case names (of schedules/ without a folder)."""
+    rest are case names (of the built-in goldens without a folder: None)."""
     if targets and Path(targets[0]).is_dir():
         return targets[0], targets[1:]
-    return "schedules", targets
+    return None, targets
 
 
 def _progress(check: CaseCheck) -> None:
@@ -56,7 +56,8 @@ def register(sub: Any) -> None:
         "regress", help="check the golden schedules: re-simulate them (and re-solve the MILP "
                         "cases with --resolve) and report what moved"))
     p.add_argument("targets", nargs="*", metavar="[DIR] [NAME]",
-                   help="a folder of golden schedules (default schedules/), then the cases to "
+                   help="a folder of golden schedules (default: the built-in ones, schedules/ "
+                        "of the checkout or of the installed package), then the cases to "
                         "check (default: all of them)")
     p.add_argument("--resolve", action="store_true",
                    help="also solve every MILP case again under its deterministic effort")
