@@ -285,3 +285,33 @@ def test_import_does_not_load_matplotlib():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_transfer_labels_stack_instead_of_printing_over_each_other():
+    """#31 item 5: close page-ins and page-outs (six on the MLP at 70% on the nRF52840,
+    Capuchin's) get labels whose boxes do not overlap once drawn; apart, they sit on one
+    level."""
+    from poetsim.boards import get_board
+    from poetsim.methods import produce
+    from poetsim.report.plots import _draw_power, _label_levels, new_figure
+    from poetsim.request import resolve_request
+    from poetsim.zoo import build_model
+
+    assert _label_levels([(0, 1), (2, 3), (4, 5)]) == [0, 0, 0]
+    assert _label_levels([(0, 2), (1, 3), (1.5, 4), (2.5, 6)]) == [0, 1, 2, 0]
+    graph = build_model("mlp")
+    request = resolve_request(graph, get_board("nrf52840"), ram="70%", accounting="paper")
+    produced = produce(request, "capuchin")
+    report, _ = check_on_board(request, produced.schedule, trace=True)
+    fig = new_figure(8, 4)
+    ax = fig.add_subplot()
+    _draw_power(ax, report)
+    fig.canvas.draw()
+    from matplotlib.text import Text
+
+    # the text's own box (an Annotation's box also spans its leader line)
+    boxes = [Text.get_window_extent(t) for t in ax.texts if t.get_text().startswith("page-")]
+    assert len(boxes) == 6
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b), (a, b)

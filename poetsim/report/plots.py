@@ -294,26 +294,62 @@ def _split_scale(ax: Axes, knee: float, top: float, fraction: float = 0.6) -> No
             ha="right", va="bottom", fontsize=7, color="0.35")
 
 
+def _label_levels(spans: list[tuple[float, float]]) -> list[int]:
+    """A level for each label ``(left, right)`` (data units): the lowest one where it does
+    not overlap a label already placed, so that close transfers stack their labels."""
+    ends: list[float] = []  # per level, the right edge of its last label
+    levels = [0] * len(spans)
+    for i in sorted(range(len(spans)), key=lambda i: spans[i][0]):
+        left, right = spans[i]
+        level = next((k for k, end in enumerate(ends) if end < left), len(ends))
+        if level == len(ends):
+            ends.append(right)
+        ends[level] = right
+        levels[i] = level
+    return levels
+
+
 def _label_transfers(ax: Axes, report: SimReport, times: np.ndarray, total: np.ndarray,
                      scale: float, limit: int = 6) -> None:
-    """Name the page-ins / page-outs on their power spike when there are only a few."""
+    """Name the page-ins / page-outs on their power spike when there are only a few,
+    close ones stacked so that no two labels print over each other."""
     assert report.timeline is not None
     transfers = [s for s in report.timeline.slices
                  if s.name.startswith(("page_in", "page_out"))]
     if not transfers or len(transfers) > limit:
         return
+    fontsize = 7
+    fig = ax.figure
+    # a label's width in seconds: its characters at ~0.6 em each, over the axes' width
+    axes_pt = fig.get_figwidth() * 72 * ax.get_position().width
+    seconds_per_pt = max(report.makespan_s, 1e-12) / max(axes_pt, 1.0)
+    texts, spans, heights = [], [], []
     for s in transfers:
         lo = max(np.searchsorted(times, s.start_s, side="right") - 1, 0)
         hi = max(np.searchsorted(times, s.end_s, side="left"), lo + 1)
-        height = float(total[lo:hi].max()) / scale
+        heights.append(float(total[lo:hi].max()) / scale)
         kind, _, op = s.name.partition(" ")
         nbytes = s.args.get("bytes")
         text = kind.replace("_", "-") + (f" {op}" if op else "")
         if isinstance(nbytes, int):
             text += f"\n{_bytes(nbytes)}"
-        ax.annotate(text, xy=((s.start_s + s.end_s) / 2, height), xytext=(0, 4),
-                    textcoords="offset points", ha="center", va="bottom", fontsize=7,
-                    color="0.2")
+        half = 0.5 * 0.6 * fontsize * max(map(len, text.splitlines())) * seconds_per_pt
+        middle = (s.start_s + s.end_s) / 2
+        texts.append(text)
+        spans.append((middle - half, middle + half))
+    levels = _label_levels(spans)
+    for i, (s, text, height, level) in enumerate(zip(transfers, texts, heights, levels)):
+        # stacked labels start from the highest spike among those they overlap
+        base = max(heights[j] for j, (left, right) in enumerate(spans)
+                   if left <= spans[i][1] and spans[i][0] <= right)
+        middle = (s.start_s + s.end_s) / 2
+        rise_px = (ax.transData.transform((middle, base))[1]
+                   - ax.transData.transform((middle, height))[1])
+        ax.annotate(text, xy=(middle, height), textcoords="offset points",
+                    xytext=(0, rise_px * 72 / fig.dpi + 4 + level * 2.6 * fontsize),
+                    ha="center", va="bottom", fontsize=fontsize, color="0.2",
+                    arrowprops=dict(arrowstyle="-", color="0.6", lw=0.5)
+                    if level or base > height else None)
 
 
 def _draw_power(ax: Axes, report: SimReport, *, title: bool = True) -> None:
