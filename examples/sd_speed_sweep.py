@@ -12,7 +12,7 @@ against the SD write throughput, one line per method and read throughput::
     python examples/sd_speed_sweep.py --out build/sd   # writes build/sd/energy_vs_sd_speed.png
 
 The sweep's store (``sd_speed.sqlite``) is resumable: run the script again and only the
-points it lacks are solved.
+points it lacks are solved. Needs Dask: ``pip install 'poetsim[sweep]'``.
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ def test_deploy_check_fails_when_a_corner_misses_the_deadline(tmp_path):
 
 
 def test_sd_speed_sweep_writes_its_plot(tmp_path):
+    pytest.importorskip("distributed")  # the [sweep] extra
     done = _run("sd_speed_sweep.py", "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr
     assert "sweep: 10 points, 10 done, 0 failed" in done.stdout
