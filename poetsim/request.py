@@ -238,8 +238,18 @@ class Request:
                     f"buffers (paper accounting; {format_bytes(self.resident_bytes)} of "
                     "parameters, gradients and optimizer state beside it)"
                     + self._describe_bands())
-        return (f"{format_bytes(self.budget_bytes)} in all (physical accounting): "
-                f"{format_bytes(self.resident_bytes)} resident state + "
+        within = self.resident_bytes + self.activation_budget_bytes
+        # a budget over the board's usable RAM leaves the activations what the board has:
+        # say so, so that the parts add up to the whole
+        head = f"{format_bytes(self.budget_bytes)} in all (physical accounting)"
+        if within < self.budget_bytes:
+            head = (f"{format_bytes(within)} in all (physical accounting; the "
+                    f"{format_bytes(self.budget_bytes)} asked for is more than the board's "
+                    f"{format_bytes(self.board.ram.usable_bytes)} usable RAM)")
+        elif within > self.budget_bytes:
+            head = (f"{format_bytes(self.budget_bytes)} in all (physical accounting; less "
+                    "than the resident state alone)")
+        return (f"{head}: {format_bytes(self.resident_bytes)} resident state + "
                 f"{format_bytes(self.activation_budget_bytes)} for activations and buffers"
                 + self._describe_flash() + self._describe_streamed() + self._describe_bands())
 

@@ -299,3 +299,28 @@ def test_a_file_from_a_graph_file_finds_it_and_says_when_it_cannot(tmp_path):
     anonymous = schedule.with_metadata(graph_file=None)
     with pytest.raises(InputError, match="made for graph 'make', which is no zoo model"):
         request_for_schedule(anonymous)
+
+
+def test_the_budget_line_adds_up():
+    """#31 item 5: the parts of the physical budget line add up to its whole, also when
+    the budget asked for is over the board's RAM or under the resident state."""
+    import re
+
+    from poetsim.boards import get_board
+    from poetsim.request import resolve_request
+    from poetsim.zoo import build_model
+
+    def kib(text: str) -> float:
+        value, unit = text.split()
+        return float(value) * {"B": 1 / 1024, "KiB": 1.0, "MiB": 1024.0}[unit]
+
+    graph = build_model("ds_cnn_s", train_last=3)
+    for ram, note in (("512KiB", "asked for is more than the board's"), ("board", None),
+                      ("50%", None), ("30KiB", "less than the resident state alone")):
+        line = resolve_request(graph, get_board("nrf52840"), ram=ram).describe_budget()
+        whole, resident, activations = re.match(
+            r"([\d.]+ \w+) in all .*?: ([\d.]+ \w+) resident state \+ ([\d.]+ \w+) for", line
+        ).groups()
+        assert note is None or note in line
+        if ram != "30KiB":  # under the resident state alone nothing is left to add up
+            assert kib(whole) == pytest.approx(kib(resident) + kib(activations), abs=0.11)

@@ -11,6 +11,7 @@ from typing import Any
 
 from poetsim.request import Accounting
 from poetsim.sim.report import SimReport
+from poetsim.summary import GraphSummary
 from poetsim.units import format_bytes, format_quantity
 from poetsim.verdict import Verdict
 
@@ -34,6 +35,20 @@ def wrapped(line: str, indent: int) -> str:
 def row(label: str, value: str) -> str:
     """One labelled line of a command's report."""
     return f"  {label:<34} {value}"
+
+
+def print_graph_summary(summary: GraphSummary) -> None:
+    """A training graph's size, work and memory, each figure with its unit (``models
+    show`` and ``import``)."""
+    print(row("ops (forward+loss / backward)",
+               f"{summary.ops} ({summary.forward_ops} / {summary.backward_ops})"))
+    print(row("parameters", f"{summary.parameters:,} ({format_bytes(summary.param_bytes)})"))
+    print(row("forward MACs", format_quantity(summary.forward_macs, "MAC")))
+    print(row("forward FLOPs", format_quantity(summary.forward_flops, "FLOP")))
+    print(row("training FLOPs (one iteration)", format_quantity(summary.training_flops, "FLOP")))
+    print(row("activation bytes (all forward)", format_bytes(summary.activation_bytes)))
+    print(row("plain-schedule peak (activations)",
+               f"{format_bytes(summary.plain_peak_bytes)} at {summary.plain_peak_op}"))
 
 
 def write_all_or_nothing(written: list[str],

@@ -21,7 +21,7 @@ import json
 from typing import Any
 
 from poetsim.cli.options import add_json
-from poetsim.cli.output import row
+from poetsim.cli.output import print_graph_summary, row
 from poetsim.errors import InputError
 
 __all__ = ["FACTORY_HELP", "add_model_arguments", "imported_model", "register"]
@@ -59,16 +59,13 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
     imported = imported_model(args, args.factory)
     write_graph(imported.graph, args.out)
-    summary = graph_summary(imported.graph).as_dict()
+    summary = graph_summary(imported.graph)
     if args.json:
-        print(json.dumps({"graph": summary, "wrote": args.out}, indent=2, default=str))
+        print(json.dumps({"graph": summary.as_dict(), "wrote": args.out}, indent=2,
+                         default=str))
     else:
-        graph = imported.graph
-        print(f"imported {args.factory} as graph {graph.name!r}")
-        print(row("ops (forward + loss + backward)", str(len(graph.ops))))
-        for key in ("parameters", "param_bytes", "forward_flops", "training_flops",
-                    "forward_macs", "activation_bytes", "plain_peak_bytes"):
-            print(row(key.replace("_", " "), f"{summary[key]:,.0f}"))
+        print(f"imported {args.factory} as graph {imported.graph.name!r}")
+        print_graph_summary(summary)
         print(row("wrote", args.out))
     return 0
 

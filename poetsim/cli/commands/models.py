@@ -10,10 +10,9 @@ from poetsim.cli.options import (
     add_model_options,
     model_options,
 )
-from poetsim.cli.output import emit_json, row
+from poetsim.cli.output import emit_json, print_graph_summary, row, wrapped
 from poetsim.graph import write_graph
 from poetsim.summary import graph_summary
-from poetsim.units import format_bytes, format_quantity
 from poetsim.zoo import build_model, model_description, model_names
 from poetsim.zoo import model_options as zoo_model_options
 
@@ -38,16 +37,8 @@ def _cmd_models_show(args: argparse.Namespace) -> None:
     overridden = bool(args.set) or args.batch_size is not None
     print(summary.name if overridden else f"{summary.name}: {model_description(args.model)}")
     options = ", ".join(f"{k}={v}" for k, v in summary.metadata.items() if k != "model")
-    print(row("options", options))
-    print(row("ops (forward+loss / backward)",
-               f"{summary.ops} ({summary.forward_ops} / {summary.backward_ops})"))
-    print(row("parameters", f"{summary.parameters:,} ({format_bytes(summary.param_bytes)})"))
-    print(row("forward MACs", format_quantity(summary.forward_macs, "MAC")))
-    print(row("forward FLOPs", format_quantity(summary.forward_flops, "FLOP")))
-    print(row("training FLOPs (one iteration)", format_quantity(summary.training_flops, "FLOP")))
-    print(row("activation bytes (all forward)", format_bytes(summary.activation_bytes)))
-    print(row("plain-schedule peak (activations)",
-               f"{format_bytes(summary.plain_peak_bytes)} at {summary.plain_peak_op}"))
+    print(wrapped(row("options", options), indent=37))
+    print_graph_summary(summary)
 
 
 def _cmd_models_export(args: argparse.Namespace) -> None:
