@@ -18,6 +18,8 @@ from poetsim.cli.options import (
     model_from_args,
 )
 from poetsim.cli.output import emit_json
+from poetsim.errors import InputError
+from poetsim.fileio import check_new_folder
 from poetsim.methods import DEFAULT_EFFORT, DEFAULT_TIME_LIMIT_S
 from poetsim.runs import Outcome
 from poetsim.units import format_quantity
@@ -36,6 +38,8 @@ def _progress(position: int, methods: int, outcome: Outcome) -> None:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     model, options = model_from_args(args)
+    if args.out:  # a folder it could not write is bad input: said before any method runs
+        check_new_folder(args.out, InputError)
     with flags_named():  # the API names its parameters, the command line its flags
         table = compare_methods(model, args.board, ram=args.ram, deadline=args.deadline,
                                 accounting=args.accounting,
