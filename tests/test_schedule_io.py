@@ -119,7 +119,7 @@ def edit(doc, path, value):
 @pytest.mark.parametrize(("path", "value", "expected"), [
     (("format",), "poetsim-graph", "format = \"poetsim-graph\": must be 'poetsim-schedule' "
                                    "[bad_format]"),
-    (("version",), 3, "version = 3: this poetsim reads versions 1 to 2 [unsupported_version]"),
+    (("version",), 4, "version = 4: this poetsim reads versions 1 to 3 [unsupported_version]"),
     (("steps", 3), ["comptue", "r", 2], "steps[3]: action \"comptue\": must be one of "
                                         "compute, page_out, page_in, free, read_weights, "
                                         "write_weights, hold_weights, drop_weights "
@@ -289,7 +289,7 @@ STAGES = 24 + 2 * 25
     (lambda d: d[:30] + bytes([d[30] ^ 0x40]) + d[31:], "checksum_mismatch"),
     (lambda d: b"PNG\x00" + d[4:], "bad_magic"),
     (lambda d: b"PO", "truncated"),
-    (lambda d: corrupt(d, 4, 3), "unsupported_version"),
+    (lambda d: corrupt(d, 4, 4), "unsupported_version"),
     (lambda d: corrupt(d, 5, 0x83), "bad_header"),
     (lambda d: corrupt(d, 16, d[16] ^ 1), "fingerprint_mismatch"),
     (lambda d: corrupt(d, 8, 12), "op_count_mismatch"),

@@ -213,14 +213,13 @@ def _steps_from_list(raw_steps: Any, index: dict[str, int], version: int) -> lis
         where = f"steps[{i}]"
         move = isinstance(raw, list) and len(raw) == 5 and raw[0] == Action.MOVE.value
         if not isinstance(raw, list) or (len(raw) != 3 and not move):
-            raise FileProblem(where, f"{_short(raw)}: must be [action, op name, stage] "
-                                     "(a move: [\"move\", op name, stage, from_offset_bytes, "
-                                     "to_offset_bytes])", "bad_step", i)
+            raise FileProblem(where, f"{_short(raw)}: must be [action, op name, stage]",
+                              "bad_step", i)
         action, name, stage = raw[:3]
         if not isinstance(action, str) or action not in actions:
+            later = " (move: version 3)" if action == Action.MOVE.value else ""
             raise FileProblem(where, f"action {_short(action)}: must be one of "
-                                     f"{', '.join(actions)} in version {version}",
-                              "unknown_action", i)
+                                     f"{', '.join(actions)}{later}", "unknown_action", i)
         if not isinstance(name, str) or name not in index:
             raise FileProblem(where, f"op {_short(name)} is not in the ops list", "unknown_op", i)
         if not _is_int(stage) or stage < 0:
