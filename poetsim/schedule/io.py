@@ -211,7 +211,7 @@ def _steps_from_list(raw_steps: Any, index: dict[str, int], version: int) -> lis
     steps: list[Step] = []
     for i, raw in enumerate(raw_steps):
         where = f"steps[{i}]"
-        move = isinstance(raw, list) and len(raw) == 5 and raw[0] == Action.MOVE.value
+        move = isinstance(raw, list) and len(raw) > 3 and raw[0] == Action.MOVE.value
         if not isinstance(raw, list) or (len(raw) != 3 and not move):
             raise FileProblem(where, f"{_short(raw)}: must be [action, op name, stage]",
                               "bad_step", i)

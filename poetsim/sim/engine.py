@@ -177,7 +177,6 @@ class Simulation:
         self.computed = [False] * len(graph.ops)
         self.violations: list[SimViolation] = []
         self.compute_s = self.cpu_transfer_s = self.stall_s = self.tail_s = 0.0
-        self.move_s = 0.0  # copies of MOVE steps
         self.slices: list[tuple[str, str, float, float, dict]] | None = [] if trace else None
         self.main = env.process(self._program())
 
@@ -515,7 +514,6 @@ class Simulation:
             self.cpu.run("move", energy / seconds)
             yield env.timeout(seconds)
             self.cpu.idle()
-        self.move_s += env.now - t0
         self.ram.free(env.now, extra)
         if self.slices is not None:
             self.slices.append(("dma copy" if self.dma is not None else "cpu",
