@@ -121,7 +121,7 @@ def test_a_tampered_move_target_fails_the_check(fragmented):
     bad = attrs.evolve(_with_step(moved, p, onto), layout=layout)
     violation = check_schedule(graph, bad).violation
     assert violation.rule in ("layout_overlap", "layout_outside")
-    assert f"'t" in violation.message and "step" in violation.message
+    assert "'t" in violation.message and "step" in violation.message
 
 
 def test_a_move_of_a_tensor_not_in_ram_or_from_where_it_is_not_breaks_the_contract(
