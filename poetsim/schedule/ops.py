@@ -33,7 +33,7 @@ Steps, in list order (each one finishes before the next starts)
     [``recomputed_inplace_update``]: a second run would read the weights it updated.
     *In place*: an op with an in-place kernel (``Op.overwrites``, input ``u``) writes its
     output into ``u``'s buffer when the list frees ``u`` after the COMPUTE before RAM can
-    grow again (before the next COMPUTE, PAGE_IN or HOLD_WEIGHTS), with no PAGE_OUT of
+    grow again (before the next COMPUTE, PAGE_IN, HOLD_WEIGHTS or MOVE), with no PAGE_OUT of
     ``u`` and no FREE of ``k`` in between (:meth:`~poetsim.schedule.replay.Replay.in_place`).
     Then RAM while it runs holds no ``output_bytes[k]`` beyond the resident tensors and the
     workspace; ``u``'s buffer holds tensor ``k`` from then on, and the ``FREE u`` releases
@@ -93,9 +93,10 @@ Steps, in list order (each one finishes before the next starts)
     must agree: the tensor's buffer live before the MOVE lies at ``a``, the one after it
     at ``b`` [``move_mismatch``], and the destination lies within the arena
     [``layout_outside``] and shares no byte with any other buffer live at the MOVE
-    [``layout_overlap``]. A write of ``k`` to storage or a read of it still in flight ends
-    before the copy starts. A MOVE is a step at which RAM can grow (for the in-place rule
-    below and the budget).
+    [``layout_overlap``]. A later MOVE of the tensor, while it stays resident, starts where
+    this one put it [``move_mismatch``]. A write of ``k`` to storage or a read of it still
+    in flight ends before the copy starts. A MOVE is a step at which RAM can grow (for
+    the in-place rule above and the budget).
 
 Pricing: a ``COMPUTE k`` right after its ``READ_WEIGHTS k`` costs ``compute_time_s[k]`` /
 ``compute_energy_j[k]`` (:class:`poetsim.costs.OpCosts`), one without it

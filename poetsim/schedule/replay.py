@@ -334,7 +334,7 @@ class Replay:
         """The input whose buffer the COMPUTE of op ``k`` at ``position`` writes its output
         into, or -1. An op with an in-place kernel (``Op.overwrites``, input ``u``) runs in
         place when ``u`` is freed after it before RAM can grow again (before the next
-        COMPUTE, PAGE_IN or HOLD_WEIGHTS), and neither ``u`` is paged out nor ``k``'s own
+        COMPUTE, PAGE_IN, HOLD_WEIGHTS or MOVE), and neither ``u`` is paged out nor ``k``'s own
         output freed first: ``u`` is then dead once ``k`` has read it, and its buffer holds
         ``k``'s output from then on."""
         u = _facts(self.graph).overwrites[k]
