@@ -7,10 +7,12 @@ step makes resident goes into the smallest free gap that holds it (best fit: it 
 the large gaps for large buffers). When a step's buffers find no gap though the free bytes
 would hold them, the live tensors slide down, lowest first, each to the lowest address
 free of the buffers that cannot move (held weights), one MOVE step each (right before
-that step, in its stage); then the step's buffers are placed again. A MOVE's destination
-lies below its source, so the copy never crosses a live buffer: the bytes between are
-free. The result carries its layout (every buffer, the moved tensors in two pieces), and
-the contract's checker judges both (:func:`~poetsim.schedule.arena.adopt_layout`).
+that step, in its stage); then the step's buffers are placed again. A HOLD_WEIGHTS or
+READ_WEIGHTS and the COMPUTE it belongs to are placed together, the MOVEs before them all
+(the contract keeps them adjacent). A MOVE's destination lies below its source, so the
+copy never crosses a live buffer: the bytes between are free. The result carries its
+layout (every buffer, the moved tensors in two pieces), and the contract's checker judges
+both (:func:`~poetsim.schedule.arena.adopt_layout`).
 
 Only tensors move: a workspace lives during its COMPUTE alone, and held weights are
 loaded by a run of their owner, where a runtime keeps them. An in-place output shares its
@@ -20,6 +22,8 @@ MOVE is ever needed there.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import attrs
 
 from poetsim.schedule.arena import adopt_layout
@@ -28,6 +32,9 @@ from poetsim.schedule.ops import Action, Schedule, Step
 from poetsim.schedule.replay import ContractViolation, Replay, held_weight_bytes, replay
 
 __all__ = ["compact"]
+
+#: The steps bound to the COMPUTE after them (no step may come between).
+_BOUND = frozenset({Action.HOLD_WEIGHTS, Action.READ_WEIGHTS})
 
 
 @attrs.define
@@ -148,9 +155,12 @@ def compact(replayed: Replay, *, room_bytes: int, resident_bytes: int = 0) -> Sc
     held = held_weight_bytes(replayed.graph)
     arena = _Arena(room_bytes)
     base = resident_bytes
-    for position, step in enumerate(replayed.steps):
-        if not _place(arena, replayed, position, step, held, base):
+    steps, i = replayed.steps, 0
+    while i < len(steps):
+        j = _run_end(steps, i)
+        if not _place(arena, replayed, range(i, j + 1), held, base):
             return None
+        i = j + 1
     n = len(arena.steps)
     for kind, op in list(arena.live):
         arena.close(kind, op, n, base)
@@ -170,34 +180,50 @@ def compact(replayed: Replay, *, room_bytes: int, resident_bytes: int = 0) -> Sc
     return moved.with_metadata(arena_moves=arena.moves)
 
 
-def _place(arena: _Arena, replayed: Replay, position: int, step: Step, held: list[int],
-           base: int) -> bool:
-    """Step ``position`` of the old list appended to the new one, its buffers opened
-    (sliding the tensors down first if they find no gap) and closed; False: no room."""
-    needs = _needs(replayed, position, step, held)
-    sizes = [size for _, size in needs]
+def _run_end(steps: Sequence[Step], i: int) -> int:
+    """The last position of the run that starts at ``i``: a HOLD_WEIGHTS or READ_WEIGHTS
+    and the steps up to its COMPUTE, which the contract keeps together (a MOVE goes before
+    them all), else ``i`` alone."""
+    j = i
+    while steps[j].action in _BOUND and j + 1 < len(steps):
+        j += 1
+    return j
+
+
+def _place(arena: _Arena, replayed: Replay, run: range, held: list[int], base: int) -> bool:
+    """The old list's steps at ``run`` appended to the new one, their buffers opened
+    (placed together, sliding the tensors down first if they find no gap) and closed;
+    False: no room."""
+    steps = replayed.steps
+    needs = [(position, kind, size) for position in run
+             for kind, size in _needs(replayed, position, steps[position], held)]
+    sizes = [size for _, _, size in needs]
     at = arena.fit(sizes) if needs else []
     if at is None:
-        arena.slide(step.stage, base)
+        arena.slide(steps[run.start].stage, base)
         at = arena.fit(sizes)
         if at is None:
             return False
-    p = len(arena.steps)
-    arena.steps.append(step)
-    k, action = step.op, step.action
-    into = replayed.overwrites.get(position, -1)
-    if into >= 0:  # in place: the output takes its input's offset
-        source = arena.live[("tensor", into)]
-        arena.open("tensor", k, source.offset_bytes, replayed.graph.ops[k].output_bytes, p,
-                   shares=into)
-    for (kind, size), offset in zip(needs, at):
-        if kind == "workspace":
-            if size > 0:
-                arena.closed.append(Buffer("workspace", k, p, p + 1, size, offset + base))
-        else:
-            arena.open(kind, k, offset, size, p)
-    if action is Action.FREE:
-        arena.close("tensor", k, p, base)
-    elif action is Action.DROP_WEIGHTS:
-        arena.close("held", k, p, base)
+    for position in run:
+        step = steps[position]
+        p = len(arena.steps)
+        arena.steps.append(step)
+        k, action = step.op, step.action
+        into = replayed.overwrites.get(position, -1)
+        if into >= 0:  # in place: the output takes its input's offset
+            source = arena.live[("tensor", into)]
+            arena.open("tensor", k, source.offset_bytes, replayed.graph.ops[k].output_bytes,
+                       p, shares=into)
+        for (where, kind, size), offset in zip(needs, at):
+            if where != position:
+                continue
+            if kind == "workspace":
+                if size > 0:
+                    arena.closed.append(Buffer("workspace", k, p, p + 1, size, offset + base))
+            else:
+                arena.open(kind, k, offset, size, p)
+        if action is Action.FREE:
+            arena.close("tensor", k, p, base)
+        elif action is Action.DROP_WEIGHTS:
+            arena.close("held", k, p, base)
     return True
