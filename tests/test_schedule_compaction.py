@@ -156,3 +156,27 @@ def test_a_move_step_refuses_bad_offsets(kwargs, text):
     assert str(err.value) == text
     with pytest.raises(InputError, match="only a move step has offsets"):
         Step(Action.FREE, 0, 0, to_offset_bytes=3)
+
+
+@pytest.mark.parametrize("holds", [0, 1, 4])
+def test_moves_go_before_the_weight_steps_bound_to_a_compute(holds):
+    """On a graph whose weights stream from storage, a MOVE never comes between a
+    HOLD_WEIGHTS or READ_WEIGHTS and its COMPUTE: the allocator, tight at the byte peak,
+    slides before them all, and the contract accepts the result."""
+    from test_schedule_check import with_holds
+
+    from poetsim.graph.streaming import WeightsOnStorage, hold_owners
+    from poetsim.schedule import plain_schedule
+    from poetsim.zoo import build_model
+
+    graph = WeightsOnStorage(trained=True).graph(
+        build_model("mlp", layers=4, width=16, inplace_update=1))
+    owners = hold_owners(graph)
+    names = [op.name for k, op in enumerate(graph.ops) if owners[k] >= 0][:holds]
+    walk = replay(graph, with_holds(graph, plain_schedule(graph).steps, names))
+    moved = compact(walk, room_bytes=walk.peak_bytes)
+    assert moved is not None and moved.count(Action.MOVE) > 0
+    assert check_schedule(graph, moved, budget_bytes=walk.peak_bytes).valid
+    for before, after in zip(moved.steps, moved.steps[1:]):
+        if before.action in (Action.HOLD_WEIGHTS, Action.READ_WEIGHTS):
+            assert after.action is not Action.MOVE
