@@ -59,7 +59,7 @@ __all__ = ["CACHE_VERSION", "MAX_DEADLINE_TIGHTENINGS", "METHODS", "SOLVER_VERSI
            "with_overheads"]
 
 #: Bumped whenever a change makes cached runs stale.
-CACHE_VERSION = 9
+CACHE_VERSION = 10
 
 #: How often a MILP method is re-solved with a tighter deadline when its schedule misses
 #: the deadline in the simulation.
