@@ -11,7 +11,8 @@ POET's orchestration lives here too: a MILP schedule that misses the planning de
 simulation (a page-in stalls its consumer, the storage wakes up) is solved again with the
 solver's deadline shrunk by the overrun, at most :data:`MAX_DEADLINE_TIGHTENINGS` times;
 and any method's schedule whose buffers do not lay out in the RAM it may use plans again
-with less (:func:`_meet_the_board`).
+with less, or is compacted with MOVE steps (:mod:`poetsim.schedule.compaction`), whichever
+passes with less simulated energy (:func:`_meet_the_board`).
 The planning deadline is the user's deadline minus the request's margin (none by default:
 the user's deadline), so a margin asked for is kept in simulation too. The request, and so
 every schedule's metadata and verdict, keeps the user's deadline.
