@@ -435,7 +435,8 @@ def test_random_schedule_files_never_crash(capsys, tmp_path, valid, data):
 
 
 @pytest.mark.parametrize(("change", "needles"), [
-    (lambda row: row.__setitem__(4, -3), ["steps[", "move to_offset_bytes -3", "[bad_move]"]),
+    (lambda row: row.__setitem__(4, -3),
+     ["steps[", "move of \"t", "to_offset_bytes -3", "[bad_move]"]),
     (lambda row: row.__setitem__(4, row[4] + 64),
      ["step ", "(move 't", "the layout keeps tensor", "[move_mismatch]"]),
 ])

@@ -405,9 +405,10 @@ def test_moves_take_json_version_3_and_binary_version_3(compacted, tmp_path):
 
 @pytest.mark.parametrize(("change", "expected"), [
     (lambda row: row.__setitem__(4, -3),
-     "move to_offset_bytes -3: must be a non-negative whole number of bytes [bad_move]"),
+     "move of \"t3\": to_offset_bytes -3: must be a non-negative whole number of bytes "
+     "[bad_move]"),
     (lambda row: row.__setitem__(3, 1.5),
-     "move from_offset_bytes 1.5: must be a non-negative whole number of bytes [bad_move]"),
+     "from_offset_bytes 1.5: must be a non-negative whole number of bytes [bad_move]"),
     (lambda row: row.__setitem__(4, row[3]), "the offsets must differ (a move must move) "
                                              "[bad_move]"),
     (lambda row: row.pop(), "a move is [\"move\", op name, stage, from_offset_bytes, "

@@ -240,8 +240,9 @@ def _move_from(raw: list[Any], op: int, stage: int, where: str, i: int) -> Step:
     source, target = raw[3], raw[4]
     for label, value in (("from_offset_bytes", source), ("to_offset_bytes", target)):
         if not _is_int(value) or value < 0:
-            raise FileProblem(where, f"move {label} {_short(value)}: must be a non-negative "
-                                     "whole number of bytes", "bad_move", i)
+            raise FileProblem(where, f"move of {_short(raw[1])}: {label} {_short(value)}: "
+                                     "must be a non-negative whole number of bytes",
+                              "bad_move", i)
     if source == target:
         raise FileProblem(where, f"move of {raw[1]!r} from {source} to {target}: the offsets "
                                  "must differ (a move must move)", "bad_move", i)
