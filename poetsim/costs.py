@@ -77,6 +77,15 @@ a page-out first erases the sectors it covers (no pre-erased pool is assumed)::
 
 A tensor of 0 bytes costs nothing to move.
 
+A MOVE step (compaction, :mod:`poetsim.schedule.ops`) copies a tensor of ``b`` bytes
+within RAM, reading and writing each byte once at the RAM's bandwidth, on the DMA engine
+when the board has one (a memory-to-memory transfer, which does not touch the storage or
+its bus; the CPU waits for it, awake, at its idle power: the time-proportional power
+below) and on the CPU otherwise (:func:`move_cost`)::
+
+    time_s   = 2 * b / ram.bandwidth_bytes_per_s
+    energy_j = time_s * mover_power_w
+
 Time-proportional power (:class:`WaitPower`)
 --------------------------------------------
 The board also draws power while it waits, in proportion to the time it waits, not to any
@@ -132,7 +141,8 @@ from poetsim.graph.streaming import (
 )
 
 __all__ = ["RATE_FIELDS", "ComputeRate", "OpCosts", "Transfer", "TransferPhases", "WaitPower",
-           "compute_rate", "op_costs", "transfer_cost", "transfer_phases", "wait_power"]
+           "compute_rate", "move_cost", "op_costs", "transfer_cost", "transfer_phases",
+           "wait_power"]
 
 
 @attrs.frozen
@@ -201,6 +211,14 @@ def transfer_cost(board: Board, nbytes: int, *, write: bool) -> Transfer:
     """Cost of writing (page-out) or reading (page-in) ``nbytes`` on ``board``."""
     phases = transfer_phases(board, nbytes, write=write)
     return Transfer(phases.time_s, phases.energy_j)
+
+
+def move_cost(board: Board, nbytes: int) -> Transfer:
+    """Cost of a MOVE: copying ``nbytes`` within RAM (the formula in the module
+    docstring), on the DMA engine when ``board`` has one, else on the CPU."""
+    time_s = 2 * max(int(nbytes), 0) / board.ram.bandwidth_bytes_per_s
+    mover_w = board.dma.active_power_w if board.dma.present else board.cpu.active_power_w
+    return Transfer(time_s, time_s * mover_w)
 
 
 def _erase_time_s(storage: Storage, rounded_bytes: int) -> float:
@@ -301,6 +319,10 @@ class OpCosts:
     dma_energy_j: np.ndarray = _frozen_array()
     held_storage_energy_j: np.ndarray = _frozen_array()
     held_dma_energy_j: np.ndarray = _frozen_array()
+    #: A MOVE of the op's tensor (:func:`move_cost`): a copy within RAM, on the DMA engine
+    #: when the board has one (``cpu_moves`` False), else on the CPU.
+    move_time_s: np.ndarray = _frozen_array()
+    move_energy_j: np.ndarray = _frozen_array()
     wait: WaitPower = WaitPower()
     #: the CPU moves every byte itself (no DMA): transfers add to compute time
     cpu_moves: bool = False
@@ -515,6 +537,8 @@ def op_costs(graph: TrainingGraph, board: Board) -> OpCosts:
         hold_owner=owners,
         held_bytes=held_bytes(graph, owners),
         held_compute_time_s=held_time, held_compute_energy_j=held_energy,
+        move_time_s=[move_cost(board, op.output_bytes).time_s for op in graph.ops],
+        move_energy_j=[move_cost(board, op.output_bytes).energy_j for op in graph.ops],
         wait=wait_power(board), cpu_moves=not board.dma.present,
         **columns, **shares,
     )

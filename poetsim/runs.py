@@ -11,7 +11,8 @@ POET's orchestration lives here too: a MILP schedule that misses the planning de
 simulation (a page-in stalls its consumer, the storage wakes up) is solved again with the
 solver's deadline shrunk by the overrun, at most :data:`MAX_DEADLINE_TIGHTENINGS` times;
 and any method's schedule whose buffers do not lay out in the RAM it may use plans again
-with less (:func:`_meet_the_board`).
+with less, or is compacted with MOVE steps (:mod:`poetsim.schedule.compaction`), whichever
+passes with less simulated energy (:func:`_meet_the_board`).
 The planning deadline is the user's deadline minus the request's margin (none by default:
 the user's deadline), so a margin asked for is kept in simulation too. The request, and so
 every schedule's metadata and verdict, keeps the user's deadline.
@@ -44,7 +45,11 @@ from poetsim.graph.memory import minimum_ram_bytes
 from poetsim.methods import METHODS, MethodStatus, Produced, SolverSettings, produce
 from poetsim.request import Accounting, Request
 from poetsim.schedule import plain_schedule
+from poetsim.schedule.compaction import compact
 from poetsim.schedule.io import DIGEST_FIELD, schedule_from_dict, schedule_to_dict
+from poetsim.schedule.model import predict
+from poetsim.schedule.ops import Action
+from poetsim.schedule.replay import replay
 from poetsim.sim import SimReport, simulate
 from poetsim.units import energy_overhead, meets_deadline
 from poetsim.verdict import CornerVerdict, Verdict, check_on_board
@@ -55,7 +60,7 @@ __all__ = ["CACHE_VERSION", "MAX_DEADLINE_TIGHTENINGS", "METHODS", "SOLVER_VERSI
            "with_overheads"]
 
 #: Bumped whenever a change makes cached runs stale.
-CACHE_VERSION = 9
+CACHE_VERSION = 10
 
 #: How often a MILP method is re-solved with a tighter deadline when its schedule misses
 #: the deadline in the simulation.
@@ -304,6 +309,63 @@ def _judged(outcome: Outcome, report: SimReport, verdict: Verdict) -> Outcome:
 
 def _meet_the_board(request: Request, outcome: Outcome, attempt: Any, *,
                     retime: bool, time_left_s: Callable[[], float] | None = None) -> Outcome:
+    """:func:`_replan`, and, when a schedule's buffers did not lay out, the first such
+    schedule compacted instead (:func:`~poetsim.schedule.compaction.compact`: MOVE steps
+    that close the gaps): whichever of the two passes with less simulated energy; the
+    chosen schedule's metadata says which and both energies (``arena_fit``)."""
+    compacted: list[Outcome | None] = []
+
+    def compact_first(over: Outcome) -> None:
+        if not compacted:
+            compacted.append(_compacted(request, over))
+
+    replanned = _replan(request, outcome, attempt, retime=retime, time_left_s=time_left_s,
+                        on_over=compact_first)
+    return _less_energy(replanned, compacted[0] if compacted else None)
+
+
+def _compacted(request: Request, outcome: Outcome) -> Outcome | None:
+    """``outcome``'s schedule with MOVE steps that lay it out within the RAM it may use,
+    predicted, simulated and judged; None when compaction finds no room either."""
+    graph, schedule = request.graph, outcome.schedule
+    walk = replay(graph, schedule, storage_capacity_bytes=request.paging_capacity_bytes)
+    moved = compact(walk, room_bytes=request.ram_limit_bytes - request.resident_bytes,
+                    resident_bytes=request.resident_bytes)
+    if moved is None:
+        return None
+    figures = predict(graph, request.costs, moved)
+    moved = moved.with_metadata(predicted_energy_j=figures.energy_j,
+                                predicted_time_s=figures.time_s)
+    produced = attrs.evolve(outcome.produced, schedule=moved,
+                            predicted_energy_j=figures.energy_j,
+                            predicted_time_s=figures.time_s)
+    report, verdict = check_on_board(request, moved)
+    return _judged(attrs.evolve(outcome, produced=produced), report, verdict)
+
+
+def _less_energy(replanned: Outcome, compacted: Outcome | None) -> Outcome:
+    """Of a replanned outcome and a compacted one, the one that passes with less
+    simulated energy (the replanned one when neither passes), its schedule saying so."""
+    if compacted is None:
+        return replanned
+    use_moves = compacted.feasible and (not replanned.feasible
+                                        or compacted.energy_j < replanned.energy_j)
+    chosen = compacted if use_moves else replanned
+    moves = compacted.schedule.count(Action.MOVE)
+
+    def energy(o: Outcome) -> str:
+        return f"{o.energy_j:.6g} J" + ("" if o.feasible else " (does not pass)")
+
+    note = (f"{'compaction' if use_moves else 'replanning'} chosen: compaction with {moves} "
+            f"MOVE steps {energy(compacted)}, replanning with a lower budget "
+            f"{energy(replanned)}")
+    schedule = chosen.schedule.with_metadata(arena_fit=note)
+    return attrs.evolve(chosen, produced=attrs.evolve(chosen.produced, schedule=schedule))
+
+
+def _replan(request: Request, outcome: Outcome, attempt: Any, *, retime: bool,
+            time_left_s: Callable[[], float] | None,
+            on_over: Callable[[Outcome], None]) -> Outcome:
     """Plan again while the simulation finds the schedule late (``retime``: the MILP
     methods) or, under physical accounting, its buffers laid out over the RAM it may use.
 
@@ -316,7 +378,7 @@ def _meet_the_board(request: Request, outcome: Outcome, attempt: Any, *,
     lowered by the excess, at most :data:`MAX_ARENA_REPLANS` times. The first schedule that
     meets both is kept; if none does, the last one (whose verdict says what it missed).
     No plan is made again once ``time_left_s()`` (the run's time limit less what it took) is
-    below :data:`_MIN_RETRY_S`.
+    below :data:`_MIN_RETRY_S`. ``on_over`` sees each schedule that does not lay out.
     """
     target = request.planning_deadline_s
     arena_room = (request.ram_limit_bytes if request.accounting is Accounting.PHYSICAL
@@ -328,6 +390,8 @@ def _meet_the_board(request: Request, outcome: Outcome, attempt: Any, *,
         report, verdict = check_on_board(request, outcome.schedule)
         late = retime and target is not None and not meets_deadline(report.makespan_s, target)
         over = arena_room is not None and report.arena_bytes > arena_room
+        if over:
+            on_over(outcome)
         out_of_time = time_left_s is not None and time_left_s() < _MIN_RETRY_S
         if out_of_time or not (late and tightenings < MAX_DEADLINE_TIGHTENINGS
                                or over and replans < MAX_ARENA_REPLANS):

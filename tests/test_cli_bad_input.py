@@ -432,3 +432,45 @@ def test_random_schedule_files_never_crash(capsys, tmp_path, valid, data):
     _check_answer(capsys, ["simulate", str(path), "--graph", valid["graph"], "--board", "rpi4"])
     if data.draw(st.booleans(), label="also without --graph"):
         _check_answer(capsys, ["simulate", str(path), "--board", "rpi4", "--set", "layers=2"])
+
+
+@pytest.mark.parametrize(("change", "needles"), [
+    (lambda row: row.__setitem__(4, -3),
+     ["steps[", "move of \"t", "to_offset_bytes -3", "[bad_move]"]),
+    (lambda row: row.__setitem__(4, row[4] + 64),
+     ["step ", "(move 't", "the layout keeps tensor", "[move_mismatch]"]),
+])
+def test_a_tampered_move_in_a_schedule_file_is_one_line_exit_2(capsys, tmp_path, change,
+                                                               needles):
+    """#28 item 4: a MOVE step's offset out of form, or moved where the layout does not
+    keep the tensor: one line naming the file, the step and the rule, exit 2."""
+    from test_sim_support import fragmented_graph, fragmented_schedule
+
+    from poetsim.boards import get_board
+    from poetsim.graph.io import write_graph
+    from poetsim.request import resolve_request
+    from poetsim.schedule.compaction import compact
+    from poetsim.schedule.io import schedule_to_dict
+    from poetsim.schedule.replay import replay
+
+    graph = fragmented_graph()
+    resident = resolve_request(graph, get_board("nrf52840"), ram="board").resident_bytes
+    moved = compact(replay(graph, fragmented_schedule(graph)), room_bytes=264,
+                    resident_bytes=resident)
+    write_graph(graph, tmp_path / "g.json")
+    doc = schedule_to_dict(moved, graph)
+    assert main(["simulate", _write(tmp_path / "good.json", doc), "--graph",
+                 str(tmp_path / "g.json"), "--board", "nrf52840"]) == 0
+    capsys.readouterr()
+    change(next(row for row in doc["steps"] if row[0] == "move"))
+    path = _write(tmp_path / "bad.json", doc)
+    err = assert_one_line_error(*run(capsys, ["simulate", path, "--graph",
+                                              str(tmp_path / "g.json"), "--board", "nrf52840",
+                                              "--accept-edits"]))
+    for needle in [path, *needles]:
+        assert needle in err, (needle, err)
+
+
+def _write(path: Path, doc: dict[str, Any]) -> str:
+    path.write_text(json.dumps(doc))
+    return str(path)

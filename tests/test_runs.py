@@ -245,3 +245,42 @@ def test_plans_are_made_again_only_while_the_time_limit_lasts(monkeypatch):
     calls.clear()
     runs._meet_the_board(request, first, attempt, retime=False, time_left_s=lambda: 0.0)
     assert calls == []
+
+
+def test_a_schedule_no_replanning_lays_out_is_compacted_and_the_cheaper_one_kept():
+    """#28 item 4: the fragmented schedule's bytes fit, no layout of them does, and a
+    method that can only give it again cannot help by replanning: compaction (MOVE steps)
+    lays it out, passes, and is kept, its metadata saying why; where both pass, the one
+    of less simulated energy is kept."""
+    from conftest import make_board
+    from test_sim_support import fragmented_graph, fragmented_schedule
+
+    from poetsim import runs
+    from poetsim.schedule import Action
+
+    graph = fragmented_graph()
+    board = make_board()
+    resident = resolve_request(graph, board, ram="board").resident_bytes
+    request = resolve_request(graph, board, ram=str(resident + 264))
+    schedule = fragmented_schedule(graph)
+
+    def attempt(deadline, tightenings, budget=None):
+        return Outcome(method="hand", produced=Produced(MethodStatus.FEASIBLE, "", schedule),
+                       accounting="physical", budget_bytes=request.budget_bytes,
+                       budget_activation_bytes=request.activation_budget_bytes,
+                       resident_bytes=resident, deadline_s=None,
+                       planned_activation_bytes=budget)
+
+    kept = runs._meet_the_board(request, attempt(None, 0), attempt, retime=False)
+    assert kept.feasible and kept.verdict.arena_bytes <= request.ram_limit_bytes
+    assert kept.schedule.count(Action.MOVE) > 0
+    fit = kept.schedule.metadata["arena_fit"]
+    assert fit.startswith("compaction chosen: compaction with ") and "(does not pass)" in fit
+    # both pass: the less energy wins, and the note gives both
+    cheap = attrs.evolve(kept, report=attrs.evolve(kept.report, energy_j=1.0))
+    dear = attrs.evolve(kept, report=attrs.evolve(kept.report, energy_j=2.0))
+    chosen = runs._less_energy(cheap, dear)
+    assert chosen.report.energy_j == 1.0
+    assert chosen.schedule.metadata["arena_fit"].startswith("replanning chosen")
+    assert runs._less_energy(dear, cheap).schedule.metadata["arena_fit"].startswith(
+        "compaction chosen")

@@ -12,7 +12,7 @@ from poetsim.schedule import Action, Schedule, Step
 
 def test_action_values():
     assert [a.value for a in Action] == ["compute", "page_out", "page_in", "free", "read_weights",
-                                        "write_weights", "hold_weights", "drop_weights"]
+                                        "write_weights", "hold_weights", "drop_weights", "move"]
 
 
 def test_step_converts_action_strings_and_defaults_stage():
@@ -22,7 +22,7 @@ def test_step_converts_action_strings_and_defaults_stage():
 
 @pytest.mark.parametrize(("args", "text"), [
     (("fly", 1, 0), "action = 'fly': must be one of compute, page_out, page_in, free, "
-                    "read_weights, write_weights, hold_weights, drop_weights"),
+                    "read_weights, write_weights, hold_weights, drop_weights, move"),
     (("compute", -1, 0), "step op = -1: must not be negative"),
     (("compute", 1, -2), "step stage = -2: must not be negative"),
     (("compute", 1.0, 0), "step op = 1.0: must be an integer"),
@@ -58,7 +58,7 @@ def test_counts_and_recomputations(residual):
     assert s.graph_fingerprint == graph_fingerprint(residual)
     assert s.counts() == {Action.COMPUTE: 5, Action.PAGE_OUT: 1, Action.PAGE_IN: 1,
                           Action.FREE: 3, Action.READ_WEIGHTS: 0, Action.WRITE_WEIGHTS: 0,
-                          Action.HOLD_WEIGHTS: 0, Action.DROP_WEIGHTS: 0}
+                          Action.HOLD_WEIGHTS: 0, Action.DROP_WEIGHTS: 0, Action.MOVE: 0}
     assert (s.computes, s.page_outs, s.page_ins, s.frees) == (5, 1, 1, 3)
     assert s.count("compute") == 5
     assert s.recomputations() == 2

@@ -119,7 +119,7 @@ def edit(doc, path, value):
 @pytest.mark.parametrize(("path", "value", "expected"), [
     (("format",), "poetsim-graph", "format = \"poetsim-graph\": must be 'poetsim-schedule' "
                                    "[bad_format]"),
-    (("version",), 3, "version = 3: this poetsim reads versions 1 to 2 [unsupported_version]"),
+    (("version",), 4, "version = 4: this poetsim reads versions 1 to 3 [unsupported_version]"),
     (("steps", 3), ["comptue", "r", 2], "steps[3]: action \"comptue\": must be one of "
                                         "compute, page_out, page_in, free, read_weights, "
                                         "write_weights, hold_weights, drop_weights "
@@ -289,7 +289,7 @@ STAGES = 24 + 2 * 25
     (lambda d: d[:30] + bytes([d[30] ^ 0x40]) + d[31:], "checksum_mismatch"),
     (lambda d: b"PNG\x00" + d[4:], "bad_magic"),
     (lambda d: b"PO", "truncated"),
-    (lambda d: corrupt(d, 4, 3), "unsupported_version"),
+    (lambda d: corrupt(d, 4, 4), "unsupported_version"),
     (lambda d: corrupt(d, 5, 0x83), "bad_header"),
     (lambda d: corrupt(d, 16, d[16] ^ 1), "fingerprint_mismatch"),
     (lambda d: corrupt(d, 8, 12), "op_count_mismatch"),
@@ -362,3 +362,90 @@ def test_a_file_changed_after_it_was_written_is_refused_unless_accepted(residual
     assert schedule_from_dict(edited, accept_edits=True).metadata["deadline"] == "100x"
     del edited["metadata"]["digest"]  # no digest at all (an older file): read as it is
     assert schedule_from_dict(edited).metadata["deadline"] == "100x"
+
+
+# ----------------------------------------------------------------------------- MOVE steps
+
+
+@pytest.fixture(scope="module")
+def compacted():
+    """The fragmented schedule laid out at its byte peak with MOVE steps (#28 item 4)."""
+    from test_sim_support import fragmented_graph, fragmented_schedule
+
+    from poetsim.schedule.compaction import compact
+    from poetsim.schedule.replay import replay
+
+    graph = fragmented_graph()
+    moved = compact(replay(graph, fragmented_schedule(graph)), room_bytes=264)
+    assert moved is not None and moved.count(Action.MOVE) > 0
+    return graph, moved
+
+
+def test_moves_take_json_version_3_and_binary_version_3(compacted, tmp_path):
+    graph, moved = compacted
+    path = tmp_path / "m.json"
+    write_schedule(moved, graph, path)
+    doc = json.loads(path.read_text())
+    assert doc["version"] == 3
+    rows = [row for row in doc["steps"] if row[0] == "move"]
+    steps = [s for s in moved.steps if s.action is Action.MOVE]
+    assert rows == [["move", graph.ops[s.op].name, s.stage, s.from_offset_bytes,
+                     s.to_offset_bytes] for s in steps]
+    back = read_schedule(path, graph)
+    assert back.steps == moved.steps and back.layout == moved.layout
+    data = encode_binary(moved, graph)
+    assert data[4] == 3
+    decoded = decode_binary(data, graph)
+    assert decoded.steps == moved.steps and decoded.layout == moved.layout
+    # a schedule without moves keeps its older versions
+    plain = attrs.evolve(moved, steps=[s for s in moved.steps if s.action is not Action.MOVE],
+                         layout=None)
+    assert schedule_to_dict(plain, graph)["version"] == 1 and encode_binary(plain, graph)[4] == 1
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    (lambda row: row.__setitem__(4, -3),
+     "move of \"t3\": to_offset_bytes -3: must be a non-negative whole number of bytes "
+     "[bad_move]"),
+    (lambda row: row.__setitem__(3, 1.5),
+     "from_offset_bytes 1.5: must be a non-negative whole number of bytes [bad_move]"),
+    (lambda row: row.__setitem__(4, row[3]), "the offsets must differ (a move must move) "
+                                             "[bad_move]"),
+    (lambda row: row.pop(), "a move is [\"move\", op name, stage, from_offset_bytes, "
+                            "to_offset_bytes] [bad_move]"),
+])
+def test_a_bad_move_in_a_file_is_one_line_naming_file_step_and_rule(compacted, tmp_path,
+                                                                    change, expected):
+    graph, moved = compacted
+    doc = unsigned_doc(moved, graph)
+    i = next(i for i, row in enumerate(doc["steps"]) if row[0] == "move")
+    change(doc["steps"][i])
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ScheduleFileError) as err:
+        read_schedule(path, graph)
+    text = one_line(err)
+    assert text.startswith(f"{path}: steps[{i}]: ") and text.endswith(expected), text
+
+
+def test_a_move_in_an_older_version_is_refused(compacted, tmp_path):
+    graph, moved = compacted
+    doc = unsigned_doc(moved, graph)
+    doc["version"] = 2
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ScheduleFileError, match=r"\(move: version 3\) \[unknown_action\]"):
+        read_schedule(path, graph)
+    # a binary version 2 holds no move code either
+    data = bytearray(encode_binary(attrs.evolve(moved, layout=None), graph, stages=False))
+    data[4] = 2
+    data[-4:] = struct.pack("<I", zlib.crc32(bytes(data[:-4])))
+    with pytest.raises(ScheduleFileError, match="unknown_action|unknown_op|trailing_bytes"):
+        decode_binary(bytes(data), graph)
+
+
+def unsigned_doc(schedule, graph) -> dict:
+    """``schedule``'s JSON document without its digest (so edits read as they are)."""
+    doc = schedule_to_dict(schedule, graph)
+    doc["metadata"].pop("digest")
+    return doc

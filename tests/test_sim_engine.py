@@ -327,3 +327,46 @@ def test_a_streamed_run_books_the_storage_its_share_and_counts_the_bytes_it_read
                for k in range(len(graph.ops))
                for size, count in stream_commands(graph, k, on_storage.bytes_read(graph, k)))
     assert read > 0 and report.bytes_read == read  # nothing is paged in the plain schedule
+
+
+@pytest.mark.parametrize("dma_channels", [1, 0])
+def test_a_compacted_schedule_runs_in_its_arena_and_its_moves_cost_what_the_model_says(
+        dma_channels):
+    """#28 item 4: the fragmented schedule with its MOVE steps runs within its byte peak's
+    arena; each copy is priced as the cost model's memory copy (on the DMA engine, the CPU
+    waiting, or on the CPU), the op-list model's difference is the simulator's, energy is
+    conserved and the trace shows every copy."""
+    from test_sim_support import fragmented_graph, fragmented_schedule
+
+    from poetsim.schedule import Action
+    from poetsim.schedule.compaction import compact
+    from poetsim.schedule.model import predict
+    from poetsim.schedule.replay import replay
+
+    graph = fragmented_graph()
+    board = make_board(dma_channels=dma_channels)
+    costs = op_costs(graph, board)
+    resident = 64
+    plain = fragmented_schedule(graph)
+    moved = compact(replay(graph, plain), room_bytes=264, resident_bytes=resident)
+    moves = [s for s in moved.steps if s.action is Action.MOVE]
+    before = simulate(graph, board, plain, budget_bytes=resident + 264, resident_bytes=resident,
+                      costs=costs)
+    after = simulate(graph, board, moved, budget_bytes=resident + 264, resident_bytes=resident,
+                     costs=costs, trace=True)
+    assert before.arena_bytes > resident + 264 >= after.arena_bytes
+    assert not after.violations and after.peak_ram_bytes <= resident + 264
+    copy_j = sum(float(costs.move_energy_j[s.op]) for s in moves)
+    copy_s = sum(float(costs.move_time_s[s.op]) for s in moves)
+    assert copy_j > 0 and after.energy_by_kind_j["move"] > copy_j * (1 - 1e-9)
+    mover = "dma" if dma_channels else "cpu"
+    assert after.energy_by_state_j[f"{mover}.active"] >= copy_j * (1 - 1e-9)
+    assert after.makespan_s - before.makespan_s == pytest.approx(copy_s, rel=1e-6)
+    model = predict(graph, costs, moved)
+    assert model.move_energy_j == pytest.approx(copy_j)
+    assert (after.energy_j - before.energy_j) == pytest.approx(
+        model.energy_j - predict(graph, costs, plain).energy_j, rel=1e-6)
+    assert math.fsum(after.energy_by_kind_j.values()) == pytest.approx(after.energy_j, rel=1e-12)
+    assert after.timeline.energy_j() == pytest.approx(after.energy_j, rel=1e-9)
+    copies = [s for s in after.timeline.slices if s.name.startswith("move ")]
+    assert len(copies) == len(moves)

@@ -63,3 +63,53 @@ def evolve(board: Board, **sections) -> Board:
     changes = {name: attrs.evolve(getattr(board, name), **fields)
                for name, fields in sections.items()}
     return attrs.evolve(board, **changes)
+
+
+#: A fragmented arena (#28 item 4): tensor ``t{i}`` of ``size`` units of 64 B lives over
+#: the times ``[start, end)``. At most 4 units are live at once, yet no layout without a
+#: move places them in fewer than 5 (found by brute force): whichever offsets they take,
+#: some time's free bytes are split.
+FRAGMENTED = ((0, 1, 2), (0, 2, 2), (1, 3, 1), (1, 5, 1), (2, 3, 1), (2, 4, 1), (3, 6, 2),
+              (4, 5, 1), (5, 6, 2))
+UNIT_BYTES = 64
+
+
+def fragmented_graph() -> TrainingGraph:
+    """Inputs ``t0`` ... ``t8`` of :data:`FRAGMENTED`'s sizes, summed one by one into 4 B
+    accumulators ``acc{i}`` (``acc{i}`` reads ``acc{i-1}`` and ``t{i}``), then a trained
+    linear head and the loss."""
+    from poetsim.graph import ForwardGraph
+    from poetsim.graph.training import Training
+
+    fg = ForwardGraph("fragmented", training=Training("last", last=1))
+    acc = None
+    for i, (_, _, units) in enumerate(FRAGMENTED):
+        t = fg.input(f"t{i}", units * UNIT_BYTES // 4)
+        acc = fg.op(f"acc{i}", "add", [t] if acc is None else [acc, t], output_elements=1,
+                    flops=units * UNIT_BYTES // 4)
+    head = fg.op("head", "linear", [acc], output_elements=1, flops=2, param_count=2)
+    fg.loss("loss", head)
+    return fg.build()
+
+
+def fragmented_schedule(graph: TrainingGraph) -> Schedule:
+    """Each ``t{i}`` computed at its start (its accumulator right after it) and freed at
+    its end, then the head, the loss and the backward: a byte peak of 264 B."""
+    from poetsim.schedule import Action
+
+    index = {op.name: k for k, op in enumerate(graph.ops)}
+    steps: list[Step] = []
+    previous = None
+    for time in range(7):
+        steps += [Step(Action.FREE, index[f"t{i}"], time)
+                  for i, (_, end, _) in enumerate(FRAGMENTED) if end == time]
+        for i, (start, _, _) in enumerate(FRAGMENTED):
+            if start == time:
+                steps += [Step(Action.COMPUTE, index[f"t{i}"], time),
+                          Step(Action.COMPUTE, index[f"acc{i}"], time)]
+                if previous is not None:
+                    steps.append(Step(Action.FREE, index[previous], time))
+                previous = f"acc{i}"
+    steps += [Step(Action.COMPUTE, index[name], 7)
+              for name in ("head", "loss", "loss/grad", "head/grad")]
+    return Schedule.for_graph(graph, steps, {"method": "hand"})

@@ -635,3 +635,71 @@ def test_a_model_that_runs_in_place_imports_and_executes_in_place():
         report = execute_schedule(model, plain, arena=arena)
         assert report.passed, report.reasons
         assert report.peak_live_bytes <= report.checker_peak_bytes == walk.peak_bytes
+
+
+def _read_after(graph, steps, b, p) -> bool:
+    """Tensor buffer ``b`` is read by a COMPUTE after step ``p``, while it lives."""
+    return any(steps[q].action is Action.COMPUTE and b.op in graph.predecessors(steps[q].op)
+               for q in range(p + 1, b.end))
+
+
+def _with_a_move(graph, schedule):
+    """``schedule`` with one MOVE: the first tensor computed that is read again later
+    while another tensor, read later too, lives beside it is copied, right after its
+    COMPUTE, to the top of the layout planned without it (the arena grows by its size);
+    the schedule and the layout planned for the new steps."""
+    import attrs
+
+    from poetsim.schedule import Step
+    from poetsim.schedule.arena import plan_arena
+    from poetsim.schedule.replay import replay
+
+    steps = list(schedule.steps)
+    layout = plan_arena(replay(graph, schedule)).layout
+    tensors = [b for b in layout.buffers if b.kind == "tensor"]
+    for b in tensors:
+        p = b.start
+        beside = [c for c in tensors if c.op != b.op and c.start < p < c.end - 1
+                  and _read_after(graph, steps, c, p)]
+        if (steps[p].action is Action.COMPUTE and b.size_bytes >= 8 and beside
+                and _read_after(graph, steps, b, p + 1)):
+            steps.insert(p + 1, Step.move(b.op, steps[p].stage, b.offset_bytes,
+                                          layout.arena_bytes))
+            moved = attrs.evolve(schedule, steps=steps)
+            return moved, plan_arena(replay(graph, moved)).layout
+    raise AssertionError("no tensor to move")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_move_in_the_arena_keeps_the_gradients_and_a_tampered_target_corrupts(
+        imported, case, tmp_path):
+    """#28 item 4: a MOVE copies its tensor within the arena, so the gradients stay right;
+    its target moved onto a tensor still live corrupts that one, and the checks catch it
+    (and the checked path refuses the file: the layout no longer agrees with the step)."""
+    import attrs
+
+    from poetsim.schedule import Step
+
+    model = imported[case]
+    _, _, page, remat = CASES[case]
+    graph = model.graph
+    schedule, layout = _with_a_move(graph, tm.remat_and_page_schedule(graph, page, remat))
+    assert check_schedule(graph, attrs.evolve(schedule, layout=layout)).valid
+    report = execute_schedule(model, schedule, page_dir=tmp_path / "good", arena=layout)
+    assert report.passed, report.reasons
+    # the target moved onto a tensor live across the MOVE and read after it
+    p, move = next((p, s) for p, s in enumerate(schedule.steps) if s.action is Action.MOVE)
+    steps = schedule.steps
+    size = graph.ops[move.op].output_bytes
+    victim = next(b for b in layout.buffers if b.kind == "tensor" and b.op != move.op
+                  and b.start < p < b.end and b.offset_bytes + size <= layout.arena_bytes
+                  and b.offset_bytes != move.from_offset_bytes
+                  and _read_after(graph, steps, b, p))
+    tampered = list(steps)
+    tampered[p] = Step.move(move.op, move.stage, move.from_offset_bytes, victim.offset_bytes)
+    bad = attrs.evolve(schedule, steps=tampered, layout=layout)
+    report = execute_schedule(model, bad, page_dir=tmp_path / "bad", arena=layout)
+    assert not report.passed and report.max_rel_grad_error > 1e-6
+    assert check_schedule(graph, bad).violation.rule == "move_mismatch"
+    with pytest.raises(ExecutionError, match=r"\[move_mismatch\]"):
+        execute_schedule(model, bad, page_dir=tmp_path / "checked", arena=True)

@@ -157,10 +157,15 @@ class Plan:
     def summary(self) -> dict[str, Any]:
         """JSON-ready figures: what ``poetsim solve --json`` prints (without the files)."""
         o = self.outcome
+        schedule = o.schedule
         return {**self.result.summary(),
                 "arena_bytes": o.verdict.arena_bytes if o.verdict else None,
                 "planned_activation_bytes": o.planned_activation_bytes,
-                "tightenings": o.tightenings, "plan_for": self.plan_for}
+                "tightenings": o.tightenings, "plan_for": self.plan_for,
+                # when the buffers did not lay out: MOVE steps (compaction) or replanning
+                "moves": schedule.count("move") if schedule is not None else 0,
+                "arena_fit": schedule.metadata.get("arena_fit") if schedule is not None
+                else None}
 
     def _schedule(self) -> Schedule:
         if self.schedule is None:

@@ -16,7 +16,11 @@ because of fragmentation. :func:`plan_arena` lays out the buffers of a schedule'
 An in-place COMPUTE (:meth:`~poetsim.schedule.replay.Replay.in_place`) writes its output
 into the buffer of the input it overwrites: the two tensor buffers are placed at the same
 offset, and they alone may share bytes, from that COMPUTE until the input's FREE
-(:attr:`Buffer.shares`).
+(:attr:`Buffer.shares`). A MOVE step (compaction) splits its tensor's buffer in two: the
+one before it, live through the MOVE's step, at the MOVE's source offset, and the one
+after it, live from that step, at its destination; both are pinned to those offsets (the
+op list says where they are) and the planner places every other buffer around them.
+:func:`poetsim.schedule.compaction.compact` writes such MOVEs.
 
 Lifetimes are step positions, half-open ``[start, end)``: a buffer is live while step
 ``p`` runs when ``start <= p < end``, so the bytes live at each step are the replay's RAM
@@ -47,8 +51,14 @@ import numpy as np
 
 from poetsim.memo import PerObject
 from poetsim.schedule.layout import Buffer, Layout, check_layout
-from poetsim.schedule.ops import Action
-from poetsim.schedule.replay import ContractViolation, Replay, Violation, held_weight_bytes
+from poetsim.schedule.ops import Action, Step
+from poetsim.schedule.replay import (
+    ContractViolation,
+    Replay,
+    Violation,
+    held_weight_bytes,
+    move_extra_bytes,
+)
 
 __all__ = ["ArenaPlan", "Buffer", "Layout", "adopt_layout", "check_layout", "plan_arena"]
 
@@ -96,6 +106,8 @@ class _Buffers:
     buffers: list[Buffer]
     groups: list[list[int]]
     shared: list[tuple[int, int, int]]
+    #: group -> the arena offset a MOVE step fixes it at (resident state included)
+    pins: dict[int, int] = attrs.field(factory=dict)
 
     def group_of(self) -> list[int]:
         """Each buffer's group."""
@@ -154,6 +166,11 @@ def _lifetimes(replay: Replay, prefetch_from: Mapping[int, int]) -> _Buffers:
             groups += 1
         elif action is Action.FREE:
             close(k, p)
+        elif action is Action.MOVE:  # the source stays live through the copy (pins: _pins)
+            close(k, p + 1)
+            shared.extend(_memmove_shared(p, step, size[k]))
+            open_tensor[k] = (p, groups, -1)
+            groups += 1
         elif action is Action.HOLD_WEIGHTS:
             open_held[k] = p
         elif action is Action.DROP_WEIGHTS:
@@ -162,19 +179,43 @@ def _lifetimes(replay: Replay, prefetch_from: Mapping[int, int]) -> _Buffers:
         close(k, n)
     for k, start in open_held.items():
         alone(Buffer("held", k, start, n, held_bytes[k]))
-    return _grouped(out, group_of, shared)
+    return _grouped(out, group_of, shared, _pins(replay, out, group_of))
 
 
-def _grouped(out: list[Buffer], group_of: list[int],
-             shared: list[tuple[int, int, int]]) -> _Buffers:
-    """The buffers with bytes, each group's members by their index among them."""
+def _pins(replay: Replay, out: Sequence[Buffer], group_of: Sequence[int]) -> dict[int, int]:
+    """Group -> the arena offset a MOVE step fixes it at: the moved tensor's buffer before
+    the MOVE at its source, the one after it at its destination."""
+    if not replay.move_positions:
+        return {}
+    before = {(b.op, b.end): g for b, g in zip(out, group_of) if b.kind == "tensor"}
+    after = {(b.op, b.start): g for b, g in zip(out, group_of) if b.kind == "tensor"}
+    pins: dict[int, int] = {}
+    for p in replay.move_positions:
+        step = replay.steps[p]
+        pins[before[(step.op, p + 1)]] = step.from_offset_bytes
+        pins[after[(step.op, p)]] = step.to_offset_bytes
+    return pins
+
+
+def _memmove_shared(p: int, step: Step, size_bytes: int) -> list[tuple[int, int, int]]:
+    """The bytes a MOVE at ``p``'s source and destination share while it copies."""
+    overlap = size_bytes - move_extra_bytes(step, size_bytes)
+    return [(p, p + 1, overlap)] if overlap > 0 else []
+
+
+def _grouped(out: list[Buffer], group_of: list[int], shared: list[tuple[int, int, int]],
+             pins: Mapping[int, int]) -> _Buffers:
+    """The buffers with bytes, each group's members by their index among them, and the
+    pins by those groups' new numbers."""
     members: dict[int, list[int]] = {}
     buffers: list[Buffer] = []
     for b, g in zip(out, group_of):
         if b.size_bytes > 0:
             members.setdefault(g, []).append(len(buffers))
             buffers.append(b)
-    return _Buffers(buffers, list(members.values()), shared)
+    number = {g: i for i, g in enumerate(members)}
+    return _Buffers(buffers, list(members.values()), shared,
+                    {number[g]: o for g, o in pins.items() if g in number})
 
 
 def _peak(found: _Buffers, n: int) -> int:
@@ -235,7 +276,8 @@ def _sequence(found: _Buffers, order: str) -> list[int]:
     """The groups in ``order`` (:data:`_ORDERS`), by their hulls."""
     key = _ORDERS[order]
     keys = [key(_hull(found.buffers, members)) for members in found.groups]
-    return sorted(range(len(found.groups)), key=keys.__getitem__)
+    return sorted((g for g in range(len(found.groups)) if g not in found.pins),
+                  key=keys.__getitem__)
 
 
 def _offsets(found: _Buffers, sequence: Sequence[int], near: list[list[int]]
@@ -249,7 +291,11 @@ def _offsets(found: _Buffers, sequence: Sequence[int], near: list[list[int]]
     group_of = found.group_of()
     at = [-1] * len(groups)
     tops = [0] * len(groups)
+    for g, pin in found.pins.items():  # a MOVE's buffers are where the op list says
+        at[g], tops[g] = pin, pin + max(size[i] for i in groups[g])
     for g in sequence:
+        if g in found.pins:
+            continue
         taken = sorted((at[group_of[j]], at[group_of[j]] + size[j])
                        for i in groups[g] for j in near[i]
                        if at[group_of[j]] >= 0 and group_of[j] != g)
@@ -290,6 +336,8 @@ def _improve(found: _Buffers, sequence: list[int], near: list[list[int]], goal: 
         if stale > _STALE_MOVES:
             break
         highest = [p for p, g in enumerate(sequence) if tops[g] == top]
+        if not highest:  # a buffer a MOVE pins reaches the top: no order lowers it
+            break
         position = highest[rng.randrange(len(highest))]
         moved = list(sequence)
         g = moved.pop(position)
@@ -336,7 +384,8 @@ def _exact(found: _Buffers, near: list[list[int]], offsets: list[int], top: int,
     model = scip_model("arena")
     model.setParam("limits/totalnodes", _EXACT_NODES)
     model.setParam("parallel/maxnthreads", 1)
-    o = [model.addVar(f"o{g}", vtype="I", lb=0, ub=top - size[g]) for g in range(len(groups))]
+    o = [model.addVar(f"o{g}", vtype="I", lb=found.pins.get(g, 0),
+                      ub=found.pins.get(g, top - size[g])) for g in range(len(groups))]
     arena = model.addVar("arena", lb=peak, ub=top)
     below = {}
     for (g, h), members in sorted(pairs.items()):
@@ -411,6 +460,8 @@ def _plan(replay: Replay, resident_bytes: int, prefetch_from: Mapping[int, int],
 
 def _placed(found: _Buffers, n: int, resident_bytes: int, prefetch_from: Mapping[int, int],
             fit_bytes: int | None) -> ArenaPlan:
+    if found.pins:  # the planner places buffers above the resident state
+        found = _pinned_above(found, resident_bytes)
     buffers = found.buffers
     peak = _peak(found, n)
     near = _conflicts(buffers)
@@ -441,8 +492,24 @@ def _placed(found: _Buffers, n: int, resident_bytes: int, prefetch_from: Mapping
     base = [Buffer("resident", -1, 0, n, resident_bytes)] if resident_bytes > 0 else []
     placed = [attrs.evolve(b, offset_bytes=o + resident_bytes)
               for b, o in zip(buffers, offsets)]
+    if found.pins:  # two MOVEs may pin buffers live at once on the same bytes
+        problem = check_layout(placed, resident_bytes + top)
+        if problem is not None:
+            raise ContractViolation(Violation(-1, None, "layout_overlap",
+                                              f"the MOVE steps' offsets: {problem}"))
     return ArenaPlan(tuple(sorted(base + placed, key=lambda b: (b.start, b.offset_bytes))),
                      resident_bytes + top, resident_bytes + peak, order, prefetch_from)
+
+
+def _pinned_above(found: _Buffers, resident_bytes: int) -> _Buffers:
+    """``found`` with its MOVE pins relative to the end of the resident state."""
+    low = min(found.pins.values())
+    if low < resident_bytes:
+        raise ContractViolation(Violation(
+            -1, None, "move_mismatch",
+            f"a MOVE step's offset {low} lies in the resident state (its first "
+            f"{resident_bytes} B)"))
+    return attrs.evolve(found, pins={g: o - resident_bytes for g, o in found.pins.items()})
 
 
 def _prefetch_into_free_space(plan: ArenaPlan, replay: Replay,
@@ -483,9 +550,10 @@ def adopt_layout(replay: Replay, layout: Layout, *, resident_bytes: int | None =
     keeps), each over its lifetime: a PAGE_IN's tensor may
     start earlier (the step its prefetch may start at), every other buffer at its step
     [``layout_mismatch``]. Every buffer must lie within the arena [``layout_outside``] and
-    no two live at the same step may share a byte but an in-place output and its input
-    [``layout_overlap``]. Raises :class:`ContractViolation` naming the buffers and the
-    step.
+    no two live at the same step may share a byte but an in-place output and its input, or
+    a MOVE's source and destination [``layout_overlap``]; each MOVE's tensor lies at its
+    source offset up to the MOVE and at its destination from it [``move_mismatch``].
+    Raises :class:`ContractViolation` naming the buffers and the step.
     """
     graph, steps = replay.graph, replay.steps
     names = [op.name for op in graph.ops]
@@ -524,6 +592,7 @@ def adopt_layout(replay: Replay, layout: Layout, *, resident_bytes: int | None =
         where = "the resident state" if b.op < 0 else f"{b.kind} buffer of op {names[b.op]!r}"
         raise mismatch(f"no offset for {where} over steps [{b.start}, {b.end}) of "
                        f"{b.size_bytes} B")
+    _check_moves(replay, adopted, names)
     problem = check_layout(adopted, layout.arena_bytes, names)
     if problem is not None:
         rule = "layout_outside" if "outside the arena" in problem else "layout_overlap"
@@ -531,3 +600,24 @@ def adopt_layout(replay: Replay, layout: Layout, *, resident_bytes: int | None =
     found = _Buffers([b for b in adopted if b.op >= 0], [], need.shared)
     peak = _peak(found, n) + resident_bytes
     return ArenaPlan(tuple(adopted), layout.arena_bytes, peak, "file", prefetch_from)
+
+
+def _check_moves(replay: Replay, adopted: Sequence[Buffer], names: Sequence[str]) -> None:
+    """Every MOVE's offsets are where the layout keeps its tensor before and after it."""
+    if not replay.move_positions:
+        return
+    before = {(b.op, b.end): b for b in adopted if b.kind == "tensor"}
+    after = {(b.op, b.start): b for b in adopted if b.kind == "tensor"}
+    for p in replay.move_positions:
+        step = replay.steps[p]
+        k = step.op
+        source, target = before.get((k, p + 1)), after.get((k, p))
+        if source is None or target is None:
+            continue  # a tensor of no bytes has no buffer to move
+        if (source.offset_bytes, target.offset_bytes) != (step.from_offset_bytes,
+                                                          step.to_offset_bytes):
+            raise ContractViolation(Violation(
+                p, step, "move_mismatch",
+                f"step {p} ({step.describe(replay.graph)}): the layout keeps tensor "
+                f"{names[k]!r} at {source.offset_bytes} before the move and at "
+                f"{target.offset_bytes} after it", k))

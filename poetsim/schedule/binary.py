@@ -1,14 +1,14 @@
 """The compact binary schedule file for the device (the JSON form is
 :mod:`poetsim.schedule.io`).
 
-Binary (versions 1 and 2)
--------------------------
+Binary (versions 1 to 3)
+------------------------
 Little-endian (the byte order of Cortex-M and Cortex-A cores), laid out so that the step
 words are naturally aligned::
 
     offset  size  field
     0       4     magic b"POET"
-    4       1     version (1 or 2)
+    4       1     version (1, 2 or 3)
     5       1     flags: bit 0 = 32-bit step words, bit 1 = stage section present,
                   bit 2 = layout section present
     6       2     reserved, 0
@@ -18,6 +18,7 @@ words are naturally aligned::
     24      ...   steps: one word each
     ...     ...   stage section (if flag bit 1)
     ...     ...   layout section (if flag bit 2)
+    ...     ...   move section (version 3)
     end-4   4     CRC-32 (zlib) of all bytes before it
 
 A step word holds the action in its top 2 bits (compute 0, page_out 1, page_in 2, free 3)
@@ -28,6 +29,12 @@ Version 2 is the same with the action in the top 3 bits, adding read_weights 4,
 write_weights 5, hold_weights 6 and drop_weights 7 (13-bit index in 16-bit words, up to
 8192 ops; 29-bit in 32-bit words). A schedule with weight or hold steps is written as
 version 2, any other as version 1; both are read.
+
+Version 3 is version 2 with the action in the top 4 bits (12-bit index in 16-bit words, up
+to 4096 ops; 28-bit in 32-bit words), adding move 8 (compaction,
+:mod:`poetsim.schedule.ops`), and a move section after the layout section: per MOVE step,
+in list order, its from and to offsets in bytes as varints (they must differ
+[``bad_move``]). A schedule with a move is written as version 3; every version is read.
 
 Stages are kept, run-length encoded, by default: the section is a LEB128 varint run count,
 then per run of equal stages the zigzag-varint change of stage from the previous run (the
@@ -63,9 +70,9 @@ __all__ = ["BINARY_MAGIC", "BINARY_VERSION", "decode_binary", "encode_binary",
            "is_binary_schedule", "read_schedule_binary", "write_schedule_binary"]
 
 BINARY_MAGIC = b"POET"
-#: The newest binary version; a schedule without weight or hold steps is still written as
-#: version 1.
-BINARY_VERSION = 2
+#: The newest binary version; a schedule without move steps is still written as version 2,
+#: one without weight or hold steps either as version 1.
+BINARY_VERSION = 3
 
 _HEADER = struct.Struct("<4sBBHII8s")
 _CRC = struct.Struct("<I")
@@ -74,12 +81,20 @@ _FLAG_STAGES = 0x02
 _FLAG_LAYOUT = 0x04
 _CODES = {Action.COMPUTE: 0, Action.PAGE_OUT: 1, Action.PAGE_IN: 2, Action.FREE: 3,
           Action.READ_WEIGHTS: 4, Action.WRITE_WEIGHTS: 5, Action.HOLD_WEIGHTS: 6,
-          Action.DROP_WEIGHTS: 7}
+          Action.DROP_WEIGHTS: 7, Action.MOVE: 8}
 _ACTIONS = {code: action for action, code in _CODES.items()}
 #: The actions only version 2 can hold.
 _VERSION_2 = WEIGHT_ACTIONS | HOLD_ACTIONS
 #: Bits of a step word that hold the action, per binary version.
-_ACTION_BITS = {1: 2, 2: 3}
+_ACTION_BITS = {1: 2, 2: 3, 3: 4}
+
+
+def _version(steps: Sequence[Step]) -> int:
+    """The oldest binary version that holds ``steps``."""
+    actions = {step.action for step in steps}
+    if Action.MOVE in actions:
+        return 3
+    return 2 if actions & _VERSION_2 else 1
 
 
 def _index_bits(version: int, wide: bool) -> int:
@@ -143,7 +158,7 @@ def encode_binary(schedule: Schedule, graph: TrainingGraph | None = None, *,
         op_count = len(graph.ops)
     else:
         op_count = max((step.op for step in schedule.steps), default=-1) + 1
-    version = 2 if any(step.action in _VERSION_2 for step in schedule.steps) else 1
+    version = _version(schedule.steps)
     most = 1 << _index_bits(version, True)
     if op_count > most:
         raise ScheduleError(f"graph has {op_count} ops: the binary format holds at most "
@@ -176,6 +191,11 @@ def encode_binary(schedule: Schedule, graph: TrainingGraph | None = None, *,
             for value in (KINDS.index(b.kind), b.op + 1, b.start, b.end - b.start,
                           b.size_bytes, b.offset_bytes):
                 _varint(value, out)
+    if version >= 3:
+        for step in schedule.steps:
+            if step.action is Action.MOVE:
+                _varint(step.from_offset_bytes, out)
+                _varint(step.to_offset_bytes, out)
     out += _CRC.pack(zlib.crc32(out))
     return bytes(out)
 
@@ -265,8 +285,9 @@ def _decode_stages(reader: _Reader, step_count: int) -> list[int]:
 
 
 def _decode_steps(words: Sequence[int], stage_of: list[int], version: int, shift: int,
-                  op_count: int) -> list[Step]:
-    """The step words as steps: the op index below ``shift`` bits, the action above."""
+                  op_count: int, moves: _Reader | None) -> list[Step]:
+    """The step words as steps: the op index below ``shift`` bits, the action above; a
+    MOVE's offsets from the move section (``moves``)."""
     mask = (1 << shift) - 1
     steps: list[Step] = []
     for i, value in enumerate(words):
@@ -275,10 +296,17 @@ def _decode_steps(words: Sequence[int], stage_of: list[int], version: int, shift
             raise FileProblem(f"steps[{i}]", f"op index {op} is outside the graph's {op_count} "
                                              "ops", "unknown_op", i)
         action = _ACTIONS.get(value >> shift)
-        if action is None:  # pragma: no cover - versions 1 and 2 give every code an action
+        if action is None or (action is Action.MOVE and moves is None):
             raise FileProblem(f"steps[{i}]", f"action code {value >> shift} is not one of "
                                              f"version {version}'s", "unknown_action", i)
-        steps.append(Step(action, op, stage_of[i]))
+        if action is Action.MOVE:
+            source, target = moves.varint(), moves.varint()  # type: ignore[union-attr]
+            if source == target:
+                raise FileProblem(f"steps[{i}]", f"move of op {op} from {source} to {target}: "
+                                                 "the offsets must differ", "bad_move", i)
+            steps.append(Step.move(op, stage_of[i], source, target))
+        else:
+            steps.append(Step(action, op, stage_of[i]))
     return steps
 
 
@@ -303,10 +331,15 @@ def _decode(data: bytes, fingerprint: str, op_count_expected: int | None
         reader = _Reader(data, steps_end, body_end, "layout section", "bad_layout")
         layout = _decode_layout(reader, op_count, step_count)
         steps_end = reader.pos
+    moves = _Reader(data, steps_end, body_end, "move section", "bad_move") if version >= 3 \
+        else None
+    steps = _decode_steps(words, stage_of, version, shift, op_count, moves)
+    if moves is not None:
+        steps_end = moves.pos
     if steps_end != body_end:
         raise FileProblem("", f"{body_end - steps_end} unexpected bytes after the steps",
                           "trailing_bytes")
-    return _decode_steps(words, stage_of, version, shift, op_count), layout
+    return steps, layout
 
 
 def decode_binary(data: bytes, graph: TrainingGraph | str, *, graph_name: str | None = None,

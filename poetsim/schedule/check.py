@@ -13,7 +13,7 @@ Rule codes (see :mod:`poetsim.schedule.ops` for their meaning):
 ``unknown_op``              a step names an op index outside the graph
 ``input_not_resident``      COMPUTE while an input is not in RAM
 ``already_resident``        COMPUTE or PAGE_IN of a tensor already in RAM
-``not_resident``            PAGE_OUT or FREE of a tensor not in RAM
+``not_resident``            PAGE_OUT, FREE or MOVE of a tensor not in RAM
 ``not_on_storage``          PAGE_IN of a tensor without a storage copy
 ``redundant_page_out``      PAGE_OUT of a tensor that already has a storage copy
 ``storage_full``            PAGE_OUT beyond ``storage_capacity_bytes``
@@ -30,7 +30,10 @@ Rule codes (see :mod:`poetsim.schedule.ops` for their meaning):
 ``layout_mismatch``         the schedule's layout (:mod:`poetsim.schedule.layout`) does not
                             hold exactly the buffers its steps keep (position -1)
 ``layout_outside``          a buffer of the layout lies outside its arena
-``layout_overlap``          two buffers of the layout live at once share a byte
+``layout_overlap``          two buffers of the layout live at once share a byte (a MOVE's
+                            destination and its own source may: a ``memmove``)
+``move_mismatch``           a MOVE's offsets are not where the layout keeps its tensor
+                            before and after it
 ==========================  =====================================================
 
 Within a COMPUTE the structural rules are checked first (inputs, then the output), then
@@ -58,7 +61,7 @@ RULES = (
     "not_resident", "not_on_storage", "redundant_page_out", "storage_full",
     "budget_exceeded", "never_computed", "recomputed_inplace_update", "weights_not_read",
     "weights_not_written", "stray_weight_step", "already_held", "hold_not_loaded", "not_held",
-    "layout_mismatch", "layout_outside", "layout_overlap",
+    "layout_mismatch", "layout_outside", "layout_overlap", "move_mismatch",
 )
 
 
@@ -99,7 +102,8 @@ def _budget_violation(replay: Replay, effect: Effect, base: int, budget: int
     k = effect.op
     name = replay.graph.ops[k].name
     what = {Action.COMPUTE: f"while {name!r} runs", Action.PAGE_IN: f"after paging in {name!r}",
-            Action.HOLD_WEIGHTS: f"after holding the weights of {name!r}"}[effect.action]
+            Action.HOLD_WEIGHTS: f"after holding the weights of {name!r}",
+            Action.MOVE: f"while {name!r} is moved"}[effect.action]
     step = replay.steps[effect.position]
     total = effect.ram_bytes + base
     return Violation(effect.position, step, "budget_exceeded",

@@ -52,6 +52,12 @@ graph, the file's fingerprint must equal the graph's. Any problem raises a one-l
 :class:`ScheduleFileError` naming the file, the position (``steps[12]``) and a rule code in
 brackets, e.g. ``plan.json: steps[12]: op 'conv9' is not in the ops list [unknown_op]``.
 
+Version 3 adds the compaction step ``move`` (:mod:`poetsim.schedule.ops`), written
+``["move", op name, stage, from_offset_bytes, to_offset_bytes]``: the two arena offsets
+are whole non-negative numbers of bytes and differ [``bad_move``]. A schedule with a move
+is written as version 3, any other as before; versions 1 and 2 hold no move
+[``unknown_action``].
+
 The compact binary form for the device is :mod:`poetsim.schedule.binary`.
 """
 
@@ -90,8 +96,11 @@ __all__ = [
 ]
 
 FORMAT = "poetsim-schedule"
-#: The newest JSON version (with a layout); a schedule without one is written as version 1.
-VERSION = 2
+#: The newest JSON version (with MOVE steps); a schedule without one is written as version
+#: 2 with a layout, 1 without.
+VERSION = 3
+#: The versions this poetsim reads.
+_VERSIONS = (1, 2, 3)
 
 _KEYS = ("format", "version", "graph", "graph_fingerprint", "metadata", "ops", "steps")
 #: Top-level keys of version 2 beyond version 1's.
@@ -117,11 +126,11 @@ def schedule_to_dict(schedule: Schedule, graph: TrainingGraph) -> dict[str, Any]
     check_fits(schedule, graph)
     names = [op.name for op in graph.ops]
     doc: dict[str, Any] = {
-        "format": FORMAT, "version": 1 if schedule.layout is None else VERSION,
+        "format": FORMAT, "version": _version(schedule),
         "graph": schedule.graph_name,
         "graph_fingerprint": schedule.graph_fingerprint, "metadata": dict(schedule.metadata),
         "ops": names,
-        "steps": [[step.action.value, names[step.op], step.stage] for step in schedule.steps],
+        "steps": [_step_to_list(step, names) for step in schedule.steps],
     }
     if schedule.layout is not None:
         doc[_LAYOUT_KEY] = {
@@ -130,6 +139,20 @@ def schedule_to_dict(schedule: Schedule, graph: TrainingGraph) -> dict[str, Any]
                          b.size_bytes, b.offset_bytes] for b in schedule.layout.buffers]}
     doc["metadata"][DIGEST_FIELD] = content_digest(doc)
     return doc
+
+
+def _version(schedule: Schedule) -> int:
+    """The oldest version that holds ``schedule``."""
+    if any(step.action is Action.MOVE for step in schedule.steps):
+        return 3
+    return 1 if schedule.layout is None else 2
+
+
+def _step_to_list(step: Step, names: list[str]) -> list[Any]:
+    out: list[Any] = [step.action.value, names[step.op], step.stage]
+    if step.action is Action.MOVE:
+        out += [step.from_offset_bytes, step.to_offset_bytes]
+    return out
 
 
 #: The metadata field that records :func:`content_digest` of the file as written.
@@ -181,27 +204,49 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _steps_from_list(raw_steps: Any, index: dict[str, int]) -> list[Step]:
+def _steps_from_list(raw_steps: Any, index: dict[str, int], version: int) -> list[Step]:
     if not isinstance(raw_steps, list):
         raise FileProblem("steps", f"{type(raw_steps).__name__}: must be a list", "bad_format")
-    actions = {a.value: a for a in Action}
+    actions = {a.value: a for a in Action if version >= 3 or a is not Action.MOVE}
     steps: list[Step] = []
     for i, raw in enumerate(raw_steps):
         where = f"steps[{i}]"
-        if not isinstance(raw, list) or len(raw) != 3:
+        move = isinstance(raw, list) and len(raw) > 3 and raw[0] == Action.MOVE.value
+        if not isinstance(raw, list) or (len(raw) != 3 and not move):
             raise FileProblem(where, f"{_short(raw)}: must be [action, op name, stage]",
                               "bad_step", i)
-        action, name, stage = raw
+        action, name, stage = raw[:3]
         if not isinstance(action, str) or action not in actions:
+            later = " (move: version 3)" if action == Action.MOVE.value else ""
             raise FileProblem(where, f"action {_short(action)}: must be one of "
-                                     f"{', '.join(actions)}", "unknown_action", i)
+                                     f"{', '.join(actions)}{later}", "unknown_action", i)
         if not isinstance(name, str) or name not in index:
             raise FileProblem(where, f"op {_short(name)} is not in the ops list", "unknown_op", i)
         if not _is_int(stage) or stage < 0:
             raise FileProblem(where, f"stage {_short(stage)}: must be a non-negative integer",
                               "bad_stage", i)
-        steps.append(Step(actions[action], index[name], stage))
+        if actions[action] is Action.MOVE:
+            steps.append(_move_from(raw, index[name], stage, where, i))
+        else:
+            steps.append(Step(actions[action], index[name], stage))
     return steps
+
+
+def _move_from(raw: list[Any], op: int, stage: int, where: str, i: int) -> Step:
+    """A ``move`` step's offsets checked: whole, non-negative, different."""
+    if len(raw) != 5:
+        raise FileProblem(where, f"{_short(raw)}: a move is [\"move\", op name, stage, "
+                                 "from_offset_bytes, to_offset_bytes]", "bad_move", i)
+    source, target = raw[3], raw[4]
+    for label, value in (("from_offset_bytes", source), ("to_offset_bytes", target)):
+        if not _is_int(value) or value < 0:
+            raise FileProblem(where, f"move of {_short(raw[1])}: {label} {_short(value)}: "
+                                     "must be a non-negative whole number of bytes",
+                              "bad_move", i)
+    if source == target:
+        raise FileProblem(where, f"move of {raw[1]!r} from {source} to {target}: the offsets "
+                                 "must differ (a move must move)", "bad_move", i)
+    return Step.move(op, stage, source, target)
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -220,7 +265,7 @@ def _check_top_level(data: Any) -> None:
         raise FileProblem("", f"format = {_short(data.get('format'))}: must be {FORMAT!r}",
                           "bad_format")
     version = data.get("version")
-    if not _is_int(version) or version not in (1, VERSION):
+    if not _is_int(version) or version not in _VERSIONS:
         raise FileProblem("", f"version = {_short(version)}: this poetsim reads versions 1 to "
                               f"{VERSION}", "unsupported_version")
     keys = _KEYS if version == 1 else (*_KEYS, _LAYOUT_KEY)
@@ -274,7 +319,7 @@ def _from_dict(data: Any, graph: TrainingGraph | None, accept_edits: bool) -> Sc
     except InputError as err:
         raise FileProblem("", str(err), "bad_metadata") from None
     index = _op_index(data, graph)
-    steps = _steps_from_list(data["steps"], index)
+    steps = _steps_from_list(data["steps"], index, data["version"])
     layout = (_layout_from(data[_LAYOUT_KEY], index, len(steps)) if _LAYOUT_KEY in data
               else None)
     # last: a malformed file is named for what is wrong with it

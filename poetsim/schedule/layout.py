@@ -7,7 +7,10 @@ COMPUTE, held weights from HOLD_WEIGHTS to DROP_WEIGHTS) at ``offset_bytes`` fro
 arena's start. Lifetimes are step positions, half-open ``[start, end)``. A layout is valid
 when every buffer lies within ``[0, arena_bytes)`` and no two buffers live at the same step
 share a byte, except a tensor written in place into the buffer of the input it overwrites
-(:attr:`Buffer.shares`, :meth:`~poetsim.schedule.replay.Replay.in_place`).
+(:attr:`Buffer.shares`, :meth:`~poetsim.schedule.replay.Replay.in_place`) and the two
+buffers of a tensor that a MOVE step copies (compaction): its buffer before the MOVE,
+live up to and including the MOVE's step, and the one after it, live from that step, may
+overlap (the copy is a ``memmove``).
 
 :mod:`poetsim.schedule.arena` plans layouts and checks a schedule file's layout against
 the op list; schedule files carry it (:mod:`poetsim.schedule.io`).
@@ -58,6 +61,12 @@ class Buffer:
                 and other.offset_bytes <= self.offset_bytes
                 and self.top_bytes <= other.top_bytes)
 
+    def moved_from(self, other: Buffer) -> bool:
+        """This tensor buffer is where a MOVE copied ``other``, the same tensor's buffer
+        before it (both live at the MOVE's step): the two may overlap, a ``memmove``."""
+        return (self.kind == other.kind == "tensor" and self.op == other.op
+                and other.end == self.start + 1)
+
 
 @attrs.frozen
 class Layout:
@@ -94,7 +103,8 @@ def check_layout(buffers: Iterable[Buffer], arena_bytes: int,
     for b in items:
         live = [a for a in live if a.end > b.start]
         for a in live:
-            if a.overlaps(b) and not (b.takes_over(a) or a.takes_over(b)):
+            if a.overlaps(b) and not (b.takes_over(a) or a.takes_over(b)
+                                      or b.moved_from(a) or a.moved_from(b)):
                 return (f"{_name(a, names)} at [{a.offset_bytes}, {a.top_bytes}) and "
                         f"{_name(b, names)} at [{b.offset_bytes}, {b.top_bytes}) share bytes "
                         f"while both are live (from step {max(a.start, b.start)})")

@@ -33,6 +33,8 @@ class OpListFigures:
     storage_wakeups: int
     time_s: float
     peak_ram_bytes: int
+    #: of ``energy_j``: the MOVE steps' copies (compaction)
+    move_energy_j: float = 0.0
 
 
 def predict(graph: TrainingGraph, costs: OpCosts,
@@ -53,7 +55,10 @@ def predict(graph: TrainingGraph, costs: OpCosts,
     time and energy, any other its held ones (``held_compute_*``: the same for an op
     reading no weights from storage). A transfer that finds the storage asleep (the
     first, or one more than the auto-sleep timeout after the previous one ended) waits for
-    its wake-up first. Peak: activation bytes by the contract (held weights included).
+    its wake-up first. A MOVE (compaction) copies its tensor at its move cost
+    (:func:`poetsim.costs.move_cost`) once a transfer of that tensor has ended: the
+    CPU waits, awake, while the DMA engine copies, or copies itself without DMA. Peak:
+    activation bytes by the contract (held weights included).
     """
     replayed = steps if isinstance(steps, Replay) else replay(graph, steps)
     timeline = _Timeline(graph, costs, replayed)
@@ -64,6 +69,8 @@ def predict(graph: TrainingGraph, costs: OpCosts,
             timeline.move(step.op, write=step.action is Action.PAGE_OUT)
         elif step.action is Action.FREE:
             timeline.free(step.op)
+        elif step.action is Action.MOVE:
+            timeline.relocate(step.op)
     return timeline.figures()
 
 
@@ -78,7 +85,7 @@ class _Timeline:
         #: heap of (write end, bytes) of tensors freed while written
         self.held: list[tuple[float, int]] = []
         self.held_bytes = 0
-        self.e_compute = self.e_transfer = 0.0
+        self.e_compute = self.e_transfer = self.e_move = 0.0
         self.overlap = not costs.cpu_moves  # the cost model says who moves the bytes
         self.cpu = self.lane = 0.0
         self.busy_cpu = self.busy_storage = 0.0
@@ -129,6 +136,16 @@ class _Timeline:
             self.busy_cpu += seconds
         (self.written if write else self.ready)[k] = self.lane if self.overlap else self.cpu
 
+    def relocate(self, k: int) -> None:
+        """MOVE k: the copy starts once a read or a write of the tensor has ended; the CPU
+        waits for the DMA engine's copy (awake, not busy) or makes it itself."""
+        seconds = float(self.costs.move_time_s[k])
+        self.e_move += float(self.costs.move_energy_j[k])
+        start = max(self.cpu, self.ready.get(k, 0.0), self.written.get(k, 0.0))
+        self.cpu = start + seconds
+        if not self.overlap:
+            self.busy_cpu += seconds
+
     def free(self, k: int) -> None:
         """FREE k: a tensor still being written keeps its RAM until the write ends."""
         if self.written.get(k, 0.0) > self.cpu:
@@ -141,8 +158,8 @@ class _Timeline:
         e_wait = self.costs.wait.energy_j(makespan_s=makespan, cpu_busy_s=self.busy_cpu,
                                           storage_busy_s=self.busy_storage,
                                           wakeups=self.wakeups)
-        return OpListFigures(energy_j=self.e_compute + self.e_transfer + e_wait,
+        return OpListFigures(energy_j=self.e_compute + self.e_transfer + self.e_move + e_wait,
                              compute_energy_j=self.e_compute,
                              transfer_energy_j=self.e_transfer, wait_energy_j=e_wait,
                              storage_wakeups=self.wakeups, time_s=makespan,
-                             peak_ram_bytes=self.peak)
+                             peak_ram_bytes=self.peak, move_energy_j=self.e_move)

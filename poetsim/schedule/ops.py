@@ -33,7 +33,7 @@ Steps, in list order (each one finishes before the next starts)
     [``recomputed_inplace_update``]: a second run would read the weights it updated.
     *In place*: an op with an in-place kernel (``Op.overwrites``, input ``u``) writes its
     output into ``u``'s buffer when the list frees ``u`` after the COMPUTE before RAM can
-    grow again (before the next COMPUTE, PAGE_IN or HOLD_WEIGHTS), with no PAGE_OUT of
+    grow again (before the next COMPUTE, PAGE_IN, HOLD_WEIGHTS or MOVE), with no PAGE_OUT of
     ``u`` and no FREE of ``k`` in between (:meth:`~poetsim.schedule.replay.Replay.in_place`).
     Then RAM while it runs holds no ``output_bytes[k]`` beyond the resident tensors and the
     workspace; ``u``'s buffer holds tensor ``k`` from then on, and the ``FREE u`` releases
@@ -78,6 +78,25 @@ Steps, in list order (each one finishes before the next starts)
     ``COMPUTE f`` already.
     ``DROP_WEIGHTS k`` needs op ``k`` in the held set [``not_held``]; it leaves it and
     RAM shrinks by ``held_bytes[k]``. Held weights may remain at the end of the list.
+``MOVE k from a to b``
+    Compaction: copies tensor ``k``'s buffer from arena offset ``a`` to arena offset ``b``
+    (``Step.from_offset_bytes``, ``Step.to_offset_bytes``: bytes from the arena's start,
+    the resident state included, as the layout's offsets; whole numbers, ``a != b``), a
+    memory copy of ``output_bytes[k]`` priced on the DMA engine when the board has one,
+    else on the CPU (:func:`poetsim.costs.move_cost`). Tensor ``k`` must be resident
+    [``not_resident``]. It stays resident with the same values, in neither set's change,
+    and its buffer is at ``b`` from this step on. While the copy runs RAM holds the
+    resident tensors plus the destination bytes the source does not already cover,
+    ``min(output_bytes[k], |b - a|)``: the two ranges may overlap, and the copy then has
+    ``memmove`` semantics (it runs in the direction that reads every byte before it is
+    overwritten), so a buffer may slide by less than its own size. A schedule's layout
+    must agree: the tensor's buffer live before the MOVE lies at ``a``, the one after it
+    at ``b`` [``move_mismatch``], and the destination lies within the arena
+    [``layout_outside``] and shares no byte with any other buffer live at the MOVE
+    [``layout_overlap``]. A later MOVE of the tensor, while it stays resident, starts where
+    this one put it [``move_mismatch``]. A write of ``k`` to storage or a read of it still
+    in flight ends before the copy starts. A MOVE is a step at which RAM can grow (for
+    the in-place rule above and the budget).
 
 Pricing: a ``COMPUTE k`` right after its ``READ_WEIGHTS k`` costs ``compute_time_s[k]`` /
 ``compute_energy_j[k]`` (:class:`poetsim.costs.OpCosts`), one without it
@@ -97,7 +116,7 @@ Memory
 The accounting is exactly that of :mod:`poetsim.graph.memory`: the activation RAM in use
 is the sum of ``output_bytes`` over the resident set, plus ``held_bytes`` over the held
 set, plus, during a COMPUTE, the op's output and workspace. Its peak over the schedule is
-reached either during a COMPUTE or right after a PAGE_IN or a HOLD_WEIGHTS. A RAM budget
+reached either during a COMPUTE or a MOVE, or right after a PAGE_IN or a HOLD_WEIGHTS. A RAM budget
 bounds this activation figure plus the fixed resident region (parameters, gradients,
 optimizer state) at every point [``budget_exceeded``].
 Paging, freeing, holding and dropping take effect at their step, in list order.
@@ -140,6 +159,7 @@ class Action(enum.Enum):
     WRITE_WEIGHTS = "write_weights"
     HOLD_WEIGHTS = "hold_weights"
     DROP_WEIGHTS = "drop_weights"
+    MOVE = "move"
 
 
 #: The steps that move weights on storage (they bracket a COMPUTE, see the module docstring).
@@ -167,16 +187,43 @@ def _whole(field: str) -> Any:
     return check
 
 
+def _offset(instance: Step, attribute: Any, value: Any) -> None:
+    """A MOVE's offsets are whole non-negative bytes; every other step has none (-1)."""
+    field = attribute.name
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"step {field} = {value!r}: must be an integer")
+    if instance.action is not Action.MOVE:
+        if value != -1:
+            raise InputError(f"step {field} = {value!r}: only a move step has offsets")
+    elif value < 0:
+        raise InputError(f"step {field} = {value!r}: a move's offset must not be negative")
+
+
 @attrs.frozen
 class Step:
     """One entry of a schedule: apply ``action`` to the output tensor of ``graph.ops[op]``.
 
-    ``stage`` is the MILP stage (timestep) the step belongs to.
+    ``stage`` is the MILP stage (timestep) the step belongs to. A MOVE copies the tensor's
+    buffer from arena offset ``from_offset_bytes`` to ``to_offset_bytes`` (every other
+    step: -1 for both).
     """
 
     action: Action = attrs.field(converter=_to_action)
     op: int = attrs.field(validator=_whole("op"))
     stage: int = attrs.field(default=0, validator=_whole("stage"))
+    from_offset_bytes: int = attrs.field(default=-1, validator=_offset, kw_only=True)
+    to_offset_bytes: int = attrs.field(default=-1, validator=_offset, kw_only=True)
+
+    def __attrs_post_init__(self) -> None:
+        if self.action is Action.MOVE and self.from_offset_bytes == self.to_offset_bytes:
+            raise InputError(f"move step to_offset_bytes = {self.to_offset_bytes}: must "
+                             "differ from its from_offset_bytes (a move must move)")
+
+    @classmethod
+    def move(cls, op: int, stage: int, from_offset_bytes: int, to_offset_bytes: int) -> Step:
+        """``MOVE op`` from one arena offset to another."""
+        return cls(Action.MOVE, op, stage, from_offset_bytes=from_offset_bytes,
+                   to_offset_bytes=to_offset_bytes)
 
     def describe(self, graph: TrainingGraph | None = None) -> str:
         """``compute 'conv1', stage 3``; the op index instead of its name without a graph."""
@@ -184,6 +231,8 @@ class Step:
             what = repr(graph.ops[self.op].name)
         else:
             what = f"#{self.op}"
+        if self.action is Action.MOVE:
+            what += f" from {self.from_offset_bytes} to {self.to_offset_bytes}"
         return f"{self.action.value} {what}, stage {self.stage}"
 
 

@@ -31,13 +31,15 @@ from poetsim.memo import PerObject
 from poetsim.schedule.ops import Action, Schedule, Step
 
 __all__ = ["GROWS", "ContractViolation", "Effect", "Replay", "Violation", "held_weight_bytes",
-           "replay"]
+           "move_extra_bytes", "replay"]
 
 _COMPUTE, _PAGE_OUT, _PAGE_IN, _FREE = Action.COMPUTE, Action.PAGE_OUT, Action.PAGE_IN, Action.FREE
 _READ, _WRITE = Action.READ_WEIGHTS, Action.WRITE_WEIGHTS
 _HOLD, _DROP = Action.HOLD_WEIGHTS, Action.DROP_WEIGHTS
-#: The steps after which RAM can be higher than before them (where peaks and budgets are met).
-GROWS = frozenset({_COMPUTE, _PAGE_IN, _HOLD})
+_MOVE = Action.MOVE
+#: The steps after which (or while which) RAM can be higher than before them (where peaks
+#: and budgets are met).
+GROWS = frozenset({_COMPUTE, _PAGE_IN, _HOLD, _MOVE})
 
 
 @attrs.frozen
@@ -62,7 +64,8 @@ class Effect(NamedTuple):
     """What step ``position`` does, by the contract.
 
     ``ram_bytes``: activation bytes in RAM while the step runs (a COMPUTE's output and
-    workspace included) or, for the other steps, right after it; no resident region.
+    workspace included, a MOVE's destination bytes beyond its source) or, for the other
+    steps, right after it; no resident region.
     ``reads_weights``: a COMPUTE right after its READ_WEIGHTS, which streams its weights
     from storage (priced at ``compute_*``; any other COMPUTE at ``held_compute_*``).
     ``writes_weights``: a COMPUTE right before its WRITE_WEIGHTS. A COMPUTE with either
@@ -165,6 +168,8 @@ class Replay:
         self.page_in_after: dict[int, int] = {}
         #: in-place COMPUTE position -> the input whose buffer takes its output
         self.overwrites: dict[int, int] = {}
+        #: MOVE positions, in list order
+        self.move_positions: list[int] = []
         #: the positions of the PAGE_OUT and PAGE_IN steps, and of the WRITE_WEIGHTS steps
         self.transfer_positions: list[int] = []
         self.write_back_positions: list[int] = []
@@ -268,6 +273,19 @@ class Replay:
                              f"tensor {facts.names[k]!r} is not resident in RAM, nothing to "
                              "free", k)
 
+    def _check_move(self, position: int, step: Step, _before: Step | None,
+                    _after: Step | None, facts: _Facts) -> None:
+        k = step.op
+        if not self.resident[k]:
+            raise self._fail(position, step, "not_resident",
+                             f"tensor {facts.names[k]!r} is not resident in RAM, nothing to "
+                             "move", k)
+        was = self._moved_to.get(k, step.from_offset_bytes)
+        if was != step.from_offset_bytes:
+            raise self._fail(position, step, "move_mismatch",
+                             f"tensor {facts.names[k]!r} was moved to {was}, not to "
+                             f"{step.from_offset_bytes}, by its last MOVE", k)
+
     def _check_hold(self, position: int, step: Step, _before: Step | None,
                     after: Step | None, facts: _Facts) -> None:
         k, name = step.op, facts.names[step.op]
@@ -316,7 +334,7 @@ class Replay:
         """The input whose buffer the COMPUTE of op ``k`` at ``position`` writes its output
         into, or -1. An op with an in-place kernel (``Op.overwrites``, input ``u``) runs in
         place when ``u`` is freed after it before RAM can grow again (before the next
-        COMPUTE, PAGE_IN or HOLD_WEIGHTS), and neither ``u`` is paged out nor ``k``'s own
+        COMPUTE, PAGE_IN, HOLD_WEIGHTS or MOVE), and neither ``u`` is paged out nor ``k``'s own
         output freed first: ``u`` is then dead once ``k`` has read it, and its buffer holds
         ``k``'s output from then on."""
         u = _facts(self.graph).overwrites[k]
@@ -343,6 +361,7 @@ class Replay:
         self._touched: dict[int, int] = {}  # tensor -> the last step that touched it
         self._unread: dict[int, int] = {}   # tensor -> its PAGE_IN still waiting for a reader
         self._shared: dict[int, int] = {}   # tensor -> bytes of its buffer an in-place output took
+        self._moved_to: dict[int, int] = {}  # resident tensor -> where its last MOVE put it
         ram_col, read_col, write_col = self.ram_bytes, self.reads_weights, self.writes_weights
         last = len(steps) - 1
         before: Step | None = None
@@ -396,6 +415,8 @@ class Replay:
             return live + facts.output_bytes[k]
         if action is _FREE:  # less what an in-place output kept of its buffer
             return live - facts.output_bytes[k] + self._shared.pop(k, 0)
+        if action is _MOVE:  # while it copies: the destination beyond the source
+            return live + move_extra_bytes(step, facts.output_bytes[k])
         if action is _HOLD or action is _DROP:
             if self._hold_bytes is None:
                 self._hold_bytes = _holds(self.graph)[1]
@@ -434,12 +455,16 @@ class Replay:
             self.resident[k] = False
             self.live_bytes = ram
             self._unread.pop(k, None)
+            self._moved_to.pop(k, None)
             self._touched[k] = position
         elif action is _HOLD or action is _DROP:
             self.held[k] = action is _HOLD
             self.live_bytes = ram
         elif action is _WRITE:
             self.write_back_positions.append(position)
+        elif action is _MOVE:  # the copy's extra bytes are gone once it ends
+            self.move_positions.append(position)
+            self._moved_to[k] = self.steps[position].to_offset_bytes
 
     def _take_page_out(self, position: int, k: int, size: int) -> None:
         self.transfer_positions.append(position)
@@ -465,7 +490,14 @@ class Replay:
 #: The rules of each step kind but COMPUTE.
 _OTHER_RULES = {_PAGE_OUT: Replay._check_page_out, _PAGE_IN: Replay._check_page_in,
                 _FREE: Replay._check_free, _HOLD: Replay._check_hold, _DROP: Replay._check_drop,
+                _MOVE: Replay._check_move,
                 _READ: Replay._check_weight_step, _WRITE: Replay._check_weight_step}
+
+
+def move_extra_bytes(step: Step, size_bytes: int) -> int:
+    """The bytes a MOVE of a ``size_bytes`` buffer takes beyond its source while it copies:
+    the destination's, less what overlaps the source (a ``memmove``)."""
+    return min(size_bytes, abs(step.to_offset_bytes - step.from_offset_bytes))
 
 
 def replay(graph: TrainingGraph, steps: Schedule | Iterable[Step], *,

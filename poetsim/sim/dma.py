@@ -168,6 +168,8 @@ class DmaEngine:
         self._drained: simpy.Event | None = None
         self.busy_s = 0.0
         self._busy_since = 0.0
+        #: the power of a memory-to-memory copy running now (a MOVE step), 0: none
+        self.copy_power_w = 0.0
         self.processes = [env.process(self._channel(c)) for c in range(channels)]
 
     # ---------------------------------------------------------------- mover interface
@@ -176,13 +178,22 @@ class DmaEngine:
 
     def _refresh(self) -> None:
         now = self.env.now
+        copying = (("move", self.copy_power_w),) if self.copy_power_w else ()
         if self.active:
             powers: dict[str, float] = {}
             for job in self.active:
                 powers[job.kind] = powers.get(job.kind, 0.0) + job.timing.mover_power_w
-            self.machine.set(now, "active", tuple(powers.items()))
+            self.machine.set(now, "active", tuple(powers.items()) + copying)
+        elif copying:  # a copy within RAM: the engine's power on top of its rest
+            self.machine.set(now, "active", (("idle", self.idle_power_w), *copying))
         else:
             self.machine.set(now, "idle", (("idle", self.idle_power_w),))
+
+    def copy(self, power_w: float) -> None:
+        """A copy within RAM (a MOVE) draws ``power_w`` from now on (0: it ended). It
+        runs on a memory-to-memory channel of its own, beside the storage transfers."""
+        self.copy_power_w = power_w
+        self._refresh()
 
     def begin(self, job: TransferJob) -> None:
         if not self.active:

@@ -17,6 +17,12 @@ The CPU runs the schedule's steps in list order, as one long-lived SimPy process
     planner has not started it yet and its trigger has passed. The transfer itself starts
     when the planner says (:mod:`poetsim.sim.planner`); the CPU waits for it only at the
     consumer. Without DMA the CPU reads the tensor itself, there and then.
+``MOVE k``
+    Compaction: waits (stalled) for a read or write of the tensor still in flight, takes
+    the destination bytes beyond the source (:func:`~poetsim.schedule.replay.move_extra_bytes`)
+    and copies the tensor for its move time (:func:`poetsim.costs.move_cost`): on the DMA
+    engine (state ``active``, kind ``move``) while the CPU waits awake (kind ``move``), or,
+    without DMA, on the CPU (state ``active``, kind ``move``); then releases those bytes.
 ``FREE k``
     Releases the tensor's RAM, except while its write is in flight (the RAM is released
     when the write ends) or its page-in is in flight (released when it ends; a page-in
@@ -72,7 +78,7 @@ from poetsim.boards.spec import Board
 from poetsim.costs import OpCosts
 from poetsim.schedule.arena import ArenaPlan, adopt_layout, plan_arena
 from poetsim.schedule.ops import Action
-from poetsim.schedule.replay import Replay
+from poetsim.schedule.replay import Replay, move_extra_bytes
 from poetsim.sim.bus import make_bus
 from poetsim.sim.cpu import CpuModel
 from poetsim.sim.dma import (
@@ -100,6 +106,7 @@ __all__ = ["Simulation"]
 
 _COMPUTE, _PAGE_OUT, _PAGE_IN, _FREE = Action.COMPUTE, Action.PAGE_OUT, Action.PAGE_IN, Action.FREE
 _HOLD_WEIGHTS, _DROP_WEIGHTS = Action.HOLD_WEIGHTS, Action.DROP_WEIGHTS
+_MOVE = Action.MOVE
 
 
 class Simulation:
@@ -169,10 +176,7 @@ class Simulation:
         self.deferred: list[TransferJob] = []
         self.computed = [False] * len(graph.ops)
         self.violations: list[SimViolation] = []
-        self.compute_s = 0.0
-        self.cpu_transfer_s = 0.0
-        self.stall_s = 0.0
-        self.tail_s = 0.0
+        self.compute_s = self.cpu_transfer_s = self.stall_s = self.tail_s = 0.0
         self.slices: list[tuple[str, str, float, float, dict]] | None = [] if trace else None
         self.main = env.process(self._program())
 
@@ -187,6 +191,8 @@ class Simulation:
         self.held_time = costs.held_compute_time_s.tolist()
         self.held_energy = costs.held_compute_energy_j.tolist()
         self.held_bytes = costs.held_bytes.tolist()
+        self.move_time = costs.move_time_s.tolist()
+        self.move_energy = costs.move_energy_j.tolist()
         # the storage's and the DMA engine's shares of a run that streams weights
         self.shares = (costs.storage_energy_j.tolist(), costs.dma_energy_j.tolist())
         self.held_shares = (costs.held_storage_energy_j.tolist(),
@@ -382,6 +388,8 @@ class Simulation:
                 yield from self._allocate(self.held_bytes[k], i, k, "hold_weights")
             elif action is _DROP_WEIGHTS:
                 self.ram.free(env.now, self.held_bytes[k])
+            elif action is _MOVE:
+                yield from self._relocate(i, k)
             # READ_WEIGHTS, WRITE_WEIGHTS: the stream is priced in its op's COMPUTE
             fired = triggers.get(i)
             if fired:
@@ -483,6 +491,33 @@ class Simulation:
         if self.slices is not None:
             self.slices.append(("cpu", "stall", t1, env.now, {
                 "waiting_for": "storage (weights written back)", "step": i}))
+
+    def _relocate(self, i: int, k: int) -> Generator[simpy.Event, Any, None]:
+        """MOVE k at step ``i``: after a transfer of the tensor in flight, the destination's
+        extra bytes taken, the copy made (on the DMA engine, the CPU waiting, or on the
+        CPU), those bytes released."""
+        env = self.env
+        for job in (self.arriving.get(k), self.writing.get(k)):
+            if job is not None and job.state not in (DONE, CANCELLED):
+                yield from self._stall_for(job)  # the copy reads what the transfer moves
+        extra = move_extra_bytes(self.steps[i], self.size[k])
+        yield from self._allocate(extra, i, k, "move")
+        seconds, energy = self.move_time[k], self.move_energy[k]
+        t0 = env.now
+        if seconds <= 0.0:
+            self.cpu.machine.quantum("active", "move", energy)
+        elif self.dma is not None:
+            self.dma.copy(energy / seconds)
+            yield from self.cpu.wait(env.timeout(seconds), t0 + seconds, "move")
+            self.dma.copy(0.0)
+        else:
+            self.cpu.run("move", energy / seconds)
+            yield env.timeout(seconds)
+            self.cpu.idle()
+        self.ram.free(env.now, extra)
+        if self.slices is not None:
+            self.slices.append(("dma copy" if self.dma is not None else "cpu",
+                                f"move {self.names[k]}", t0, env.now, {"step": i, "op": k}))
 
     def _page_out(self, i: int, k: int) -> Generator[simpy.Event, Any, None]:
         """PAGE_OUT k: reserve storage space and hand the write to the DMA (or do it)."""

@@ -64,12 +64,14 @@ class ProgramProfile(NamedTuple):
 def program_profile(replay: Replay, costs: OpCosts, *, resident_bytes: int,
                     cpu_moves_bytes: bool) -> ProgramProfile:
     """List-order RAM and estimated step start times of a finished ``replay`` (transfers
-    take CPU time without DMA). A COMPUTE that streams its weights takes the op's compute
-    time, any other its held compute time (the same for an op reading no weights)."""
+    take CPU time without DMA; a MOVE takes its copy's time). A COMPUTE that streams its
+    weights takes the op's compute time, any other its held compute time (the same for an
+    op reading no weights)."""
     compute_s = costs.compute_time_s.tolist()
     held_s = costs.held_compute_time_s.tolist()
     in_s = costs.pagein_time_s.tolist()
     out_s = costs.pageout_time_s.tolist()
+    move_s = costs.move_time_s.tolist()
     t = 0.0
     start: list[float] = []
     COMPUTE, PAGE_IN, PAGE_OUT = Action.COMPUTE, Action.PAGE_IN, Action.PAGE_OUT
@@ -78,6 +80,8 @@ def program_profile(replay: Replay, costs: OpCosts, *, resident_bytes: int,
         start.append(t)
         if action is COMPUTE:
             t += compute_s[k] if read else held_s[k]
+        elif action is Action.MOVE:  # the CPU waits for a copy, or makes it
+            t += move_s[k]
         elif cpu_moves_bytes:
             t += in_s[k] if action is PAGE_IN else (out_s[k] if action is PAGE_OUT else 0.0)
     ram = [b + resident_bytes for b in replay.ram_bytes]

@@ -4,7 +4,10 @@ With ``execute_schedule(arena=...)``, every floating-point activation lives in o
 region at its buffer's offset (:class:`~poetsim.schedule.layout.Layout`, in graph units,
 ``dtype_bytes`` per element), as a view, until the next write there: a layout that places
 two live tensors on the same bytes corrupts one, and the gradient and weight checks catch
-it. :class:`TensorArena` is that region and where each step's tensor goes in it.
+it. :class:`TensorArena` is that region and where each step's tensor goes in it. A MOVE
+step (compaction) copies its tensor's elements to its destination offset, as a runtime's
+``memmove``, and the tensor is a view there from then on: a MOVE whose destination
+overlaps live data corrupts it too.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ __all__ = ["TensorArena"]
 
 class TensorArena:
     """The region, and the element offset and size of the tensor buffer each COMPUTE or
-    PAGE_IN position opens."""
+    PAGE_IN position opens (up to its FREE, or its first MOVE)."""
 
     def __init__(self, torch: Any, graph: TrainingGraph, layout: Layout,
                  steps: Sequence[Step], dtype_bytes: int) -> None:
@@ -36,6 +39,8 @@ class TensorArena:
                 opened[step.op] = p
             elif step.action is Action.FREE and step.op in opened:
                 ends[opened.pop(step.op)] = p
+            elif step.action is Action.MOVE and step.op in opened:  # live through the copy
+                ends[opened.pop(step.op)] = p + 1
         for p in opened.values():
             ends[p] = len(steps)
         where = {(b.op, b.end): b for b in layout.buffers if b.kind == "tensor"}
@@ -45,6 +50,31 @@ class TensorArena:
             if b is not None:
                 self.at[p] = (b.offset_bytes // width, b.size_bytes // width)
         self.region = torch.zeros(-(-layout.arena_bytes // width), dtype=torch.float64)
+        self.width = width
+
+    def move(self, position: int, step: Step, value: Any) -> Any:
+        """MOVE: the tensor buffer's elements copied from the step's source offset to its
+        destination (a ``memmove``: the ranges may overlap), and ``value``'s views in the
+        region as views at the destination."""
+        width, region = self.width, self.region
+        source, target = step.from_offset_bytes // width, step.to_offset_bytes // width
+        n = self.graph.ops[step.op].output_bytes // width
+        if max(source, target) + n > len(region):
+            raise step_error(position, step, self.graph,
+                             f"moves {n} elements from {source} to {target}, outside the "
+                             f"arena of {len(region)}")
+        region[target:target + n] = region[source:source + n].clone()
+        shift = target - source
+        parts = value if isinstance(value, dict) else {None: value}
+        moved: dict[Any, Any] = {}
+        for key, x in parts.items():
+            inside = (isinstance(x, self.torch.Tensor) and x.is_floating_point()
+                      and x.untyped_storage().data_ptr() == region.untyped_storage().data_ptr())
+            if inside:  # the same elements, read from where the copy put them
+                start = x.storage_offset() + shift
+                x = region[start:start + x.numel()].view(x.shape)
+            moved[key] = x
+        return moved if isinstance(value, dict) else moved[None]
 
     def place(self, position: int, step: Step, value: Any) -> Any:
         """``value`` written at its buffer in the arena; views of it from then on."""

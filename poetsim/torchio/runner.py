@@ -159,6 +159,10 @@ class Runner:
             self.files.hold_weights(k)
         elif action is Action.DROP_WEIGHTS:
             self.files.drop_held(k)
+        elif action is Action.MOVE:  # compaction: the copy within the arena
+            value = self.read(position, step, name)
+            if self.arena is not None:
+                self.resident[name] = self.arena.move(position, step, value)
         else:  # FREE
             self.read(position, step, name)
             del self.resident[name]

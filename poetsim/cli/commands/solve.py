@@ -72,6 +72,9 @@ def _print_solve(planned: Plan, written: list[str]) -> None:
     if outcome.planned_activation_bytes is not None:
         print(row("planned against", f"{format_bytes(outcome.planned_activation_bytes)} of "
                    "activations, so that every buffer lays out in the arena"))
+    fit = outcome.schedule.metadata.get("arena_fit") if outcome.schedule is not None else None
+    if fit:  # its buffers did not lay out: compaction or replanning, whichever cost less
+        print(row("laid out", fit))
     if s["deadline_s"] is not None:
         margin = result.request.deadline_margin
         print(row("deadline", format_quantity(s["deadline_s"], "s") + (
