@@ -258,7 +258,7 @@ def test_regress_and_boards_show_read_the_built_in_goldens_wherever_they_run(
     assert main(["regress"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("ok        poet-ds_cnn_s_last3-nrf52840-board: PASS")
-    assert "1 goldens: 1 ok" in out
+    assert "1 golden: 1 ok" in out
     main(["boards", "show", "nrf52840"])
     out = capsys.readouterr().out
     assert "trains (built-in golden schedules that PASS physically" in out
