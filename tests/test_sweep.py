@@ -376,3 +376,14 @@ def test_sweep_progress_reads_off_a_terminal_too(capsys):
         show(progress(done, 2))
     err = capsys.readouterr().err
     assert err.count("\r") == 2 and err.endswith("\n") and err.count("\n") == 1
+
+
+def test_tied_methods_stay_visible_in_the_sweep_plots():
+    """#31 item 5: each later method is drawn wider and beneath the one before, so two
+    methods with the same figures show as a line outlined by the other's."""
+    from poetsim.sweep.report import _tie_visible
+
+    styles = [_tie_visible(rank) for rank in range(4)]
+    for top, below in zip(styles, styles[1:]):
+        assert below["linewidth"] > top["linewidth"] and below["markersize"] > top["markersize"]
+        assert below["zorder"] < top["zorder"]
