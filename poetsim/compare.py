@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 import attrs
 
@@ -20,7 +19,7 @@ from poetsim.fileio import atomic_write_text, new_folder
 from poetsim.methods import METHODS, SolverSettings
 from poetsim.request import Request
 from poetsim.runs import Outcome, RunCache, reference_energy_j, run_and_judge, with_overheads
-from poetsim.units import format_bytes, format_quantity
+from poetsim.units import format_bytes, format_quantity, table_cell
 from poetsim.verdict import judge_corners
 
 __all__ = ["Progress", "compare", "format_table", "write_outcomes"]
@@ -82,12 +81,7 @@ def format_table(outcomes: Iterable[Outcome]) -> str:
     energy and makespan of one simulated iteration, the overhead over every op once, the
     MILP methods' proven gap, the byte peak and the arena it lays out in."""
 
-    def cell(value: Any, width: int, show: Callable[[Any], str] = str) -> str:
-        if value is None:
-            return "-".rjust(width)
-        if isinstance(value, bool):
-            return ("yes" if value else "no").rjust(width)
-        return show(value).rjust(width)
+    cell = table_cell  # the one renderer of a printed table's cells (units.table_cell)
 
     def share(value: float) -> str:
         return f"{100 * value:.2f}%"

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
+from typing import Any
 
 from poetsim.errors import InputError
 
-__all__ = ["format_bytes", "format_quantity", "parse_bytes", "split_quantity"]
+__all__ = ["format_bytes", "format_quantity", "parse_bytes", "split_quantity", "table_cell"]
 
 _BYTE_UNITS = {
     "": 1, "b": 1,
@@ -81,3 +83,14 @@ def format_quantity(value: float, unit: str, digits: int = 4) -> str:
         if abs(value) >= scale:
             return f"{value / scale:.{digits}g} {prefix}{unit}"
     return f"{value:.{digits}g} {unit}"
+
+
+def table_cell(value: Any, width: int, show: Callable[[Any], str] = str) -> str:
+    """One right-aligned cell of a printed table: ``-`` for a missing figure (None or
+    NaN), yes/no for a flag, else ``show(value)`` (say, :func:`format_quantity` with its
+    unit)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-".rjust(width)
+    if isinstance(value, bool):
+        return ("yes" if value else "no").rjust(width)
+    return show(value).rjust(width)

@@ -316,7 +316,7 @@ def test_report_table_csv_json_plots(finished_store, tmp_path, capsys):
     assert main(["sweep", "report", str(finished_store), "--csv", str(tmp_path / "c.csv"),
                  "--plots", str(tmp_path / "p2")]) == 0
     out = capsys.readouterr().out
-    assert "energy_J" in out and "wrote" in out
+    assert " energy " in out.splitlines()[0] and " mJ " in out and "wrote" in out
     assert (tmp_path / "p2" / "energy_vs_ram.png").is_file()
     assert main(["sweep", "report", str(tmp_path / "missing.sqlite")]) == 2
 

@@ -30,7 +30,7 @@ from poetsim.report.data import byte_unit
 from poetsim.report.plots import new_figure, plot_style, save_figure
 from poetsim.sweep.spec import SweepError
 from poetsim.sweep.store import COLUMNS, ResultsStore
-from poetsim.units import format_bytes, format_quantity
+from poetsim.units import format_bytes, format_quantity, table_cell
 
 __all__ = ["plot_energy_vs_deadline", "plot_energy_vs_ram", "read_results", "format_table",
            "summary_counts", "write_csv", "write_plots"]
@@ -80,20 +80,12 @@ def summary_counts(rows: Sequence[dict[str, Any]]) -> dict[str, int]:
             "cached": sum(bool(r.get("cached")) for r in rows)}
 
 
-def _cell(value: Any, spec: str, width: int) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-".rjust(width)
-    if isinstance(value, bool):
-        return ("yes" if value else "no").rjust(width)
-    return format(value, spec).rjust(width)
-
-
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """A plain-text table, one line per point, then a summary line."""
     corners = any(r.get("slow_verdict") for r in rows)
     header = (f"{'#':>4} {'model':<16} {'ram':>7} {'deadline':>8} {'method':<14} "
-              f"{'status':<13} {'feas':>4} {'energy_J':>10} {'overhead':>9} "
-              f"{'makespan_s':>10} {'peak_B':>9} {'gap':>7} {'cached':>6} {'wall_s':>7}  "
+              f"{'status':<13} {'feas':>4} {'energy':>10} {'overhead':>9} "
+              f"{'makespan':>10} {'peak':>10} {'gap':>7} {'cached':>6} {'wall':>7}  "
               + (f"{'slow/costly':>11}  " if corners else "") + "variant  [reason]")
     lines = [header]
     for r in rows:
@@ -106,11 +98,13 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
         note = r.get("error") or (r.get("reason") if not r.get("feasible") else "")
         lines.append(
             f"{r['idx']:>4} {r['model']:<16} {r['ram']:>7} {r['deadline']:>8} "
-            f"{r['method']:<14} {status or '-':<13} {_cell(r.get('feasible'), '', 4)} "
-            f"{_cell(r.get('energy_j'), '.5g', 10)} {_cell(overhead, '', 9)} "
-            f"{_cell(r.get('makespan_s'), '.5g', 10)} {_cell(r.get('peak_total_bytes'), 'd', 9)} "
-            f"{_cell(gap, '', 7)} {_cell(r.get('cached'), '', 6)} "
-            f"{_cell(r.get('wall_s'), '.2f', 7)}  "
+            f"{r['method']:<14} {status or '-':<13} {table_cell(r.get('feasible'), 4)} "
+            f"{table_cell(r.get('energy_j'), 10, lambda v: format_quantity(v, 'J'))} "
+            f"{table_cell(overhead, 9)} "
+            f"{table_cell(r.get('makespan_s'), 10, lambda v: format_quantity(v, 's'))} "
+            f"{table_cell(r.get('peak_total_bytes'), 10, format_bytes)} "
+            f"{table_cell(gap, 7)} {table_cell(r.get('cached'), 6)} "
+            f"{table_cell(r.get('wall_s'), 7, lambda v: f'{v:.2f} s')}  "
             + (f"{at_corners:>11}  " if corners else "") + f"{r['variant']}"
             + (f"  [{note}]" if note else ""))
     c = summary_counts(rows)
