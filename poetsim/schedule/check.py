@@ -48,6 +48,7 @@ import attrs
 from poetsim.errors import ScheduleError
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.streaming import weight_steps
+from poetsim.memo import PerObject
 from poetsim.schedule.arena import adopt_layout
 from poetsim.schedule.ops import Action, Schedule, Step, with_weight_steps
 from poetsim.schedule.replay import GROWS, ContractViolation, Effect, Replay, Violation
@@ -180,7 +181,18 @@ def plain_schedule(graph: TrainingGraph) -> Schedule:
     A tensor nobody reads is freed right after it is computed. Step ``COMPUTE k`` and the
     frees that follow it have stage ``k``. This is the accounting of
     :func:`poetsim.graph.memory.plain_peak`, so the checker's peak equals that peak.
+    Made once per live graph (both are immutable): a comparison asks for it for
+    checkpoint-all, each MILP method's op-list search and the reference energy, and its
+    simulation's arena layout is then laid out once too.
     """
+    return _PLAIN(graph, _plain_schedule)
+
+
+#: The plain schedule of each live graph.
+_PLAIN: PerObject[Schedule] = PerObject()
+
+
+def _plain_schedule(graph: TrainingGraph) -> Schedule:
     n = len(graph.ops)
     frees_after: list[list[int]] = [[] for _ in range(n)]
     for i in range(n):

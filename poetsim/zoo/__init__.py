@@ -68,6 +68,7 @@ from poetsim.graph.memory import minimum_ram_bytes
 from poetsim.graph.precision import Precision
 from poetsim.graph.streaming import WeightsOnStorage
 from poetsim.graph.training import Training
+from poetsim.memo import PerObject
 from poetsim.zoo.dscnn import ds_cnn_m, ds_cnn_s
 from poetsim.zoo.mcunet import MCUNET_IN1_SPARSE_UPDATE, mcunet_in1
 from poetsim.zoo.mlp import mlp
@@ -300,7 +301,14 @@ def build_model(name: str, **options: Any) -> TrainingGraph:
     extra: dict[str, Any] = {**modes, "int8": widths.get("int8", 0)}
     if not training.is_full:
         extra["training_mode"] = training.mode
-    return attrs.evolve(graph, metadata={**graph.metadata, **extra})
+    built = attrs.evolve(graph, metadata={**graph.metadata, **extra})
+    _BUILT(built, lambda _graph: True)
+    return built
+
+
+#: The graphs :func:`build_model` made in this process (immutable, so still the zoo's):
+#: :func:`zoo_options` need not build them again to know them (seconds on a long chain).
+_BUILT: PerObject[bool] = PerObject()
 
 
 #: The most row bands :func:`row_bands_to_fit` tries.
@@ -343,6 +351,8 @@ def zoo_options(graph: TrainingGraph) -> dict[str, int] | None:
     defaults = model_options(name)
     options = {k: graph.metadata[k] for k in defaults
                if k in graph.metadata and graph.metadata[k] != defaults[k]}
+    if _BUILT.known(graph):
+        return options
     try:
         rebuilt = build_model(name, **options)
     except InputError:
