@@ -63,7 +63,10 @@ _WARM_START_SHARE = 0.2
 _DTR_RETRY_FRACTIONS = (0.95, 0.9, 0.85, 0.8, 0.7)
 #: Their share when the graph is beyond the stage MILP: they are then the whole search.
 _WARM_START_SHARE_BEYOND_STAGES = 0.8
-_FINISH_RESERVE = 0.1
+#: The share of the time limit a MILP solve leaves for lowering its plan and for the run
+#: to lay it out and simulate it on the board (MobileNetV2 on the rpi4 beside busy
+#: processes: about 15% of a 10 s limit); under effort a cap that binds only then.
+_FINISH_RESERVE = 0.2
 
 #: Every method, in the order compare reports them: POET, then the baselines.
 METHODS: tuple[str, ...] = ("poet", "checkpoint_all", "chen_sqrt_n", "chen_greedy", "revolve",
@@ -168,7 +171,13 @@ def _from_solve(result: SolveResult) -> Produced:
         bound_j=result.bound_j, limits_hit=result.limits_hit, solve_result=result)
 
 
-def _from_baseline(result: BaselineResult) -> Produced:
+def _from_baseline(result: BaselineResult, time_limit_s: float) -> Produced:
+    if result.details.get("out_of_time"):
+        # the limit, not the request, ended it: a status of its own, and what to raise
+        return Produced(
+            status=MethodStatus.NO_SOLUTION, limits_hit=("time",),
+            reason=f"the {time_limit_s:.3g} s limit ran out before {result.method} found a "
+                   "schedule; a longer time limit may find one")
     return Produced(
         status=result.status, reason=result.reason, schedule=result.schedule,
         predicted_energy_j=result.energy_j, predicted_time_s=result.time_s,
@@ -199,16 +208,21 @@ def produce(request: Request, method: str, settings: SolverSettings = SolverSett
         produced = _from_solve(seeded_solve(request, settings, deadline_s=deadline_s,
                                             **(solve_options or {})))
     elif method in ("checkmate", "paging_only"):
+        # the same reserve for lowering and checking as POET's (:func:`seeded_solve`)
         produced = _from_solve(solve(
             request, remat=method == "checkmate", paging=method == "paging_only",
-            deadline_s=deadline_s, time_limit_s=settings.time_limit_s,
+            deadline_s=deadline_s, time_limit_s=(1 - _FINISH_RESERVE) * settings.time_limit_s,
             gap_limit=settings.gap_limit, threads=settings.threads, seed=settings.seed,
             effort=settings.effort))
     else:
+        baseline = BASELINES[method]
+        # every baseline is bounded by the time limit too (checkpoint-all needs none)
+        extra = ({"stop_at": time.perf_counter() + settings.time_limit_s}
+                 if baseline in _STOPPABLE else {})
         try:
-            produced = _from_baseline(BASELINES[method](
+            produced = _from_baseline(baseline(
                 request.graph, request.board, request.costs, request.activation_budget_bytes,
-                deadline_s=deadline_s))
+                deadline_s=deadline_s, **extra), settings.time_limit_s)
         except PoetsimError as err:  # the method cannot handle this graph or board
             return Produced(MethodStatus.NOT_APPLICABLE, f"{method}: {err}")
     if produced.schedule is None:
