@@ -147,11 +147,14 @@ def relax(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
     program = _Program(graph, costs, budget_bytes, model, scale, energies, lane,
                        remat=remat, paging=paging)
     for i in range(len(graph)):
-        if i % 256 == 0 and _out_of_time(give_up_at, limits_hit):
+        if i % _CLOCK_EVERY == 0 and _out_of_time(give_up_at, limits_hit):
             return Relaxation(plain_j)
         program.add_segments(i)
     program.add_holds()
-    if not program.add_frontiers():
+    frontiers = program.add_frontiers(give_up_at, limits_hit)
+    if frontiers is None:
+        return Relaxation(plain_j)
+    if not frontiers:
         return Relaxation(None)  # some op cannot run at all
     program.add_deadline(deadline_s)
     program.add_writes(storage_capacity_bytes)
@@ -171,6 +174,12 @@ def relax(graph: TrainingGraph, costs: OpCosts, budget_bytes: int,
     bound_j = (plain_j if not math.isfinite(dual) or abs(dual) >= 1e19
                else plain_j + max(0.0, dual) / scale)
     return Relaxation(bound_j, away, paged)
+
+
+#: The program's build reads the clock every this many ops: each adds rows over every
+#: frontier it spans (quadratic on a long chain), so a second can pass between readings of
+#: a coarser cadence on a loaded machine.
+_CLOCK_EVERY = 16
 
 
 def _out_of_time(give_up_at: float, limits_hit: list[str] | None) -> bool:
@@ -306,11 +315,14 @@ class _Program:
                 self.room[t] -= size
                 self.held_at[t].append((-size, u))
 
-    def add_frontiers(self) -> bool:
+    def add_frontiers(self, give_up_at: float, limits_hit: list[str] | None) -> bool | None:
         """The memory at each frontier, where it can exceed the room; False when some op
-        cannot run at all (its own working set is over the budget)."""
+        cannot run at all (its own working set is over the budget), None when the clock
+        passed ``give_up_at`` first."""
         mem = self.mem
         for t in range(len(self.graph)):
+            if t % _CLOCK_EVERY == 0 and _out_of_time(give_up_at, limits_hit):
+                return None
             tracked, held = self.away_at[t], self.held_at[t]
             total = sum(mem[i] for i in tracked)
             if not held and total <= self.room[t]:

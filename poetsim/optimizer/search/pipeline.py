@@ -22,6 +22,7 @@ from poetsim.optimizer.search import scip
 from poetsim.optimizer.search.finish import finish
 from poetsim.optimizer.search.oplist import best_op_list, beyond_stage_form
 from poetsim.optimizer.search.portfolio import (
+    EFFORT_HEURISTIC_CAP,
     HEURISTIC_SHARE,
     best_heuristic,
     follow_relaxation,
@@ -46,6 +47,8 @@ _WINDOW_SEARCH_SHARE = 0.5
 _EFFORT_BOUND_SHARE = 0.2
 _EFFORT_WINDOW_SHARE = 0.06
 _EFFORT_SEED_SHARE = 0.25
+#: No remat-only solve starts with less than this share of the time limit left.
+_SEED_MIN_LEFT = 0.25
 #: Share of the time limit the search leaves for hiding the transfers of its plan
 #: (:func:`~poetsim.optimizer.search.portfolio.overlap_incumbent`).
 OVERLAP_SHARE = 0.05
@@ -55,6 +58,8 @@ _EFFORT_ROUNDING_RUNS = 100
 #: remat-only model, whose plan seeds the integrated search.
 _SEED_MIN_TIME_S = 5.0
 _SEED_SHARE = 0.25
+#: No remat-only solve starts with less than this share of the time limit left.
+_SEED_MIN_LEFT = 0.25
 #: Share of the time limit (at most ``_BOUND_MAX_S``) for the relaxation bound.
 _BOUND_SHARE = 0.05
 _BOUND_MAX_S = 5.0
@@ -154,14 +159,16 @@ def _start(search: Search) -> SolveResult | None:
     request, formulation, problem = search.request, search.formulation, search.problem
     search.plan, search.metrics, search.heuristic = best_heuristic(
         problem, formulation, search.warm_starts,
-        stop_at=time.perf_counter() + search.time_share_s(HEURISTIC_SHARE),
-        limits_hit=search.limits_hit)
+        stop_at=time.perf_counter() + search.time_share_s(HEURISTIC_SHARE,
+                                                          EFFORT_HEURISTIC_CAP),
+        limits_hit=search.limits_hit, end_at=search.started + search.time_limit_s)
     relaxed = relax(
         problem.graph, problem.costs, problem.budget_bytes, search.deadline_s,
         remat=formulation.remat, paging=formulation.paging,
         storage_capacity_bytes=problem.storage_capacity_bytes,
         time_limit_s=(min(_BOUND_MAX_S, search.time_share_s(_BOUND_SHARE))
-                      if search.effort is None else search.time_share_s(_BOUND_SHARE)),
+                      if search.effort is None
+                      else search.time_share_s(_BOUND_SHARE, EFFORT_HEURISTIC_CAP)),
         seed=search.seed,
         node_limit=search.share(_EFFORT_BOUND_SHARE), limits_hit=search.limits_hit)
     if relaxed.bound_j is None:
@@ -191,6 +198,8 @@ def _seed_with_remat_only(search: Search) -> None:
     if search.effort is None and search.elapsed_s > _SEED_SHARE * search.time_limit_s:
         search.limits_hit.append("time")  # the heuristics took the seed's share already
         return
+    if _cap_near(search):
+        return
     # under effort the seed's time limit is only a safety cap, but one that leaves the
     # integrated model time to be built when it binds
     cap_s = (search.time_share_s(_SEED_SHARE) if search.effort is None
@@ -208,11 +217,25 @@ def _seed_with_remat_only(search: Search) -> None:
         _guide_by_remat_without_deadline(search)
 
 
+def _cap_near(search: Search) -> bool:
+    """Whether the safety cap bound already, or so little of it is left that a nested
+    remat-only solve (its plain plan and first greedy pass cannot be cut short) would
+    run past it; ``"time"`` then goes to the search's limits (its result depends on the
+    machine's speed either way)."""
+    left_s = search.time_limit_s - search.elapsed_s
+    if "time" not in search.limits_hit and left_s >= _SEED_MIN_LEFT * search.time_limit_s:
+        return False
+    search.limits_hit.append("time")
+    return True
+
+
 def _guide_by_remat_without_deadline(search: Search) -> None:
     """The deadline is what remat alone cannot meet: its least-energy plan without the
     deadline is cheap to find, and the integrated model, restricted to what that plan
     recomputes, pages just enough of it to meet the deadline
     (:func:`~poetsim.optimizer.search.windows.remat_neighbourhood`)."""
+    if _cap_near(search):
+        return
     loose = attrs.evolve(search.request, deadline_s=None, deadline=None,
                          deadline_margin_s=0.0, deadline_margin=None)
     unbounded = solve(loose, remat=True, paging=False, restricted=search.restricted,

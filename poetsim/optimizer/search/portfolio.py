@@ -25,12 +25,16 @@ from poetsim.optimizer.search.result import method_name
 from poetsim.optimizer.search.state import Search
 from poetsim.schedule import Schedule
 
-__all__ = ["HEURISTIC_SHARE", "best_heuristic", "follow_relaxation", "greedy_run",
-           "greedy_variants", "overlap_incumbent"]
+__all__ = ["EFFORT_HEURISTIC_CAP", "HEURISTIC_SHARE", "best_heuristic", "follow_relaxation",
+           "greedy_run", "greedy_variants", "overlap_incumbent"]
 
 
 #: Share of the time limit after which no further greedy variant starts.
 HEURISTIC_SHARE = 0.25
+#: Under effort, the heuristics and then the bound stop at this share of the time left
+#: when the cap binds: the MILP's build and lowering the plan come after them, and each
+#: step of theirs (lifting a warm start, one greedy pass) cannot be cut short.
+EFFORT_HEURISTIC_CAP = 0.6
 #: Work of :func:`overlap_incumbent`, in stages timed: ResNet-18 (137 ops) with 17
 #: page-outs needs about 80,000 (0.2 s).
 OVERLAP_WORK = 200_000
@@ -111,23 +115,28 @@ class _Candidates:
 
 def best_heuristic(problem: Problem, formulation: Formulation,
                    warm_starts: Sequence[Schedule] = (), stop_at: float | None = None,
-                   limits_hit: list[str] | None = None) -> Best:
+                   limits_hit: list[str] | None = None, end_at: float | None = None) -> Best:
     """The cheapest plan that meets budget and deadline among the greedy variants, the
     given schedules lifted into stage form, and the greedy variants guided by each lifted
     schedule's keep decisions (a baseline that drops and recomputes within a stage has no
     stage form within the budget, but what it chose to keep still guides the greedy well).
     Past ``stop_at`` no further candidate is made, and a greedy pass under way gives up
-    (the plain plan and the first greedy plan are always made, so that a loaded machine
-    still gets the schedule an idle one would start from). Of equal energies the first in
-    the order plain, lifted schedules, greedy, guided greedy wins, whatever order they were
-    made in."""
+    (the plain plan and the first greedy plan are made past it, so that a loaded machine
+    still gets the schedule an idle one would start from, but the first greedy pass gives
+    up too at ``end_at``, the end of the whole time limit: a schedule is then not found in
+    time). Of equal energies the first in the order plain, lifted schedules, greedy, guided
+    greedy wins, whatever order they were made in."""
     pool = _Candidates(problem, stop_at, limits_hit)
     # the cheap candidates first, so that a time limit leaves out the costlier ones
-    pool.consider(0, "plain", plain_plan(problem.graph), always=True)
+    pool.consider(0, "plain", plain_plan(problem.graph), always=not _past(end_at))
     runs = greedy_variants(formulation, "", None)
     after_lifted = 1 + len(warm_starts)
-    # the first greedy plan always, so that a loaded machine still gets a schedule
-    pool.consider(after_lifted, *greedy_run(problem, *runs[0]), always=True)
+    # the first greedy plan past the heuristics' share, so that a loaded machine still
+    # gets a schedule, but not past the time limit
+    first = greedy_run(problem, *runs[0], stop_at=end_at)
+    if _past(end_at) and limits_hit is not None:
+        limits_hit.append("time")
+    pool.consider(after_lifted, *first, always=not _past(end_at))
     try:
         pool.stop_when_out_of_time()
         lifted = _lifted(pool, formulation, warm_starts)
@@ -144,6 +153,12 @@ def best_heuristic(problem: Problem, formulation: Formulation,
     except _OutOfTime:
         pass
     return pool.best
+
+
+def _past(instant: float | None) -> bool:
+    """Whether the clock has passed ``instant`` (a :func:`time.perf_counter` reading;
+    None: never)."""
+    return instant is not None and time.perf_counter() > instant
 
 
 def _lifted(pool: _Candidates, formulation: Formulation, warm_starts: Sequence[Schedule]
@@ -178,7 +193,8 @@ def follow_relaxation(search: Search, relaxed: Relaxation) -> None:
     if relaxed.away is None:
         return
     problem = search.problem
-    stop_at = time.perf_counter() + search.time_share_s(HEURISTIC_SHARE)
+    stop_at = time.perf_counter() + search.time_share_s(HEURISTIC_SHARE,
+                                                        EFFORT_HEURISTIC_CAP)
     for run in greedy_variants(search.formulation, "-relaxed", None):
         if time.perf_counter() > stop_at:
             search.limits_hit.append("time")

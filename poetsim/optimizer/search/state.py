@@ -80,13 +80,14 @@ class Search:
         """``fraction`` of the effort in nodes (at least 1), or None without an effort."""
         return None if self.effort is None else max(1, int(self.effort * fraction))
 
-    def time_share_s(self, fraction: float) -> float:
+    def time_share_s(self, fraction: float, of_left: float = 1.0) -> float:
         """Seconds a step may take: ``fraction`` of the time limit; under deterministic
-        effort the step is bounded by its share of the effort and the time left is only a
-        safety cap, so that a busy machine does not change the result."""
+        effort the step is bounded by its share of the effort and the time left (``of_left``
+        of it: what the steps after it need when the cap binds) is only a safety cap, so
+        that a busy machine does not change the result."""
         if self.effort is None:
             return fraction * self.time_limit_s
-        return max(0.1, self.time_limit_s - self.elapsed_s)
+        return max(0.1, of_left * (self.time_limit_s - self.elapsed_s))
 
     def within_gap(self) -> bool:
         return (self.metrics is not None and self.metrics.energy_j * (1 - self.gap_limit)
