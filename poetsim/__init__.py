@@ -16,9 +16,14 @@ when first used, so ``import poetsim`` stays light and the modules that import
 
 from __future__ import annotations
 
+import time as _time
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+#: When this process imported poetsim (:func:`time.perf_counter`): a command run from the
+#: command line counts its time limit from here, loading poetsim included.
+IMPORTED_AT = _time.perf_counter()
 
 if TYPE_CHECKING:
     from poetsim.api import (

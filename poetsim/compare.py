@@ -18,7 +18,13 @@ from poetsim.errors import InputError
 from poetsim.fileio import atomic_write_text, new_folder
 from poetsim.methods import METHODS, SolverSettings
 from poetsim.request import Request
-from poetsim.runs import Outcome, RunCache, reference_energy_j, run_and_judge, with_overheads
+from poetsim.runs import (
+    Outcome,
+    RunCache,
+    reference_energy_by,
+    run_all_and_judge,
+    with_overheads,
+)
 from poetsim.units import format_bytes, format_quantity, table_cell
 from poetsim.verdict import judge_corners
 
@@ -33,24 +39,35 @@ Progress = Callable[[int, int, Outcome], None]
 def compare(request: Request, *, settings: SolverSettings = SolverSettings(),
             methods: Iterable[str] | None = None,
             cache: RunCache | None = None, corners: bool = False,
-            progress: Progress | None = None) -> list[Outcome]:
+            progress: Progress | None = None, started: float | None = None) -> list[Outcome]:
     """Run POET and the baselines (all of :data:`~poetsim.methods.METHODS`, or ``methods``
     after POET), simulate and judge each; one outcome per method, POET's first. With
     ``corners``, every schedule is judged at the board's corners too
     (:func:`~poetsim.verdict.judge_corners`); ``progress`` hears of each method as it
-    ends."""
+    ends.
+
+    With ``started`` (a :func:`time.perf_counter` instant: the command's start),
+    ``settings.time_limit_s`` holds for all of them together, reference included
+    (:func:`~poetsim.runs.run_all_and_judge`: POET, first, the largest share); without it,
+    for each method."""
     names = list(METHODS) if methods is None else ["poet", *(m for m in methods
                                                             if m != "poet")]
-    outcomes = []
-    for position, name in enumerate(names, 1):
-        outcomes.append(run_and_judge(request, name, settings, cache=cache))
-        if progress is not None:
-            progress(position, len(names), outcomes[-1])
+    ended: list[Outcome] = []
+
+    def each(_name: str, outcome: Outcome | None) -> None:
+        if outcome is not None and progress is not None:
+            ended.append(outcome)
+            progress(len(ended), len(names), outcome)
+
+    outcomes = run_all_and_judge(request, names, settings, cache=cache, started=started,
+                                 each=each)
     if corners:
         outcomes = [attrs.evolve(o, corners=judge_corners(request, o.schedule, o.verdict))
                     if o.schedule is not None and o.verdict is not None else o
                     for o in outcomes]
-    return with_overheads(outcomes, reference_energy_j(request))
+    return with_overheads(outcomes, reference_energy_by(
+        request, None if started is None else started + settings.time_limit_s))
+
 
 
 def write_outcomes(outcomes: Iterable[Outcome], request: Request, out_dir: str | Path

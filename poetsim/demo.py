@@ -5,7 +5,7 @@ DS-CNN, fine-tuning its last three layers, on :data:`DEMO_BOARD`, the nRF52840 w
 microSD card, within all of the board's usable RAM and a 2x deadline, physical
 accounting), finds POET's least-energy schedule, simulates and judges it on the board,
 compares it with two baselines (DTR, which recomputes, and Capuchin, which pages and
-recomputes), all through :func:`poetsim.runs.run_and_judge`, and writes into a new
+recomputes), all through :func:`poetsim.runs.run_all_and_judge`, and writes into a new
 folder:
 
 * ``summary.md`` (for people) and ``summary.json`` (for programs);
@@ -45,7 +45,7 @@ from poetsim.errors import InputError
 from poetsim.fileio import atomic_write_text, check_new_folder, new_folder
 from poetsim.methods import SolverSettings
 from poetsim.request import Request
-from poetsim.runs import Outcome, reference_energy_j, run_and_judge, with_overheads
+from poetsim.runs import Outcome, reference_energy_by, run_all_and_judge, with_overheads
 from poetsim.summary import cost_summary
 from poetsim.units import format_bytes, format_quantity
 from poetsim.verdict import CornerVerdict, judge_corners
@@ -65,6 +65,10 @@ DEMO_DEADLINE = "2x"
 #: the demo's job optimal), so that every run gives the same schedule and numbers on any
 #: machine, with the time limit only a safety cap.
 DEMO_SETTINGS = SolverSettings(time_limit_s=60.0)
+#: What the demo keeps of its time limit for its files after the methods: loading
+#: matplotlib and drawing two figures take about 1.5 s of CPU (3 s beside two busy
+#: processes on two cores), but never more than this share of the limit.
+_OUTPUT_S, _OUTPUT_SHARE = 3.0, 0.3
 
 
 @attrs.frozen
@@ -74,7 +78,8 @@ class DemoResult:
     out_dir: Path
     request: Request = attrs.field(repr=False)
     outcomes: tuple[Outcome, ...] = attrs.field(repr=False)
-    reference_energy_j: float
+    #: None when the time limit ran out before it was simulated
+    reference_energy_j: float | None
     files: tuple[str, ...]
     wall_s: float
     summary: dict[str, Any] = attrs.field(repr=False)
@@ -100,11 +105,14 @@ def default_out_dir(base: str | Path = ".") -> Path:
 
 def run_demo(request: Request, settings: SolverSettings = DEMO_SETTINGS, *,
              baselines: Sequence[str] = DEMO_BASELINES, out_dir: str | Path | None = None,
-             echo: Callable[[str], None] | None = None) -> DemoResult:
+             echo: Callable[[str], None] | None = None,
+             started_at: float | None = None) -> DemoResult:
     """Run the demo (see the module doc) for ``request`` and write its folder.
 
     ``out_dir`` must not exist or be empty (default: :func:`default_out_dir`). ``echo``
-    receives one line per stage as the demo goes.
+    receives one line per stage as the demo goes. With ``started_at`` (a
+    :func:`time.perf_counter` instant: the command's start), ``settings.time_limit_s``
+    holds for all its methods together; without it, for each.
     """
     started = time.perf_counter()
     say = echo or (lambda _line: None)
@@ -116,12 +124,11 @@ def run_demo(request: Request, settings: SolverSettings = DEMO_SETTINGS, *,
         f"({request.describe_budget()}), deadline {request.deadline}, "
         + (f"effort {settings.effort} nodes (time cap {settings.time_limit_s:g} s)"
            if settings.effort is not None else f"time limit {settings.time_limit_s:g} s"))
-    outcomes = []
-    for name in ("poet", *baselines):
-        if name != "poet":
+
+    def each(name: str, outcome: Outcome | None) -> None:
+        if outcome is None and name != "poet":
             say(f"running baseline {name}")
-        outcome = run_and_judge(request, name, settings, trace=name == "poet")
-        if name == "poet":
+        elif outcome is not None and name == "poet":
             say(f"  {outcome.status.value}"
                 + (f", predicted {format_quantity(outcome.predicted_energy_j, 'J')}"
                    if outcome.predicted_energy_j is not None else f": {outcome.reason}")
@@ -129,13 +136,19 @@ def run_demo(request: Request, settings: SolverSettings = DEMO_SETTINGS, *,
                 + f" ({outcome.run_time_s:.1f} s)"
                 + (f"; simulated on the board: {outcome.verdict.label}"
                    if outcome.verdict is not None else ""))
-        outcomes.append(outcome)
+
+    # with ``started_at``, the time limit holds for the whole demo: the methods share it
+    reserve_s = min(_OUTPUT_S, _OUTPUT_SHARE * settings.time_limit_s)
+    outcomes = run_all_and_judge(request, ("poet", *baselines), settings, trace=("poet",),
+                                 started=started_at, each=each, reserve_s=reserve_s)
     poet = outcomes[0]
     corners = (judge_corners(request, poet.schedule, poet.verdict)
                if poet.schedule is not None and poet.verdict is not None else [])
     if len(corners) > 1:
         say("  at the board's corners: " + "; ".join(c.phrase() for c in corners))
-    reference = reference_energy_j(request)
+    # within the limit too, its files' share kept (None: the overheads go unshown)
+    reference = reference_energy_by(request, None if started_at is None else
+                                    started_at + settings.time_limit_s - reserve_s)
     outcomes = with_overheads(outcomes, reference)
 
     with new_folder(final, InputError) as tmp:
@@ -152,7 +165,7 @@ def run_demo(request: Request, settings: SolverSettings = DEMO_SETTINGS, *,
 # ----------------------------------------------------------------------------- outputs
 
 def _write_outputs(folder: Path, request: Request, outcomes: Sequence[Outcome],
-                   reference: float, *, say: Callable[[str], None]) -> list[str]:
+                   reference: float | None, *, say: Callable[[str], None]) -> list[str]:
     from poetsim.report import plot_simulation
     from poetsim.schedule import write_schedule, write_schedule_binary
     from poetsim.sim.trace import write_chrome_trace
@@ -179,7 +192,7 @@ def _write_outputs(folder: Path, request: Request, outcomes: Sequence[Outcome],
     return files
 
 
-def _plot_comparison(request: Request, outcomes: Sequence[Outcome], reference: float,
+def _plot_comparison(request: Request, outcomes: Sequence[Outcome], reference: float | None,
                      path: Path) -> None:
     """Two bar panels: simulated energy (with the unlimited-RAM reference) and peak RAM
     in all, against the board's usable RAM."""
@@ -196,10 +209,11 @@ def _plot_comparison(request: Request, outcomes: Sequence[Outcome], reference: f
         ax_e, ax_m = fig.subplots(1, 2)
         ys = list(range(len(outcomes)))[::-1]
         energies = [o.energy_j or 0.0 for o in outcomes]
-        top = max([*energies, reference]) * 1.35
+        top = max([*energies, reference or 0.0]) * 1.35 or 1.0
         ax_e.barh(ys, energies, color=[feasible_colour if o.feasible else other_colour
                                        for o in outcomes], height=0.6)
-        ax_e.axvline(reference, color="#D55E00", linestyle="--", linewidth=1.2)
+        if reference is not None:
+            ax_e.axvline(reference, color="#D55E00", linestyle="--", linewidth=1.2)
         for y, o in zip(ys, outcomes, strict=True):
             if o.energy_j is None:
                 text, x = f"  {o.status.value}", 0.0
@@ -213,8 +227,9 @@ def _plot_comparison(request: Request, outcomes: Sequence[Outcome], reference: f
         ax_e.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: format_quantity(v, "J", 3)))
         ax_e.set_yticks(ys, labels)
         ax_e.set_xlabel("energy per training iteration (simulated)")
-        ax_e.set_title("Energy, lower is better\n(dashed: every op once with unlimited RAM, "
-                       f"{format_quantity(reference, 'J', 3)})")
+        ax_e.set_title("Energy, lower is better" + (
+            "" if reference is None else "\n(dashed: every op once with unlimited RAM, "
+            f"{format_quantity(reference, 'J', 3)})"))
 
         peaks = [o.peak_total_bytes or 0 for o in outcomes]
         limit = min(request.ram_limit_bytes, board_ram)
@@ -240,7 +255,7 @@ def _plot_comparison(request: Request, outcomes: Sequence[Outcome], reference: f
 
 
 def _summary(request: Request, settings: SolverSettings, outcomes: Sequence[Outcome],
-             reference: float, files: list[str], corners: Sequence[CornerVerdict], *,
+             reference: float | None, files: list[str], corners: Sequence[CornerVerdict], *,
              wall_s: float) -> dict[str, Any]:
     poet = outcomes[0]
     verdict = poet.verdict
@@ -300,9 +315,10 @@ def _markdown(s: dict[str, Any], outcomes: Sequence[Outcome]) -> str:
             + ("" if not s["violations"] else f"; {'; '.join(s['violations'])}"),
             *([f"- at the board's measured corners: {s['corners_line']}"]
               if len(s["corners"]) > 1 else []),
-            f"- energy {format_quantity(sim['energy_j'], 'J', 4)} per iteration "
-            f"({outcomes[0].energy_overhead:+.2%} vs every op once with "
-            f"unlimited RAM), makespan {format_quantity(sim['makespan_s'], 's', 4)}",
+            f"- energy {format_quantity(sim['energy_j'], 'J', 4)} per iteration"
+            + ("" if outcomes[0].energy_overhead is None else
+               f" ({outcomes[0].energy_overhead:+.2%} vs every op once with unlimited RAM)")
+            + f", makespan {format_quantity(sim['makespan_s'], 's', 4)}",
             f"- {poet['recomputations']} recomputations, {poet['page_outs']} page-outs, "
             f"{poet['page_ins']} page-ins",
             "- storage lifetime: " + (

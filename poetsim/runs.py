@@ -37,8 +37,9 @@ from typing import Any
 
 import attrs
 
-from poetsim import __version__
+from poetsim import __version__, clock
 from poetsim.boards.load import board_numbers
+from poetsim.errors import OutOfTime
 from poetsim.fileio import atomic_write_text
 from poetsim.graph.io import graph_fingerprint
 from poetsim.graph.memory import minimum_ram_bytes
@@ -55,9 +56,8 @@ from poetsim.units import energy_overhead, meets_deadline
 from poetsim.verdict import CornerVerdict, Verdict, check_on_board
 
 __all__ = ["CACHE_VERSION", "MAX_DEADLINE_TIGHTENINGS", "METHODS", "SOLVER_VERSION", "Outcome",
-           "RunCache",
-           "judge_outcome", "reference_energy_j", "run_and_judge", "run_key", "run_method",
-           "with_overheads"]
+           "RunCache", "judge_outcome", "reference_energy_by", "reference_energy_j",
+           "run_all_and_judge", "run_and_judge", "run_key", "run_method", "with_overheads"]
 
 #: Bumped whenever a change makes cached runs stale.
 CACHE_VERSION = 10
@@ -71,6 +71,9 @@ MAX_ARENA_REPLANS = 3
 #: The least time a plan made again gets; with less of the run's time limit left, the
 #: last schedule is kept (the limit holds for the whole run, retries included).
 _MIN_RETRY_S = 0.5
+#: The least time limit a method is run with when a command's share for it is smaller
+#: (or gone): it then answers at once, most often that it ran out of its time.
+_MIN_LIMIT_S = 0.01
 
 #: Part of the key of the MILP methods' runs: bumped when the optimizer's search changes,
 #: so that their cached runs go stale while the baselines' stay valid.
@@ -253,7 +256,8 @@ class RunCache:
 
 def run_method(request: Request, method: str, settings: SolverSettings = SolverSettings(), *,
                cache: RunCache | None = None,
-               solve_options: dict[str, Any] | None = None) -> Outcome:
+               solve_options: dict[str, Any] | None = None,
+               stop_at: float | None = None) -> Outcome:
     """Run ``method`` on ``request``, or fetch it from ``cache``; the outcome is judged
     when a schedule was simulated to check it, else unjudged.
 
@@ -261,6 +265,8 @@ def run_method(request: Request, method: str, settings: SolverSettings = SolverS
     with a tighter solver deadline, and any method whose buffers do not lay out plans
     again with less RAM (see the module docstring). ``solve_options`` go to POET's solver
     (:func:`~poetsim.methods.produce`; not part of the cache key: no cache with them).
+    The run keeps within ``settings.time_limit_s``, and ends by ``stop_at`` (a
+    :func:`time.perf_counter` instant: a command's share for it) when that is sooner.
     """
     solver_settings = settings.for_method(method)
     key = run_key(request, method, solver_settings)
@@ -269,15 +275,19 @@ def run_method(request: Request, method: str, settings: SolverSettings = SolverS
         if found is not None:
             return found
     started = time.perf_counter()
+    if stop_at is not None and stop_at - started < settings.time_limit_s:
+        settings = attrs.evolve(settings, time_limit_s=max(stop_at - started, _MIN_LIMIT_S))
 
     def time_left_s() -> float:
         return settings.time_limit_s - (time.perf_counter() - started)
+
+    made_last: list[Produced | None] = [None]  # what the method made last, for its figures
 
     def attempt(solver_deadline_s: float | None, tightenings: int,
                 budget_bytes: int | None = None) -> Outcome:
         # the time limit holds for the whole run: a plan made again gets what is left
         left = time_left_s() if budget_bytes is not None or tightenings else None
-        made = produce(request, method, settings if left is None
+        made = made_last[0] = produce(request, method, settings if left is None
                        else attrs.evolve(settings, time_limit_s=max(left, _MIN_RETRY_S)),
                        deadline_s=solver_deadline_s, budget_bytes=budget_bytes,
                        solve_options=solve_options)
@@ -289,12 +299,102 @@ def run_method(request: Request, method: str, settings: SolverSettings = SolverS
             run_time_s=time.perf_counter() - started, solver_deadline_s=solver_deadline_s,
             tightenings=tightenings, planned_activation_bytes=budget_bytes)
 
-    outcome = _meet_the_board(request, attempt(request.planning_deadline_s, 0), attempt,
-                              retime=bool(solver_settings) and request.deadline_s is not None,
-                              time_left_s=time_left_s)
-    if cache is not None:
+    try:
+        # the work far below that grows faster than the graph reads this limit too
+        with clock.limit(started + settings.time_limit_s):
+            outcome = _meet_the_board(
+                request, attempt(request.planning_deadline_s, 0), attempt,
+                retime=bool(solver_settings) and request.deadline_s is not None,
+                time_left_s=time_left_s)
+    except OutOfTime:
+        outcome = _out_of_time(request, method, settings.time_limit_s,
+                               time.perf_counter() - started, made_last[0])
+    # a run the limit cut short is kept only under a key that records the limit it had
+    cut_short = "time" in outcome.limits_hit or time_left_s() <= 0
+    if cache is not None and not (cut_short and (not solver_settings
+                                                 or settings.time_limit_s
+                                                 != solver_settings["time_limit_s"])):
         cache.put(key, outcome, request)
     return outcome
+
+
+#: What a command keeps of its time limit for what follows its methods (the reference
+#: simulation, judging at corners, writing files), and each method's weight in sharing
+#: the rest: a MILP search is the one that uses what it is given, and POET's is the one
+#: the command is about.
+_COMMAND_RESERVE = 0.1
+_POET_WEIGHT, _MILP_WEIGHT, _BASELINE_WEIGHT = 2.0, 1.0, 0.25
+
+
+def _weight(method: str, settings: SolverSettings) -> float:
+    if method == "poet":
+        return _POET_WEIGHT
+    return _MILP_WEIGHT if settings.for_method(method) else _BASELINE_WEIGHT
+
+
+def run_all_and_judge(request: Request, methods: Iterable[str],
+                      settings: SolverSettings = SolverSettings(), *,
+                      cache: RunCache | None = None, trace: Iterable[str] = (),
+                      started: float | None = None, reserve_s: float = 0.0,
+                      each: Callable[[str, Outcome | None], None] | None = None
+                      ) -> list[Outcome]:
+    """:func:`run_and_judge` of every one of ``methods``, in that order.
+
+    With ``started`` (a :func:`time.perf_counter` instant: a command's start), all of them
+    keep within one ``settings.time_limit_s`` counted from it: each method gets a share of
+    what the ones before it left, weighed by :func:`_weight`, so a method that finishes
+    early leaves its time to the next (all but :data:`_COMMAND_RESERVE` of the limit, and
+    ``reserve_s`` for what the command does after them); without it, each has the whole
+    limit. ``trace``: the
+    methods whose simulation keeps its trace. ``each(name, None)`` is called before a
+    method runs and ``each(name, outcome)`` after."""
+    names = list(methods)
+    trace = frozenset(trace)
+    stop_at = (None if started is None
+               else started + (1 - _COMMAND_RESERVE) * settings.time_limit_s - reserve_s)
+    weights = [_weight(n, settings) for n in names]
+    outcomes = []
+    for i, name in enumerate(names):
+        share_at = None
+        if stop_at is not None:
+            now = time.perf_counter()
+            share_at = now + max(0.0, stop_at - now) * weights[i] / sum(weights[i:])
+        if each is not None:
+            each(name, None)
+        if share_at is not None and share_at <= time.perf_counter():
+            # nothing left: even a method's set-up (its plain schedule, say) would overrun
+            outcome = _out_of_time(request, name, settings.time_limit_s, 0.0, None,
+                                   f"before {name} could start")
+        else:
+            outcome = judge_outcome(request, run_method(request, name, settings, cache=cache,
+                                                        stop_at=share_at),
+                                    trace=name in trace)
+        if each is not None:
+            each(name, outcome)
+        outcomes.append(outcome)
+    return outcomes
+
+
+def _out_of_time(request: Request, method: str, time_limit_s: float, run_time_s: float,
+                 made: Produced | None, when: str = "") -> Outcome:
+    """The run's outcome when its limit ran out ``when`` (default: while its schedule was
+    being checked on the board, laid out and simulated): no schedule, and what to raise;
+    a MILP method's result (``made``'s) says the same, its search figures kept."""
+    when = when or f"while checking {method}'s schedule on the board"
+    reason = (f"the {time_limit_s:.3g} s limit ran out {when}; a longer time limit may find "
+              "one")
+    solved = None if made is None else made.solve_result
+    if solved is not None:
+        solved = attrs.evolve(solved, status=MethodStatus.NO_SOLUTION, message=reason,
+                              schedule=None, plan=None, metrics=None, objective_j=None,
+                              gap=None, limits_hit=tuple(sorted({*solved.limits_hit, "time"})))
+    produced = Produced(MethodStatus.NO_SOLUTION, reason, limits_hit=("time",),
+                        solve_result=solved)
+    return Outcome(method=method, produced=produced, accounting=request.accounting.value,
+                   budget_bytes=request.budget_bytes,
+                   budget_activation_bytes=request.activation_budget_bytes,
+                   resident_bytes=request.resident_bytes, deadline_s=request.deadline_s,
+                   run_time_s=run_time_s)
 
 
 def _judged(outcome: Outcome, report: SimReport, verdict: Verdict) -> Outcome:
@@ -446,7 +546,20 @@ def reference_energy_j(request: Request) -> float:
                     costs=request.costs).energy_j
 
 
-def with_overheads(outcomes: Iterable[Outcome], reference_j: float) -> list[Outcome]:
+def reference_energy_by(request: Request, stop_at: float | None) -> float | None:
+    """:func:`reference_energy_j`, or None when the clock passes ``stop_at`` (a
+    :func:`time.perf_counter` instant; None: never) first: laying out every op's output of
+    a long chain at once takes longer than the graph grows (the overheads then go
+    unshown)."""
+    try:
+        with clock.limit(stop_at):
+            return reference_energy_j(request)
+    except OutOfTime:
+        return None
+
+
+def with_overheads(outcomes: Iterable[Outcome], reference_j: float | None
+                   ) -> list[Outcome]:
     """``outcomes`` with ``energy_overhead = energy_j / reference_j - 1`` filled in."""
     return [attrs.evolve(o, energy_overhead=energy_overhead(o.energy_j, reference_j))
             for o in outcomes]

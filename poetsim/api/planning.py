@@ -198,13 +198,14 @@ class Plan:
         return self.check(trace=True).trace(path)
 
 
-def plan(model: Model, board: str | Path | Board = DEFAULT_BOARD, *, ram: str | None = None,
-         ram_bytes: int | None = None, deadline: str | None = None,
-         deadline_s: float | None = None, accounting: str | Accounting = "physical",
-         optimizer: str = "sgd", effort: int = DEFAULT_EFFORT,
-         time_limit_s: float = DEFAULT_TIME_LIMIT_S,
-         example_inputs: Sequence[Any] | Any | None = None, search: Search | None = None,
-         **model_options: int) -> Plan:
+def plan(  # noqa: PLR0913 - the command line's words, one keyword each, and its start
+        model: Model, board: str | Path | Board = DEFAULT_BOARD, *, ram: str | None = None,
+        ram_bytes: int | None = None, deadline: str | None = None,
+        deadline_s: float | None = None, accounting: str | Accounting = "physical",
+        optimizer: str = "sgd", effort: int = DEFAULT_EFFORT,
+        time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+        example_inputs: Sequence[Any] | Any | None = None, search: Search | None = None,
+        started: float | None = None, **model_options: int) -> Plan:
     """POET's least-energy schedule of ``model`` on ``board``: ``poetsim solve``.
 
     ``model``: a zoo model name (its options as keywords: ``train_last=3``,
@@ -218,7 +219,8 @@ def plan(model: Model, board: str | Path | Board = DEFAULT_BOARD, *, ram: str | 
     ``physical`` or ``paper``; ``optimizer`` (``sgd``, ``momentum``, ``adam``) decides the
     optimizer state. ``effort`` bounds the search by deterministic work (SCIP nodes; 0:
     the time limit alone), so the same words give the same schedule on any machine;
-    ``time_limit_s`` is a safety cap on the whole call. ``search`` holds the other
+    ``time_limit_s`` is a safety cap on the whole call (counted from ``started``, a
+    :func:`time.perf_counter` instant, when given: a command's start). ``search`` holds the other
     settings (:class:`Search`). Bad words raise :class:`~poetsim.errors.InputError`, with
     the command line's messages.
 
@@ -242,7 +244,7 @@ def plan(model: Model, board: str | Path | Board = DEFAULT_BOARD, *, ram: str | 
     ...              train_last=3).energy_j == planned.energy_j
     True
     """
-    started = time.perf_counter()
+    started = time.perf_counter() if started is None else started
     search = Search() if search is None else expect(
         "search", search, Search, "poetsim.Search settings")
     expect("effort", effort, int, "a whole number of nodes (int)")
@@ -259,8 +261,8 @@ def plan(model: Model, board: str | Path | Board = DEFAULT_BOARD, *, ram: str | 
                               seed=search.seed, threads=search.threads, effort=effort)
     # the time limit holds for the whole call: reading and costing a large graph counts
     spent_s = time.perf_counter() - started
-    settings = attrs.evolve(settings, time_limit_s=max(0.1 * settings.time_limit_s,
-                                                       settings.time_limit_s - spent_s))
+    # (what is left, or a moment to say that it ran out)
+    settings = attrs.evolve(settings, time_limit_s=max(0.1, settings.time_limit_s - spent_s))
     outcome = run_method(request, "poet", settings, solve_options=dict(
         remat=search.remat, paging=search.paging, restricted=search.restricted,
         progress=search.progress))

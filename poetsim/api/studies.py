@@ -91,13 +91,14 @@ def compare_methods(  # noqa: PLR0913 - the command line's words, one keyword ea
                     example_inputs: Sequence[Any] | Any | None = None,
                     methods: Iterable[str] | None = None,
                     progress: ComparisonProgress | None = None,
-                    **model_options: int) -> Comparison:
+                    started: float | None = None, **model_options: int) -> Comparison:
     """POET against the baselines on one request (``poetsim compare``): the same model,
     board, budget, deadline, accounting, optimizer and effort words as :func:`plan`;
     ``methods`` the baselines to run after POET (default: all of
-    :data:`poetsim.methods.METHODS`); ``time_limit_s`` caps each MILP solve; ``progress``
-    is called as each method ends, with its position, the number of methods and its
-    outcome.
+    :data:`poetsim.methods.METHODS`); ``time_limit_s`` caps each MILP solve, or, with
+    ``started`` (a :func:`time.perf_counter` instant: a command's start), the whole
+    comparison counted from it, every method's share included; ``progress`` is called as
+    each method ends, with its position, the number of methods and its outcome.
 
     Examples
     --------
@@ -120,7 +121,7 @@ def compare_methods(  # noqa: PLR0913 - the command line's words, one keyword ea
     settings = SolverSettings(time_limit_s=time_limit_s, effort=effort)
     expect_callable("progress", progress, "a function of (position, methods, outcome)")
     return Comparison(request, compare(request, settings=settings, methods=methods,
-                                       progress=progress))
+                                       progress=progress, started=started))
 
 
 def run_sweep(sweep: str | Path | Sweep, results: str | Path | None = None, *,

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from poetsim import __version__
+from poetsim import IMPORTED_AT, __version__
 from poetsim.cli.commands import COMMANDS
 from poetsim.errors import InternalError, PoetsimError
 
@@ -75,7 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _one_line_warning  # type: ignore[assignment]
     parser = build_parser()
     args = parser.parse_args(argv)
-    args.started = time.perf_counter()
+    # a time limit holds for the whole command: from the process's start when it is one
+    # (no argv given: the command line's), else from this call
+    args.started = IMPORTED_AT if argv is None else time.perf_counter()
     try:
         status = args.func(args)
     except InternalError as err:

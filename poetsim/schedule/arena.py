@@ -49,6 +49,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 import numpy as np
 
+from poetsim.clock import Watch
 from poetsim.memo import PerObject
 from poetsim.schedule.layout import Buffer, Layout, check_layout
 from poetsim.schedule.ops import Action, Step
@@ -243,8 +244,11 @@ def _conflicts(buffers: list[Buffer]) -> list[list[int]]:
     """For each buffer, the buffers live at some step with it (a sweep over the starts)."""
     near: list[list[int]] = [[] for _ in buffers]
     live: list[int] = []
+    # quadratic when many buffers live at once (a long chain): a run's limit cuts it short
+    watch = Watch()
     for i in sorted(range(len(buffers)), key=lambda i: buffers[i].start):
         start = buffers[i].start
+        watch.tick(len(live) + 1)
         live = [j for j in live if buffers[j].end > start]
         for j in live:
             near[i].append(j)
@@ -293,7 +297,9 @@ def _offsets(found: _Buffers, sequence: Sequence[int], near: list[list[int]]
     tops = [0] * len(groups)
     for g, pin in found.pins.items():  # a MOVE's buffers are where the op list says
         at[g], tops[g] = pin, pin + max(size[i] for i in groups[g])
+    watch = Watch()
     for g in sequence:
+        watch.tick(sum(len(near[i]) for i in groups[g]) + 1)
         if g in found.pins:
             continue
         taken = sorted((at[group_of[j]], at[group_of[j]] + size[j])

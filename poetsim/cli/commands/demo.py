@@ -38,8 +38,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     if not args.json:
         show_costs(request.graph, request.board, args)
         print(flush=True)
+    # --time-limit holds for the whole command: reading and costing the graph count
     result = run_demo(request, solver_settings(args), out_dir=args.out,
-                      echo=None if args.json else lambda line: print(line, flush=True))
+                      echo=None if args.json else lambda line: print(line, flush=True),
+                      started_at=args.started)
     if args.json:
         emit_json({**result.summary, "out_dir": str(result.out_dir)})
         return 0 if result.passed else 1

@@ -47,7 +47,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
                            seed=args.seed, threads=args.threads, remat=not args.no_remat,
                            paging=not args.no_paging, restricted=args.restricted,
                            plan_for=args.plan_for, progress=_progress_printer(args.json)),
-                       **options)
+                       started=args.started, **options)
     written: list[str] = []
     if planned.schedule is not None:
         write_all_or_nothing(written, (
