@@ -284,3 +284,33 @@ def test_a_schedule_no_replanning_lays_out_is_compacted_and_the_cheaper_one_kept
     assert chosen.schedule.metadata["arena_fit"].startswith("replanning chosen")
     assert runs._less_energy(dear, cheap).schedule.metadata["arena_fit"].startswith(
         "compaction chosen")
+
+
+def test_methods_sharing_a_spent_limit_each_say_it_ran_out(mlp, board):
+    """#32 item 3: a command whose time limit is gone (here it started an hour ago) runs
+    no method: each answers no_solution at once, saying which limit to raise."""
+    import time
+
+    from poetsim.runs import run_all_and_judge
+
+    request = resolve_request(mlp, board, ram="50%", deadline="1.5x")
+    names = ["poet", "dtr", "checkpoint_all"]
+    outcomes = run_all_and_judge(request, names, SolverSettings(time_limit_s=5),
+                                 started=time.perf_counter() - 3600)
+    assert [o.method for o in outcomes] == names
+    for outcome in outcomes:
+        assert outcome.status is MethodStatus.NO_SOLUTION and outcome.schedule is None
+        assert outcome.reason == (f"the 5 s limit ran out before {outcome.method} could "
+                                  "start; a longer time limit may find one")
+
+
+def test_a_baseline_out_of_time_has_a_status_of_its_own(mlp, board):
+    """A baseline its limit stops before it finds a schedule answers no_solution (not
+    infeasible: nothing was proven) and names the limit."""
+    from poetsim.baselines.base import ran_out_of_time
+    from poetsim.methods import _from_baseline
+
+    made = _from_baseline(ran_out_of_time("pofo", 1000), 2.5)
+    assert made.status is MethodStatus.NO_SOLUTION and made.limits_hit == ("time",)
+    assert made.reason == ("the 2.5 s limit ran out before pofo found a schedule; a longer "
+                           "time limit may find one")

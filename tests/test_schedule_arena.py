@@ -175,3 +175,20 @@ def test_the_exact_search_proves_the_brute_force_optimum(seed):
     assert top == optimum and proved
     placed = [attrs.evolve(b, offset_bytes=o) for b, o in zip(buffers, offsets)]
     assert check_layout(placed, top) is None
+
+
+def test_a_runs_stop_time_cuts_a_long_layout_short():
+    """#32 item 3: laying out a long chain's buffers is quadratic; within a run whose
+    stop time has passed (:mod:`poetsim.clock`) it raises OutOfTime, outside any run it
+    lays out as ever."""
+    import time
+
+    from poetsim import clock
+    from poetsim.errors import OutOfTime
+    from poetsim.zoo import build_model
+
+    graph = build_model("mlp", layers=250, width=16)
+    walk = replay(graph, plain_schedule(graph))
+    with clock.limit(time.perf_counter() - 1), pytest.raises(OutOfTime):
+        plan_arena(walk)
+    assert plan_arena(walk).arena_bytes > 0
