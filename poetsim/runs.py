@@ -417,7 +417,10 @@ def _meet_the_board(request: Request, outcome: Outcome, attempt: Any, *,
 
     def compact_first(over: Outcome) -> None:
         if not compacted:
-            compacted.append(_compacted(request, over))
+            try:
+                compacted.append(_compacted(request, over))
+            except OutOfTime:  # the run's limit: replanning's schedules stand alone
+                compacted.append(None)
 
     replanned = _replan(request, outcome, attempt, retime=retime, time_left_s=time_left_s,
                         on_over=compact_first)
@@ -478,7 +481,9 @@ def _replan(request: Request, outcome: Outcome, attempt: Any, *, retime: bool,
     lowered by the excess, at most :data:`MAX_ARENA_REPLANS` times. The first schedule that
     meets both is kept; if none does, the last one (whose verdict says what it missed).
     No plan is made again once ``time_left_s()`` (the run's time limit less what it took) is
-    below :data:`_MIN_RETRY_S`. ``on_over`` sees each schedule that does not lay out.
+    below :data:`_MIN_RETRY_S`, and when the limit runs out while a plan made again is
+    checked, the last one judged is kept. ``on_over`` sees each schedule that does not lay
+    out.
     """
     target = request.planning_deadline_s
     arena_room = (request.ram_limit_bytes if request.accounting is Accounting.PHYSICAL
@@ -486,8 +491,15 @@ def _replan(request: Request, outcome: Outcome, attempt: Any, *, retime: bool,
     if not retime and arena_room is None:
         return outcome  # nothing the board could ask for again: judged by the caller
     tightenings = replans = 0
+    last: Outcome | None = None  # the last schedule judged, kept if a retry runs out
     while outcome.schedule is not None:
-        report, verdict = check_on_board(request, outcome.schedule)
+        try:
+            report, verdict = check_on_board(request, outcome.schedule)
+        except OutOfTime:
+            if last is None:
+                raise
+            return last
+        last = _judged(outcome, report, verdict)
         late = retime and target is not None and not meets_deadline(report.makespan_s, target)
         over = arena_room is not None and report.arena_bytes > arena_room
         if over:

@@ -105,13 +105,17 @@ def test_a_baseline_refusing_a_graph_is_not_applicable(monkeypatch):
 
 def test_warm_starts_keep_within_the_time_limit():
     """On a 1,005-op chain POFO alone once ran for minutes before POET began; now the
-    warm starts share a fifth of the limit and the solve gets the rest. (The bound here
-    is loose on purpose: tests check behaviour, benchmarks measure speed.)"""
+    warm starts share a fifth of the limit and the solve gets the rest. How far it gets
+    depends on the machine's load: a schedule, or none and the limit named (#32 item 3:
+    the first greedy plan too gives up at the end of the limit)."""
     request = paper_request(_long_chain(500), get_board("rpi4"), "50%", "1.5x")
-    started = time.perf_counter()
+    started = time.process_time()  # the CPU it took: a loaded machine leaves it less
     result = seeded_solve(request, SolverSettings(time_limit_s=5))
-    assert time.perf_counter() - started < 20
-    assert result.schedule is not None and "time" in result.limits_hit
+    assert time.process_time() - started < 5 * 1.1 + 1.5
+    assert "time" in result.limits_hit
+    assert result.schedule is not None or (result.status is MethodStatus.NO_SOLUTION
+                                           and "a longer time limit may find one"
+                                           in result.message)
 
 
 def test_searches_are_deterministic_by_default_and_an_effort_of_zero_is_the_clock_alone():
