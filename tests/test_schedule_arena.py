@@ -72,22 +72,22 @@ def _random_buffers(seed: int, count: int, unit: int) -> list[Buffer]:
 def test_tiny_layouts_match_the_brute_force_optimum(seed):
     """Four buffers of 1 to 3 units over five steps: the planner's arena is the least any
     placement on the unit grid can have, and never below the byte peak."""
-    from poetsim.schedule.arena import _ORDERS, _Buffers, _peak, _place
+    from poetsim.schedule.placement import ORDERS, Buffers, peak_bytes, place
 
     unit = 16
     buffers = _random_buffers(seed, 4, unit)
-    best = min(_place(buffers, order)[1] for order in _ORDERS)
-    alone = _Buffers(buffers, [[i] for i in range(4)], [])
-    assert best == _brute_force_arena(buffers, unit) >= _peak(alone, 6)
+    best = min(place(buffers, order)[1] for order in ORDERS)
+    alone = Buffers(buffers, [[i] for i in range(4)], [])
+    assert best == _brute_force_arena(buffers, unit) >= peak_bytes(alone, 6)
 
 
 def test_a_layout_that_overlaps_or_overflows_is_named():
     unit = 16
     buffers = [Buffer("tensor", 0, 0, 2, 2 * unit), Buffer("tensor", 1, 1, 3, unit),
                Buffer("workspace", 2, 2, 4, 2 * unit)]
-    from poetsim.schedule.arena import _place
+    from poetsim.schedule.placement import place
 
-    placed, top = _place(buffers, "size")
+    placed, top = place(buffers, "size")
     assert check_layout(placed, top) is None and top == 3 * unit
     on_b = next(b for b in placed if b.op == 1)
     clash = [attrs.evolve(b, offset_bytes=on_b.offset_bytes) if b.op == 0 else b
@@ -101,29 +101,29 @@ def test_a_layout_that_overlaps_or_overflows_is_named():
 def test_the_local_search_reaches_the_optimum_the_greedy_orders_miss(seed):
     """Five buffers where every greedy order leaves the arena above the brute-force
     optimum: moving a buffer that reaches the top earlier in the order finds it."""
-    from poetsim.schedule.arena import (
-        _ORDERS,
-        _Buffers,
-        _conflicts,
-        _improve,
-        _peak,
-        _place,
-        _sequence,
+    from poetsim.schedule.placement import (
+        ORDERS,
+        Buffers,
+        conflicts,
+        improve,
+        peak_bytes,
+        place,
+        sequence_of,
     )
 
     unit = 16
     buffers = _random_buffers(seed, 5, unit)
-    alone = _Buffers(buffers, [[i] for i in range(5)], [])
-    greedy = {order: _place(buffers, order)[1] for order in _ORDERS}
+    alone = Buffers(buffers, [[i] for i in range(5)], [])
+    greedy = {order: place(buffers, order)[1] for order in ORDERS}
     optimum = _brute_force_arena(buffers, unit)
     assert min(greedy.values()) > optimum
     order = min(greedy, key=greedy.__getitem__)
-    near = _conflicts(buffers)
-    offsets, top, improved = _improve(alone, _sequence(alone, order), near, _peak(alone, 7))
+    near = conflicts(buffers)
+    offsets, top, improved = improve(alone, sequence_of(alone, order), near, peak_bytes(alone, 7))
     assert top == optimum and improved >= 1
     placed = [attrs.evolve(b, offset_bytes=o) for b, o in zip(buffers, offsets)]
     assert check_layout(placed, top) is None
-    assert _improve(alone, _sequence(alone, order), near, 0)[:2] == (offsets, top)
+    assert improve(alone, sequence_of(alone, order), near, 0)[:2] == (offsets, top)
 
 
 def test_a_prefetch_that_crowds_the_arena_starts_where_the_layout_leaves_room(residual):
@@ -152,23 +152,23 @@ def test_a_prefetch_that_crowds_the_arena_starts_where_the_layout_leaves_room(re
 def test_the_exact_search_proves_the_brute_force_optimum(seed):
     """From the worst greedy order, SCIP's search finds the least arena of five buffers and
     proves it: the brute force's."""
-    from poetsim.schedule.arena import (
-        _ORDERS,
-        _Buffers,
-        _conflicts,
-        _exact,
-        _offsets,
-        _peak,
-        _sequence,
+    from poetsim.schedule.placement import (
+        ORDERS,
+        Buffers,
+        conflicts,
+        exact_search,
+        offsets_for,
+        peak_bytes,
+        sequence_of,
     )
 
     unit = 16
     buffers = _random_buffers(seed, 5, unit)
-    alone = _Buffers(buffers, [[i] for i in range(5)], [])
-    near = _conflicts(buffers)
-    worst = max((_offsets(alone, _sequence(alone, order), near) for order in _ORDERS),
+    alone = Buffers(buffers, [[i] for i in range(5)], [])
+    near = conflicts(buffers)
+    worst = max((offsets_for(alone, sequence_of(alone, order), near) for order in ORDERS),
                 key=lambda placed: max(placed[1]))
-    found = _exact(alone, near, worst[0], max(worst[1]), _peak(alone, 7))
+    found = exact_search(alone, near, worst[0], max(worst[1]), peak_bytes(alone, 7))
     assert found is not None
     offsets, top, proved = found
     optimum = _brute_force_arena(buffers, unit)
