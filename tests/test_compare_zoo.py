@@ -1,6 +1,7 @@
 """``poetsim compare`` on every zoo model and every built-in board (issue #4, part 1).
 
-Fast settings: 1 s MILP limits. Every model runs on a paper-profile and a physical board with
+Fast settings: 1 s limits, hard since #32 (a method that runs out says so). Every model
+runs on a paper-profile and a physical board with
 POET and the fast baselines (paper accounting, as the paper's figures; and physical
 accounting, where an MCU board refuses every model with its reason); the MLP runs every
 method on every board; the CLI is exercised once. The full model x board x method grid with
@@ -39,7 +40,10 @@ def _check(rows, methods):
         if r.energy_j is None:
             assert not r.feasible and r.why_not
     poet = rows[0]
-    assert poet.status is not MethodStatus.NO_SOLUTION, poet.reason
+    # POET answers with a schedule, or, when its 1 s limit (a hard one for the whole
+    # method, #32) runs out first, says so; it never calls a feasible request infeasible
+    assert poet.status is not MethodStatus.NO_SOLUTION or "limit ran out" in poet.reason, \
+        poet.reason
 
 
 @pytest.mark.slow
@@ -50,8 +54,10 @@ def test_compare_every_model(model, board):
     rows = compare(resolve_request(graph, spec, ram="70%", deadline="2x", accounting="paper"),
                    settings=SETTINGS, methods=FAST)
     _check(rows, FAST)
-    # at 70% of the plain peak every model has a schedule (the largest op needs <= 62%)
-    assert rows[0].feasible, rows[0].why_not
+    # at 70% of the plain peak every model has a schedule (the largest op needs <= 62%):
+    # POET's, or a baseline's when POET's limit ran out
+    assert any(r.feasible for r in rows), [r.why_not for r in rows]
+    assert rows[0].feasible or rows[0].status is MethodStatus.NO_SOLUTION
     physical = resolve_request(graph, spec, ram="70%", deadline="2x")
     if spec.profile.value == "paper":
         # no zoo model trained in full fits this MCU physically (parameters, gradients
