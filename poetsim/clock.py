@@ -2,7 +2,7 @@
 
 A run (:func:`poetsim.runs.run_method`) sets its stop time with :func:`limit`; work whose
 length grows faster than the graph (laying out a long schedule's arena) reads it with
-:func:`stop_at` and checks it every few thousand steps through a :class:`Watch`, which
+:func:`stop_at` and checks it every few thousand steps through a :class:`Ticker`, which
 raises :class:`~poetsim.errors.OutOfTime` once it has passed. Outside a run no stop time is
 set and nothing is ever cut short (``simulate``, ``regress`` without ``--resolve``).
 """
@@ -16,7 +16,7 @@ from contextvars import ContextVar
 
 from poetsim.errors import OutOfTime
 
-__all__ = ["Watch", "limit", "stop_at"]
+__all__ = ["GRACE_S", "Ticker", "limit", "stop_at"]
 
 _STOP_AT: ContextVar[float | None] = ContextVar("poetsim_stop_at", default=None)
 
@@ -40,14 +40,27 @@ def limit(until: float | None) -> Iterator[None]:
         _STOP_AT.reset(token)
 
 
-class Watch:
-    """Counts work and reads the clock every ``every`` units of it: :meth:`tick` raises
-    :class:`~poetsim.errors.OutOfTime` once the run's :func:`stop_at` has passed."""
+#: A search finishes its result (a baseline's schedule) when that should end at most this
+#: long after its ``stop_at``; else it answers that it ran out of its time.
+GRACE_S = 0.25
 
-    __slots__ = ("every", "left", "until")
 
-    def __init__(self, every: int = 4096) -> None:
-        self.until = stop_at()
+class Ticker:
+    """Counts work and looks at the clock every ``every`` units of it.
+
+    :meth:`tick` raises :class:`OutOfTime` once ``stop_at`` (a :func:`time.perf_counter`
+    instant, or None: never) has passed. A unit is a step of a program or a state of a
+    dynamic program (about a microsecond), so the clock is read every millisecond or so and
+    a search stops well within a tenth of a second of ``stop_at``. A search that builds
+    programs keeps the time to finish one (:meth:`reserve`): it stops that much earlier,
+    and finishes its best one only if that ends in time (:meth:`can_finish`).
+    """
+
+    __slots__ = ("every", "left", "stop_at", "until")
+
+    def __init__(self, stop_at: float | None, every: int = 2048) -> None:
+        self.stop_at = stop_at
+        self.until = stop_at
         self.every = every
         self.left = every
 
@@ -59,3 +72,13 @@ class Watch:
             self.left = self.every
             if time.perf_counter() > self.until:
                 raise OutOfTime
+
+    def reserve(self, seconds: float) -> None:
+        """From now on, stop ``seconds`` before ``stop_at`` (the time to finish a schedule,
+        :func:`finish_estimate_s`)."""
+        if self.stop_at is not None:
+            self.until = self.stop_at - seconds
+
+    def can_finish(self, seconds: float) -> bool:
+        """Whether work of ``seconds`` started now ends by ``stop_at`` (and :data:`GRACE_S`)."""
+        return self.stop_at is None or time.perf_counter() + seconds <= self.stop_at + GRACE_S

@@ -29,6 +29,7 @@ import attrs
 import numpy as np
 
 from poetsim.boards.spec import Board
+from poetsim.clock import GRACE_S, Ticker
 from poetsim.costs import OpCosts, op_costs
 from poetsim.errors import InputError, OutOfTime
 from poetsim.graph.graph import TrainingGraph
@@ -41,8 +42,8 @@ from poetsim.schedule.ops import with_weight_steps
 from poetsim.schedule.replay import ContractViolation, replay
 from poetsim.status import Status
 
-__all__ = ["INFEASIBLE", "NOT_APPLICABLE", "OK", "OUT_OF_TIME", "STATUSES", "BaselineResult",
-           "OutOfTime", "Ticker", "check_budget", "costs_for", "finish",
+__all__ = ["GRACE_S", "INFEASIBLE", "NOT_APPLICABLE", "OK", "OUT_OF_TIME", "STATUSES",
+           "BaselineResult", "OutOfTime", "Ticker", "check_budget", "costs_for", "finish",
            "finish_estimate_s", "infeasible", "not_applicable", "out_of_time",
            "ran_out_of_time"]
 
@@ -204,53 +205,11 @@ OUT_OF_TIME = "ran out of its time"
 #: when it hashes the graph as well (the first schedule finished on a graph).
 FINISH_COST = 2.5
 FINISH_COST_UNHASHED = 5.0
-#: A baseline finishes its schedule when that should end at most this long after its
-#: ``stop_at``; else it answers that it ran out of its time.
-GRACE_S = 0.25
 
 
 def finish_estimate_s(graph: TrainingGraph, built_s: float) -> float:
     """How long :func:`finish` may take on a program of ``graph`` built in ``built_s``."""
     return built_s * (FINISH_COST if fingerprint_known(graph) else FINISH_COST_UNHASHED)
-
-
-class Ticker:
-    """Counts work and looks at the clock every ``every`` units of it.
-
-    :meth:`tick` raises :class:`OutOfTime` once ``stop_at`` (a :func:`time.perf_counter`
-    instant, or None: never) has passed. A unit is a step of a program or a state of a
-    dynamic program (about a microsecond), so the clock is read every millisecond or so and
-    a search stops well within a tenth of a second of ``stop_at``. A search that builds
-    programs keeps the time to finish one (:meth:`reserve`): it stops that much earlier,
-    and finishes its best one only if that ends in time (:meth:`can_finish`).
-    """
-
-    __slots__ = ("every", "left", "stop_at", "until")
-
-    def __init__(self, stop_at: float | None, every: int = 2048) -> None:
-        self.stop_at = stop_at
-        self.until = stop_at
-        self.every = every
-        self.left = every
-
-    def tick(self, work: int = 1) -> None:
-        if self.until is None:
-            return
-        self.left -= work
-        if self.left <= 0:
-            self.left = self.every
-            if time.perf_counter() > self.until:
-                raise OutOfTime
-
-    def reserve(self, seconds: float) -> None:
-        """From now on, stop ``seconds`` before ``stop_at`` (the time to finish a schedule,
-        :func:`finish_estimate_s`)."""
-        if self.stop_at is not None:
-            self.until = self.stop_at - seconds
-
-    def can_finish(self, seconds: float) -> bool:
-        """Whether work of ``seconds`` started now ends by ``stop_at`` (and :data:`GRACE_S`)."""
-        return self.stop_at is None or time.perf_counter() + seconds <= self.stop_at + GRACE_S
 
 
 def ran_out_of_time(method: str, budget_bytes: int, deadline_s: float | None = None,

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import attrs
 import numpy as np
 
-from poetsim.clock import Watch
+from poetsim.clock import Ticker, stop_at
 from poetsim.schedule.layout import Buffer
 
 __all__ = ["EXACT_GROUPS", "ORDERS", "Buffers", "conflicts", "exact_search", "hull", "improve",
@@ -72,7 +72,7 @@ def conflicts(buffers: list[Buffer]) -> list[list[int]]:
     near: list[list[int]] = [[] for _ in buffers]
     live: list[int] = []
     # quadratic when many buffers live at once (a long chain): a run's limit cuts it short
-    watch = Watch()
+    watch = Ticker(stop_at(), every=4096)
     for i in sorted(range(len(buffers)), key=lambda i: buffers[i].start):
         start = buffers[i].start
         watch.tick(len(live) + 1)
@@ -124,7 +124,7 @@ def offsets_for(found: Buffers, sequence: Sequence[int], near: list[list[int]]
     tops = [0] * len(groups)
     for g, pin in found.pins.items():  # a MOVE's buffers are where the op list says
         at[g], tops[g] = pin, pin + max(size[i] for i in groups[g])
-    watch = Watch()
+    watch = Ticker(stop_at(), every=4096)
     for g in sequence:
         watch.tick(sum(len(near[i]) for i in groups[g]) + 1)
         if g in found.pins:
