@@ -178,7 +178,7 @@ def test_bound_is_below_every_greedy_plan_on_zoo_models(model, board_name) -> No
 def _milp_optimum(graph, board, budget, deadline):
     """The exact MILP's proven optimum, solved by SCIP alone (no relaxation involved).
     The DMA timeline's switched rows make some proofs slow: the 4-layer MLP at its
-    smallest budget on the rpi4 without a deadline takes SCIP about a minute."""
+    smallest budget on the rpi4 without a deadline takes SCIP about 20 s."""
     from poetsim.optimizer.milp import Formulation, build_milp
 
     costs = op_costs(graph, board)
@@ -218,23 +218,28 @@ def _check_against_proven_optima(graph, board, fractions, factors) -> tuple[int,
     return above_plain, exact
 
 
-@pytest.mark.parametrize("shape", [(4, 32, 48), (6, 64, 16)], ids=["mlp4", "mlp6"])
+# Budget fractions per MLP: SCIP's proofs at the 4-layer MLP's smallest budget without a
+# deadline take 6 to 22 s of CPU and the 6-layer MLP's 0.75 adds no kind of case the others
+# lack, so those are left out (the suite's time is CI's).
+@pytest.mark.parametrize("shape, fractions", [((4, 32, 48), (0.9, 0.75, 0.6)),
+                                              ((6, 64, 16), (0.9, 0.6, 0.45))],
+                         ids=["mlp4", "mlp6"])
 @pytest.mark.parametrize("board_name", ["nrf52840", "rpi4"])
-def test_bound_is_below_proven_optima_where_recomputations_need_their_inputs(shape,
-                                                                           board_name) -> None:
+def test_bound_is_below_proven_optima_where_recomputations_need_their_inputs(
+        shape, fractions, board_name) -> None:
     """Small MLPs: each ReLU is its linear layer's only reader, so the rows for the inputs of
     a recomputation are active. The bound stays below SCIP's proven optimum, proves the
     same requests infeasible, and is often exact."""
     layers, width, input_dim = shape
     graph = build_model("mlp", layers=layers, width=width, input_dim=input_dim)
     above_plain, exact = _check_against_proven_optima(
-        graph, get_board(board_name), (0.9, 0.75, 0.6, 0.45), (None, 1.3))
+        graph, get_board(board_name), fractions, (None, 1.3))
     assert above_plain >= 4 and exact >= 2
 
 
 def test_bound_is_below_the_proven_optimum_of_a_small_transformer() -> None:
-    """Attention and residual structure: a two-block BERT, solved to optimality by SCIP."""
-    graph = build_model("bert", blocks=2, seq_len=16, hidden=32, heads=2, intermediate=64)
+    """Attention and residual structure: a one-block BERT, solved to optimality by SCIP."""
+    graph = build_model("bert", blocks=1, seq_len=16, hidden=32, heads=2, intermediate=64)
     board = get_board("rpi4")
     costs = op_costs(graph, board)
     budget = math.floor(0.7 * plain_peak(graph).bytes)
