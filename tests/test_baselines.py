@@ -545,13 +545,22 @@ def test_a_near_deadline_is_honoured_on_a_long_chain(long_mlp, method):
     assert elapsed < PROMPT_S
 
 
+@pytest.fixture(scope="module")
+def chain_mlp():
+    """A 1,001-op chain (250 linear + ReLU layers, 16 wide) and its request at 50 % RAM."""
+    graph = build_model("mlp", layers=250, width=16)
+    assert len(graph) == 1001
+    return paper_request(graph, get_board("rpi4"), "50%")
+
+
 @pytest.mark.parametrize("method", STOPPABLE)
-def test_a_long_chain_needs_no_deep_recursion(long_mlp, method):
-    """Every baseline on a 3,001-op chain with the interpreter's recursion limit a hundred
-    frames above the caller's: any recursion over the chain would hit it. DTR and Chen's
-    square root find a schedule in a fraction of a second; Chen's greedy and Revolve, which
-    try every candidate (Revolve: 1,500 snapshot counts, each a program of its own), take
-    about 30 s of CPU each on this chain; Capuchin and POFO need longer."""
+def test_a_long_chain_needs_no_deep_recursion(chain_mlp, method):
+    """Every baseline on a 1,001-op chain with the interpreter's recursion limit a hundred
+    frames above the caller's: any recursion over the chain would hit it ten times over.
+    DTR and Chen's square root find a schedule in a fraction of a second; Chen's greedy and
+    Revolve, which try every candidate (Revolve: 500 snapshot counts, each a program of its
+    own), take seconds (30 s of CPU each on a 3,001-op chain); Capuchin and POFO may run
+    out of their 1.5 s."""
     depth, frame = 0, sys._getframe()
     while frame is not None:
         depth, frame = depth + 1, frame.f_back
@@ -561,14 +570,14 @@ def test_a_long_chain_needs_no_deep_recursion(long_mlp, method):
     # short; the others may run out of theirs
     must = method in ("dtr", "chen_sqrt_n", "chen_greedy", "revolve")
     try:
-        result, _ = _timed(method, long_mlp, None if must else time.perf_counter() + 1.5)
+        result, _ = _timed(method, chain_mlp, None if must else time.perf_counter() + 1.5)
     finally:
         sys.setrecursionlimit(limit)
-    _valid_or_out_of_time(result, long_mlp)
+    _valid_or_out_of_time(result, chain_mlp)
     if must:
         assert result.status == OK, result.reason
-        sqrt_n = chen_sqrt_n(long_mlp.graph, long_mlp.board, long_mlp.costs,
-                             long_mlp.activation_budget_bytes)
+        sqrt_n = chen_sqrt_n(chain_mlp.graph, chain_mlp.board, chain_mlp.costs,
+                             chain_mlp.activation_budget_bytes)
         assert result.energy_j < 2 * sqrt_n.energy_j
 
 

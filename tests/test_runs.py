@@ -134,7 +134,7 @@ def test_a_solver_schedule_late_in_simulation_is_solved_again_with_a_tighter_dea
     # readers), so that POET's schedules are seldom late; here the board runs the first
     # schedule 10% slower than the simulation says, which makes it late at 60% / 1.1x (the
     # first plan recomputes close to the deadline: 20% would ask for less than the plain
-    # time).
+    # time). Five layers: the default ten take 5x the CPU for the same path.
     import poetsim.runs as runs
 
     judged = []
@@ -148,7 +148,7 @@ def test_a_solver_schedule_late_in_simulation_is_solved_again_with_a_tighter_dea
 
     check_on_board = runs.check_on_board
     monkeypatch.setattr(runs, "check_on_board", slow_first)
-    graph, board = build_model("mlp"), get_board("stm32h743")
+    graph, board = build_model("mlp", layers=5), get_board("stm32h743")
     request = paper_request(graph, board, "60%", "1.1x")
     # a counted effort and a time limit that leaves room for the re-solve on any machine
     outcome = run_and_judge(request, "poet", SolverSettings(time_limit_s=300, effort=20))
