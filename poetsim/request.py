@@ -315,25 +315,25 @@ def parse_deadline_margin(margin: str | float | None, deadline_s: float | None) 
     text = str(margin).strip()
     quantity = split_quantity(text)
     if quantity is None or quantity[1] not in ("", "%", "s"):
-        raise InputError(f"deadline margin = {text!r}: expected a share of the deadline such "
+        raise InputError(f"deadline_margin = {text!r}: expected a share of the deadline such "
                          "as 10% or seconds such as 0.5s")
     value, unit = quantity
     if deadline_s is None:
         if value == 0:
             return 0.0
-        raise InputError(f"deadline margin = {text!r}: needs a deadline to keep a margin "
+        raise InputError(f"deadline_margin = {text!r}: needs a deadline to keep a margin "
                          "below (give --deadline)")
     if unit == "%":
         if not (0 <= value < 100):
-            raise InputError(f"deadline margin = {text!r}: a share must be in [0%, 100%)")
+            raise InputError(f"deadline_margin = {text!r}: a share must be in [0%, 100%)")
         seconds = deadline_s * value / 100
     else:
         seconds = value
         if not (0 <= seconds < deadline_s):
-            raise InputError(f"deadline margin = {text!r}: must be less than the deadline of "
+            raise InputError(f"deadline_margin = {text!r}: must be less than the deadline of "
                              f"{deadline_s:.6g} s")
     if not math.isfinite(seconds):
-        raise InputError(f"deadline margin = {text!r}: must be finite")
+        raise InputError(f"deadline_margin = {text!r}: must be finite")
     return seconds
 
 

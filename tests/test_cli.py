@@ -232,8 +232,8 @@ def test_solve_reports_infeasible_budget(capsys):
     (["costs", "--board", "nrf52841"], "unknown board 'nrf52841'"),
     (["costs", "--board", "/nonexistent/board.toml"], "cannot read board file"),
     (["costs", "--graph", "/nonexistent/graph.json"], "cannot read graph file"),
-    (["solve", "--model", "mlp", "--ram", "lots"], "ram = 'lots'"),
-    (["solve", "--model", "mlp", "--deadline", "soon"], "deadline = 'soon'"),
+    (["solve", "--model", "mlp", "--ram", "lots"], "--ram 'lots'"),
+    (["solve", "--model", "mlp", "--deadline", "soon"], "--deadline 'soon'"),
     (["simulate", "/nonexistent/s.json", "--model", "mlp"], "cannot read schedule file"),
 ])
 def test_errors_are_one_line_with_status_2(capsys, argv, message):
@@ -354,7 +354,7 @@ def test_solve_plans_against_the_deadline_minus_the_margin(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("margin, message", [
-    ("10%", "needs a deadline"), ("soon", "deadline margin = 'soon'"),
+    ("10%", "needs a deadline"), ("soon", "--deadline-margin 'soon'"),
     ("100%", "share must be in [0%, 100%)")])
 def test_bad_deadline_margins_are_one_line_errors(capsys, margin, message):
     argv = ["solve", "--model", "mlp", "--deadline-margin", margin]

@@ -137,7 +137,7 @@ def test_without_a_margin_the_planning_deadline_is_the_deadline_and_metadata_is_
 @pytest.mark.parametrize("deadline, margin, message", [
     ("2x", "100%", r"share must be in \[0%, 100%\)"), ("2x", "150%", "share must be in"),
     (1.0, "1s", "less than the deadline of 1 s"), (1.0, "2", "less than the deadline"),
-    ("2x", "lots", "deadline margin = 'lots': expected"), ("2x", "-5%", "expected"),
+    ("2x", "lots", "deadline_margin = 'lots': expected"), ("2x", "-5%", "expected"),
     (None, "10%", "needs a deadline")])
 def test_bad_deadline_margins_are_one_line_errors(residual, board, deadline, margin, message):
     with pytest.raises(InputError, match=message):

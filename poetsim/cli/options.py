@@ -124,16 +124,19 @@ def request_from_args(args: argparse.Namespace,
                       defaults: dict[str, int] | None = None) -> Request:
     """The user's request (:func:`~poetsim.request.resolve_request`) of the graph
     (:func:`graph_from_args`, with ``defaults``) on the board they named."""
-    return resolve_request(graph_from_args(args, defaults), get_board(args.board),
-                           ram=args.ram, deadline=args.deadline,
-                           accounting=args.accounting, optimizer=args.optimizer or "sgd",
-                           deadline_margin=getattr(args, "deadline_margin", None))
+    graph, board = graph_from_args(args, defaults), get_board(args.board)
+    with flags_named():
+        return resolve_request(graph, board, ram=args.ram, deadline=args.deadline,
+                               accounting=args.accounting, optimizer=args.optimizer or "sgd",
+                               deadline_margin=getattr(args, "deadline_margin", None))
 
 
 #: The flag of each API parameter whose name differs, for messages that name what the
 #: user typed.
-_SETTING_FLAGS = {"time_limit_s": "--time-limit", "gap_limit": "--gap", "seed": "--seed",
-                  "threads": "--threads", "effort": "--effort", "tolerance": "--tolerance"}
+_FLAGS = {"time_limit_s": "--time-limit", "gap_limit": "--gap", "seed": "--seed",
+          "threads": "--threads", "effort": "--effort", "tolerance": "--tolerance",
+          "ram": "--ram", "deadline": "--deadline", "deadline_margin": "--deadline-margin",
+          "accounting": "--accounting", "optimizer": "--optimizer"}
 
 
 @contextmanager
@@ -144,8 +147,8 @@ def flags_named() -> Iterator[None]:
         yield
     except InputError as err:
         field, sep, rest = str(err).partition(" = ")
-        if sep and field in _SETTING_FLAGS:
-            raise InputError(f"{_SETTING_FLAGS[field]} {rest}") from None
+        if sep and field in _FLAGS:
+            raise InputError(f"{_FLAGS[field]} {rest}") from None
         raise
 
 
