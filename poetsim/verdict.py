@@ -43,7 +43,7 @@ from poetsim.request import Accounting, Request
 from poetsim.schedule import Schedule
 from poetsim.sim import simulate
 from poetsim.sim.report import SimReport
-from poetsim.units import format_bytes, meets_deadline
+from poetsim.units import format_bytes, format_quantity, meets_deadline
 
 __all__ = ["ENERGY_NOTE_SHARE", "FAIL", "PASS", "CornerVerdict", "Verdict", "check_on_board",
            "deadline_met_runs", "judge", "judge_corners"]
@@ -286,11 +286,12 @@ class CornerVerdict:
     def phrase(self) -> str:
         """``PASS (typical)``, ``FAIL at the slow corner: <first reason>``."""
         v = self.verdict
-        energy = "" if v.energy_j is None else f"{v.energy_j:.4g} J"
+        energy = "" if v.energy_j is None else format_quantity(v.energy_j, "J")
         if self.corner == "typical":
             return f"{v.label} (typical{', ' + energy if energy else ''})"
         if v.passed:
-            return f"PASS at the {self.corner} corner ({energy}, {v.makespan_s:.4g} s)"
+            return (f"PASS at the {self.corner} corner ({energy}, "
+                    f"{format_quantity(v.makespan_s, 's')})")
         return f"FAIL at the {self.corner} corner ({energy}): {v.violations[0]}"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from test_boards import assert_board_error, builtin_doc, write_doc
@@ -82,7 +83,9 @@ def test_simulate_judges_the_headline_at_every_corner(capsys):
     assert corners["costly"]["energy_j"] > corners["slow"]["energy_j"] > doc["energy_j"]
     assert main(["simulate", golden, "--corners"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if "corners" in x)
-    assert "PASS (typical" in line and "FAIL at the slow corner" in line
+    # figures with their units, SI-prefixed like every printed figure
+    assert re.search(r"PASS \(typical, [\d.]+ [mk]?J\)", line), line
+    assert re.search(r"FAIL at the slow corner \([\d.]+ [mk]?J\)", line), line
 
 
 def test_a_board_without_ranges_has_one_corner(capsys):
