@@ -224,16 +224,16 @@ def judge(request: Request, report: SimReport, *, notes: Iterable[str] = (),
         deadline_met = meets_deadline(report.makespan_s, request.deadline_s)
         if not deadline_met:
             violations.append(
-                f"makespan {report.makespan_s:.6g} s exceeds the deadline of "
-                f"{request.deadline_s:.6g} s ({request.deadline}) by "
-                f"{report.makespan_s - request.deadline_s:.6g} s")
+                f"makespan {format_quantity(report.makespan_s, 's', 6)} exceeds the deadline "
+                f"of {format_quantity(request.deadline_s, 's', 6)} ({request.deadline}) by "
+                f"{format_quantity(report.makespan_s - request.deadline_s, 's')}")
     violations += _judge_storage(request, report)
     violations += [v.message for v in report.violations if v.rule not in _REJUDGED]
     if predicted_energy_j and abs(report.energy_j / predicted_energy_j - 1) > ENERGY_NOTE_SHARE:
-        notes.append(f"simulated energy {report.energy_j:.6g} J is "
+        notes.append(f"simulated energy {format_quantity(report.energy_j, 'J', 6)} is "
                      f"{report.energy_j / predicted_energy_j - 1:+.1%} off the optimizer's "
-                     f"op-list model ({predicted_energy_j:.6g} J): its timeline of waits "
-                     "differs from the simulated one")
+                     f"op-list model ({format_quantity(predicted_energy_j, 'J', 6)}): its "
+                     "timeline of waits differs from the simulated one")
     return Verdict(
         passed=not violations, accounting=request.accounting,
         peak_total_bytes=report.peak_ram_bytes, arena_bytes=report.arena_bytes,
