@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 
 import attrs
-
 import pytest
 from conftest import op_list_energy, paper_request
 
