@@ -7,8 +7,8 @@ process and in interleaved rounds (the least of the rounds each), so that the ra
 what the machine's load and speed do to both:
 
 * SimPy's reference loops: two processes taking turns at a ``simpy.Resource`` of
-  capacity 1 (request, a timeout while holding it, release: a DMA channel's pattern), and
-  one process yielding bare timeouts;
+  capacity 1 (request, a timeout while holding it, release, a timeout before the next
+  request: a DMA channel's pattern), and one process yielding bare timeouts;
 * the simulator on three cases: its event loop alone (``SimReport.wall_s``: ``env.run``
   and the power machines' closing) and the whole :func:`~poetsim.sim.simulate` call
   (replay, planning, layout and the report included); the events are those SimPy
@@ -80,7 +80,7 @@ def _per_event_s(env: simpy.Environment) -> float:
 
 def simpy_resource_loop() -> float:
     """SimPy's own cost per event: two processes taking turns at a Resource, each turn a
-    request, a timeout while holding it and a release."""
+    request, a timeout while holding it, a release and a timeout before the next."""
     env = simpy.Environment()
     server = simpy.Resource(env, capacity=1)
 
@@ -89,6 +89,7 @@ def simpy_resource_loop() -> float:
             with server.request() as turn:
                 yield turn
                 yield env.timeout(1.0)
+            yield env.timeout(0.5)
 
     env.process(client())
     env.process(client())
