@@ -181,23 +181,56 @@ class Simulation:
         self.main = env.process(self._program())
 
     def _read_costs(self, costs: OpCosts) -> None:
-        """The per-op figures the program reads at every step, as lists (fast to index)."""
+        """The per-op figures the program reads at every step, as lists (fast to index),
+        and each COMPUTE's run worked out once (:meth:`_runs`)."""
         graph = self.graph
         self.names = [op.name for op in graph.ops]
         self.size = costs.output_bytes.tolist()
         self.workspace = costs.workspace_bytes.tolist()
-        self.compute_time = costs.compute_time_s.tolist()
-        self.compute_energy = costs.compute_energy_j.tolist()
-        self.held_time = costs.held_compute_time_s.tolist()
-        self.held_energy = costs.held_compute_energy_j.tolist()
         self.held_bytes = costs.held_bytes.tolist()
         self.move_time = costs.move_time_s.tolist()
         self.move_energy = costs.move_energy_j.tolist()
-        # the storage's and the DMA engine's shares of a run that streams weights
-        self.shares = (costs.storage_energy_j.tolist(), costs.dma_energy_j.tolist())
-        self.held_shares = (costs.held_storage_energy_j.tolist(),
-                            costs.held_dma_energy_j.tolist())
         self.preds = [graph.predecessors(k) for k in range(len(graph.ops))]
+        self.overwrites = self.replay.overwrites
+        self.runs = self._runs(costs)
+
+    def _runs(self, costs: OpCosts) -> list[tuple[int, bool, float, float, float, float, float]]:
+        """Per step (COMPUTE steps only; others hold a placeholder): the bytes it allocates
+        (output and workspace; the workspace alone in place), whether it streams weights
+        through the storage device (reads them, or writes them back: it holds the device
+        while it computes), its time, the CPU's power over it, the storage's and the DMA
+        engine's shares of its energy (a streamed run's, booked on the parts that spend
+        them), and the CPU's joules (booked at once by a run of no time)."""
+        replay = self.replay
+        size, workspace = self.size, self.workspace
+        compute_time = costs.compute_time_s.tolist()
+        compute_energy = costs.compute_energy_j.tolist()
+        held_time, held_energy = (costs.held_compute_time_s.tolist(),
+                                  costs.held_compute_energy_j.tolist())
+        storage_share, dma_share = costs.storage_energy_j.tolist(), costs.dma_energy_j.tolist()
+        held_storage, held_dma = (costs.held_storage_energy_j.tolist(),
+                                  costs.held_dma_energy_j.tolist())
+        runs: list[tuple[int, bool, float, float, float, float, float]] = []
+        for i, step in enumerate(self.steps):
+            k = step.op
+            if step.action is not _COMPUTE:
+                runs.append((0, False, 0.0, 0.0, 0.0, 0.0, 0.0))
+                continue
+            need = workspace[k] if i in self.overwrites else size[k] + workspace[k]
+            streams = replay.reads_weights[i] or replay.writes_weights[i]
+            if replay.reads_weights[i]:  # streams its weights from storage
+                duration, energy = compute_time[k], compute_energy[k]
+                storage_j, dma_j = storage_share[k], dma_share[k]
+            else:  # reads no weights from storage, or they are held
+                duration, energy = held_time[k], held_energy[k]
+                storage_j, dma_j = held_storage[k], held_dma[k]
+            if not streams:
+                storage_j = dma_j = 0.0
+            if storage_j or dma_j:
+                energy -= storage_j + dma_j
+            power_w = energy / duration if duration > 0.0 else 0.0
+            runs.append((need, streams, duration, power_w, storage_j, dma_j, energy))
+        return runs
 
     def _lay_out(self, resident_bytes: int, budget_bytes: int) -> ArenaPlan:
         """Where the runtime keeps every buffer, and the plan's prefetches clamped to it.
@@ -370,22 +403,28 @@ class Simulation:
     # ------------------------------------------------------------------ the program
     def _program(self) -> Generator[simpy.Event, Any, None]:
         env, steps, triggers = self.env, self.steps, self.triggers
+        compute, free = self._compute, self._free
         for i, step in enumerate(steps):
             self.pos = i
             if self.deferred:
                 self._retry_deferred()
             action, k = step.action, step.op
             if action is _COMPUTE:
-                yield from self._compute(i, k, step.stage)
+                yield from compute(i, k, step.stage)
                 continue
-            if action is _PAGE_OUT:
-                yield from self._page_out(i, k)
+            if action is _FREE:
+                free(k)
+            elif action is _PAGE_OUT:
+                job = self._page_out(i, k)
+                if self.dma is None:
+                    yield from self._move(job)
             elif action is _PAGE_IN:
                 yield from self._page_in(i, k)
-            elif action is _FREE:
-                self._free(k)
             elif action is _HOLD_WEIGHTS:  # the owner's run right after reads them
-                yield from self._allocate(self.held_bytes[k], i, k, "hold_weights")
+                nbytes = self.held_bytes[k]
+                if self.pending_frees:
+                    yield from self._make_room(nbytes)
+                self.ram.alloc(env.now, nbytes, i, self.names[k], "hold_weights")
             elif action is _DROP_WEIGHTS:
                 self.ram.free(env.now, self.held_bytes[k])
             elif action is _MOVE:
@@ -400,85 +439,81 @@ class Simulation:
             yield from self.cpu.wait(job.done_event(env), job.eta_s, "idle", wake=False)
             self.tail_s += env.now - t0
 
-    def _allocate(self, nbytes: int, i: int, k: int, what: str
-                  ) -> Generator[simpy.Event, Any, None]:
-        """Allocate ``nbytes`` at step ``i``, first waiting for writes in flight whose RAM
-        is already freed if they keep it from fitting."""
-        if self.pending_frees and not self.ram.fits(nbytes, self.ram_limit):
-            yield from self._make_room(nbytes)
-        self.ram.alloc(self.env.now, nbytes, i, self.names[k], what)
-
     def _compute(self, i: int, k: int, stage: int) -> Generator[simpy.Event, Any, None]:
         """COMPUTE k at step ``i``: inputs in RAM, output allocated, the op run, the
-        workspace released."""
-        env, size, workspace = self.env, self.size, self.workspace
-        for u in self.preds[k]:
-            job = self.arriving.get(u)
-            if job is not None and job.state != DONE:
-                yield from self._stall_for(job)
-        into = self.replay.overwrites.get(i, -1)
+        workspace released. (The hot path: one call per op, no nested generator unless
+        the CPU has to wait.)"""
+        env, ram = self.env, self.ram
+        arriving = self.arriving
+        if arriving:
+            for u in self.preds[k]:
+                job = arriving.get(u)
+                if job is not None and job.state is not DONE:
+                    yield from self._stall_for(job)
+        need, streams, duration, power_w, storage_j, dma_j, energy_j = self.runs[i]
+        into = self.overwrites.get(i, -1)
         if into >= 0:  # in place: the output overwrites the input's buffer
-            write = self.writing.get(into)
-            if write is not None and write.state != DONE:
-                yield from self._stall_for(write)  # its copy must be on storage
-            self.shared[into] = size[k]
-            need = workspace[k]
-        else:
-            need = size[k] + workspace[k]
-        yield from self._allocate(need, i, k, "compute")
+            yield from self._overwrite(k, into)
+        if self.pending_frees:  # writes in flight whose RAM is already freed
+            yield from self._make_room(need)
+        ram.alloc(env.now, need, i, self.names[k], "compute")
         fired = self.triggers.get(i)
         if fired:
             self._fire(fired)
         # the run holds the storage device while it streams or writes back
-        streams = self.replay.streams(i)
-        occupies = self.dma is not None and streams
+        occupies = streams and self.dma is not None
         if occupies:
             yield from self._hold_storage()
-        kind = "recompute" if self.computed[k] else "compute"
-        self.computed[k] = True
+        computed = self.computed
+        kind = "recompute" if computed[k] else "compute"
+        computed[k] = True
         t0 = env.now
-        storage_j = yield from self._run_op(i, k, kind, streams)
-        self.compute_s += env.now - t0
-        extra = self.writeback_busy.get(i)
-        if extra is not None:  # the card is still busy writing the weights back
-            yield from self._wait_for_write_back(i, *extra)
-        if occupies:
-            self.dma.release()  # type: ignore[union-attr]
-        if self.slices is not None:
-            name = self.names[k]
-            self.slices.append(("cpu", f"{kind} {name}", t0, env.now,
-                                {"step": i, "op": k, "stage": stage}))
-            if streams:  # the storage reads and writes the op's weights meanwhile
-                self.slices.append(("storage", f"weights {name}", t0, env.now,
-                                    {"step": i, "op": k, "energy_j": storage_j}))
-        self.ram.free(env.now, workspace[k])
-
-    def _run_op(self, i: int, k: int, kind: str, streams: bool
-                ) -> Generator[simpy.Event, Any, float]:
-        """Run op ``k`` for its time, its energy booked on the parts that spend it; the
-        storage's joules."""
-        if self.replay.reads_weights[i]:  # streams its weights from storage
-            duration, energy = self.compute_time[k], self.compute_energy[k]
-            storage_j, dma_j = self.shares[0][k], self.shares[1][k]
-        else:  # reads no weights from storage, or they are held
-            duration, energy = self.held_time[k], self.held_energy[k]
-            storage_j, dma_j = self.held_shares[0][k], self.held_shares[1][k]
-        if not streams:
-            storage_j = dma_j = 0.0
         if storage_j or dma_j:
-            # a streamed run's shares, booked on the components that spend them
-            self.storage.machine.quantum("stream", kind, storage_j)
-            if dma_j:
-                self.dma.machine.quantum("stream", kind, dma_j)  # type: ignore[union-attr]
-            energy -= storage_j + dma_j
+            self._book_stream(kind, storage_j, dma_j)
         cpu = self.cpu
         if duration > 0.0:
-            cpu.run(kind, energy / duration)
+            cpu.run(kind, power_w)
             yield from self.bus.compute(duration)
         else:
             cpu.run(kind, 0.0)
-            cpu.machine.quantum("active", kind, energy)
-        return storage_j
+            cpu.machine.quantum("active", kind, energy_j)
+        now = env.now
+        self.compute_s += now - t0
+        if self.writeback_busy:
+            extra = self.writeback_busy.get(i)
+            if extra is not None:  # the card is still busy writing the weights back
+                yield from self._wait_for_write_back(i, *extra)
+                now = env.now
+        if occupies:
+            self.dma.release()  # type: ignore[union-attr]
+        if self.slices is not None:
+            self._record_run(i, k, stage, kind, t0, now, storage_j if streams else None)
+        ram.free(now, self.workspace[k])
+
+    def _overwrite(self, k: int, into: int) -> Generator[simpy.Event, Any, None]:
+        """Op ``k`` is about to write its output over tensor ``into``'s buffer: once a
+        write of ``into`` in flight has ended (its copy must be on storage)."""
+        write = self.writing.get(into)
+        if write is not None and write.state is not DONE:
+            yield from self._stall_for(write)
+        self.shared[into] = self.size[k]
+
+    def _book_stream(self, kind: str, storage_j: float, dma_j: float) -> None:
+        """A streamed run's shares of its energy, booked on the parts that spend them."""
+        self.storage.machine.quantum("stream", kind, storage_j)
+        if dma_j:
+            self.dma.machine.quantum("stream", kind, dma_j)  # type: ignore[union-attr]
+
+    def _record_run(self, i: int, k: int, stage: int, kind: str, t0: float, t1: float,
+                    storage_j: float | None) -> None:
+        """The trace's slice of a run, and of its weights streaming on the storage
+        (``storage_j`` None: it streams none)."""
+        name = self.names[k]
+        self.slices.append(("cpu", f"{kind} {name}", t0, t1,  # type: ignore[union-attr]
+                            {"step": i, "op": k, "stage": stage}))
+        if storage_j is not None:  # the storage reads and writes the op's weights meanwhile
+            self.slices.append(("storage", f"weights {name}", t0, t1,  # type: ignore[union-attr]
+                                {"step": i, "op": k, "energy_j": storage_j}))
 
     def _wait_for_write_back(self, i: int, busy_s: float, storage_j: float
                              ) -> Generator[simpy.Event, Any, None]:
@@ -501,7 +536,9 @@ class Simulation:
             if job is not None and job.state not in (DONE, CANCELLED):
                 yield from self._stall_for(job)  # the copy reads what the transfer moves
         extra = move_extra_bytes(self.steps[i], self.size[k])
-        yield from self._allocate(extra, i, k, "move")
+        if self.pending_frees:
+            yield from self._make_room(extra)
+        self.ram.alloc(env.now, extra, i, self.names[k], "move")
         seconds, energy = self.move_time[k], self.move_energy[k]
         t0 = env.now
         if seconds <= 0.0:
@@ -519,8 +556,9 @@ class Simulation:
             self.slices.append(("dma copy" if self.dma is not None else "cpu",
                                 f"move {self.names[k]}", t0, env.now, {"step": i, "op": k}))
 
-    def _page_out(self, i: int, k: int) -> Generator[simpy.Event, Any, None]:
-        """PAGE_OUT k: reserve storage space and hand the write to the DMA (or do it)."""
+    def _page_out(self, i: int, k: int) -> TransferJob:
+        """PAGE_OUT k: reserve storage space and hand the write to the DMA; the job (the
+        CPU moves it itself without DMA)."""
         job = self.job_at[i]
         if not self.storage.store(self.size[k]):
             name = self.names[k]
@@ -533,8 +571,7 @@ class Simulation:
         if self.dma is not None:
             self.outstanding.append(job)
             self.dma.submit(job)
-        else:
-            yield from self._move(job)
+        return job
 
     def _page_in(self, i: int, k: int) -> Generator[simpy.Event, Any, None]:
         """PAGE_IN k: the buffer allocated (unless a prefetch did), the read started if
@@ -542,11 +579,14 @@ class Simulation:
         job = self.job_at[i]
         self.arriving[k] = job
         if not job.allocated:
-            yield from self._allocate(self.size[k], i, k, "page_in")
+            nbytes = self.size[k]
+            if self.pending_frees:
+                yield from self._make_room(nbytes)
+            self.ram.alloc(self.env.now, nbytes, i, self.names[k], "page_in")
             job.allocated = True
         if self.dma is None:
             yield from self._move(job)
-        elif job.state == PLANNED and job.plan.trigger_step <= i:
+        elif job.state is PLANNED and job.plan.trigger_step <= i:
             self._issue(job)
 
     # ------------------------------------------------------------------ run and report
