@@ -175,10 +175,16 @@ class FairShareBus:
         # A flow is done when what is left is below its tolerance, or would take less
         # time than the clock can resolve (otherwise a zero timeout could repeat forever).
         eps_s = 1e-12 * max(1.0, self.env.now)
-        done = [f for f in self.flows
-                if f.remaining <= f.tol or f.remaining <= f.rate * eps_s]
-        if done:
-            self.flows = [f for f in self.flows if f not in done]
+        flows = self.flows
+        if len(flows) == 1:  # the common case: one flow, done or not
+            f = flows[0]
+            done = flows if f.remaining <= f.tol or f.remaining <= f.rate * eps_s else []
+            if done:
+                self.flows = []
+        else:
+            done = [f for f in flows if f.remaining <= f.tol or f.remaining <= f.rate * eps_s]
+            if done:
+                self.flows = [f for f in flows if f not in done]
         self._allocate()
         self._schedule()
         for flow in done:

@@ -261,8 +261,9 @@ class Simulation:
     # ------------------------------------------------------------------ transfers
     def _on_done(self, job: TransferJob) -> None:
         now = self.env.now
-        if job in self.outstanding:
-            self.outstanding.remove(job)
+        outstanding = self.outstanding
+        if job in outstanding:
+            outstanding.remove(job)
         k = job.tensor
         if job.kind == "page_in" and self.arriving.get(k) is job:
             del self.arriving[k]
@@ -360,7 +361,9 @@ class Simulation:
         """Wait for writes in flight whose RAM is already freed, while ``need`` does not fit."""
         ram, limit = self.ram, self.ram_limit
         while self.pending_frees and not ram.fits(need, limit):
-            job = min(self.pending_frees, key=lambda j: (j.eta_s, j.step))
+            pending = self.pending_frees
+            job = (pending[0] if len(pending) == 1
+                   else min(pending, key=lambda j: (j.eta_s, j.step)))
             waited = yield from self._wait(job, "stall")
             self.stall_s += waited
             job.stall_s += waited
@@ -403,7 +406,8 @@ class Simulation:
     # ------------------------------------------------------------------ the program
     def _program(self) -> Generator[simpy.Event, Any, None]:
         env, steps, triggers = self.env, self.steps, self.triggers
-        compute, free = self._compute, self._free
+        compute, free, ram, size = self._compute, self._free, self.ram, self.size
+        plain_free = self._plain_frees()
         for i, step in enumerate(steps):
             self.pos = i
             if self.deferred:
@@ -413,7 +417,10 @@ class Simulation:
                 yield from compute(i, k, step.stage)
                 continue
             if action is _FREE:
-                free(k)
+                if plain_free[i]:  # a tensor no transfer or in-place output touches
+                    ram.free(env.now, size[k])
+                else:
+                    free(k)
             elif action is _PAGE_OUT:
                 job = self._page_out(i, k)
                 if self.dma is None:
@@ -433,11 +440,23 @@ class Simulation:
             fired = triggers.get(i)
             if fired:
                 self._fire(fired)
+        yield from self._drain()
+
+    def _drain(self) -> Generator[simpy.Event, Any, None]:
+        """The end of the list: the CPU waits (idle, possibly asleep) for the transfers
+        still in flight."""
+        env = self.env
         while self.outstanding:
             job = min(self.outstanding, key=lambda j: (j.eta_s, j.step))
             t0 = env.now
             yield from self.cpu.wait(job.done_event(env), job.eta_s, "idle", wake=False)
             self.tail_s += env.now - t0
+
+    def _plain_frees(self) -> list[bool]:
+        """Per step: a FREE of a tensor that no transfer moves and no in-place output
+        takes over, so that it releases the tensor's bytes there and then."""
+        touched = {job.tensor for job in self.jobs} | set(self.overwrites.values())
+        return [step.action is _FREE and step.op not in touched for step in self.steps]
 
     def _compute(self, i: int, k: int, stage: int) -> Generator[simpy.Event, Any, None]:
         """COMPUTE k at step ``i``: inputs in RAM, output allocated, the op run, the
