@@ -347,15 +347,16 @@ class StorageModel:
         self.bytes_read += device_bytes
 
     # ------------------------------------------------------------------ wear
-    def write_back(self, device_bytes: int) -> None:
-        """Book a write of ``device_bytes`` made inside an op (weights on storage written
-        back by their in-place update, :mod:`poetsim.graph.streaming`): its wear and its
-        bytes, like a page-out's; its time and energy are the op's."""
-        self.bytes_written += device_bytes
+    def write_back(self, device_bytes: int, commands: int = 1) -> None:
+        """Book ``commands`` writes of ``device_bytes`` each made inside an op (weights on
+        storage written back by their in-place update, :mod:`poetsim.graph.streaming`):
+        their wear and their bytes, like page-outs'; their time and energy are the op's."""
+        self.bytes_written += commands * device_bytes
         if self.wear is not None:
-            self.wear.write(device_bytes)
+            for _ in range(commands):  # each command erases its own sectors
+                self.wear.write(device_bytes)
         else:
-            self.worn_bytes += self._worn(device_bytes)
+            self.worn_bytes += commands * self._worn(device_bytes)
 
     @property
     def wear_bytes(self) -> int:
