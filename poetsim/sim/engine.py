@@ -107,6 +107,7 @@ __all__ = ["Simulation"]
 _COMPUTE, _PAGE_OUT, _PAGE_IN, _FREE = Action.COMPUTE, Action.PAGE_OUT, Action.PAGE_IN, Action.FREE
 _HOLD_WEIGHTS, _DROP_WEIGHTS = Action.HOLD_WEIGHTS, Action.DROP_WEIGHTS
 _MOVE = Action.MOVE
+_WEIGHT_STEPS = frozenset((Action.READ_WEIGHTS, Action.WRITE_WEIGHTS))
 
 
 class Simulation:
@@ -143,6 +144,7 @@ class Simulation:
         self.arena = self._lay_out(resident_bytes, budget_bytes)
         self.jobs = transfer_jobs(board, costs, self.plan)
         self.job_at: dict[int, TransferJob] = {job.step: job for job in self.jobs}
+        self.plain = self._plain_steps()
         self.triggers: dict[int, list[TransferJob]] = {}
         for job in self.jobs:
             if dma and job.kind == "page_in":
@@ -406,8 +408,7 @@ class Simulation:
     # ------------------------------------------------------------------ the program
     def _program(self) -> Generator[simpy.Event, Any, None]:
         env, steps, triggers = self.env, self.steps, self.triggers
-        compute, free, ram, size = self._compute, self._free, self.ram, self.size
-        plain_free = self._plain_frees()
+        compute, plain, ram, size = self._compute, self.plain, self.ram, self.size
         for i, step in enumerate(steps):
             self.pos = i
             if self.deferred:
@@ -416,11 +417,11 @@ class Simulation:
             if action is _COMPUTE:
                 yield from compute(i, k, step.stage)
                 continue
-            if action is _FREE:
-                if plain_free[i]:  # a tensor no transfer or in-place output touches
+            if plain[i]:  # nothing but the bytes of a FREE (READ/WRITE_WEIGHTS: nothing)
+                if action is _FREE:
                     ram.free(env.now, size[k])
-                else:
-                    free(k)
+            elif action is _FREE:
+                self._free(k)
             elif action is _PAGE_OUT:
                 job = self._page_out(i, k)
                 if self.dma is None:
@@ -436,7 +437,6 @@ class Simulation:
                 self.ram.free(env.now, self.held_bytes[k])
             elif action is _MOVE:
                 yield from self._relocate(i, k)
-            # READ_WEIGHTS, WRITE_WEIGHTS: the stream is priced in its op's COMPUTE
             fired = triggers.get(i)
             if fired:
                 self._fire(fired)
@@ -452,11 +452,13 @@ class Simulation:
             yield from self.cpu.wait(job.done_event(env), job.eta_s, "idle", wake=False)
             self.tail_s += env.now - t0
 
-    def _plain_frees(self) -> list[bool]:
+    def _plain_steps(self) -> list[bool]:
         """Per step: a FREE of a tensor that no transfer moves and no in-place output
-        takes over, so that it releases the tensor's bytes there and then."""
+        takes over (it releases the tensor's bytes there and then), or a READ_WEIGHTS or
+        WRITE_WEIGHTS step (the stream is priced in its op's COMPUTE: nothing to do)."""
         touched = {job.tensor for job in self.jobs} | set(self.overwrites.values())
-        return [step.action is _FREE and step.op not in touched for step in self.steps]
+        return [step.action in _WEIGHT_STEPS
+                or (step.action is _FREE and step.op not in touched) for step in self.steps]
 
     def _compute(self, i: int, k: int, stage: int) -> Generator[simpy.Event, Any, None]:
         """COMPUTE k at step ``i``: inputs in RAM, output allocated, the op run, the
