@@ -129,7 +129,8 @@ class FairShareBus:
                 self.work_left -= self.work_rate * dt
         self.last = now
 
-    def _allocate(self) -> None:
+    def _reflow(self) -> None:
+        """The flows changed: share the bandwidth again and schedule the next completion."""
         flows = self.flows
         if flows:
             left = self.bandwidth_bytes_per_s
@@ -154,10 +155,9 @@ class FairShareBus:
                 if faster and self.work_process is not None:
                     # The op waits on a timer that is now too late: move it to the new one.
                     self.work_process.interrupt("rate")
-
-    def _schedule(self) -> None:
+        # the next completion
         horizon = None
-        for flow in self.flows:
+        for flow in flows:
             if flow.rate > 0.0:
                 t = flow.remaining / flow.rate
                 if horizon is None or t < horizon:
@@ -185,8 +185,7 @@ class FairShareBus:
             done = [f for f in flows if f.remaining <= f.tol or f.remaining <= f.rate * eps_s]
             if done:
                 self.flows = [f for f in flows if f not in done]
-        self._allocate()
-        self._schedule()
+        self._reflow()
         for flow in done:
             flow.event.succeed()
 
@@ -200,8 +199,7 @@ class FairShareBus:
         event = self.env.event()
         self.flows.append(_Flow(float(nbytes), cap_bytes_per_s, event))
         self.bytes_moved += nbytes
-        self._allocate()
-        self._schedule()
+        self._reflow()
         return event
 
     def compute(self, work_s: float) -> Generator[simpy.Event, Any, None]:
@@ -226,7 +224,8 @@ class FairShareBus:
             if timer is self.work_timer:
                 break
             timer = self.work_timer  # slowed down: follow the re-armed (later) timer
-        self._advance()
+        if self.flows:  # else the op's work left and the clock's mark are of no more use
+            self._advance()
         self.working = False
         self.work_timer = None
         self.work_process = None

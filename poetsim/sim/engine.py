@@ -196,9 +196,11 @@ class Simulation:
         self.overwrites = self.replay.overwrites
         self.runs = self._runs(costs)
 
-    def _runs(self, costs: OpCosts) -> list[tuple[int, bool, float, float, float, float, float]]:
+    def _runs(self, costs: OpCosts
+              ) -> list[tuple[int, int, bool, float, float, float, float, float]]:
         """Per step (COMPUTE steps only; others hold a placeholder): the bytes it allocates
-        (output and workspace; the workspace alone in place), whether it streams weights
+        (output and workspace; the workspace alone in place), the input whose buffer its
+        output overwrites in place (-1: none), whether it streams weights
         through the storage device (reads them, or writes them back: it holds the device
         while it computes), its time, the CPU's power over it, the storage's and the DMA
         engine's shares of its energy (a streamed run's, booked on the parts that spend
@@ -212,13 +214,14 @@ class Simulation:
         storage_share, dma_share = costs.storage_energy_j.tolist(), costs.dma_energy_j.tolist()
         held_storage, held_dma = (costs.held_storage_energy_j.tolist(),
                                   costs.held_dma_energy_j.tolist())
-        runs: list[tuple[int, bool, float, float, float, float, float]] = []
+        runs: list[tuple[int, int, bool, float, float, float, float, float]] = []
         for i, step in enumerate(self.steps):
             k = step.op
             if step.action is not _COMPUTE:
-                runs.append((0, False, 0.0, 0.0, 0.0, 0.0, 0.0))
+                runs.append((0, -1, False, 0.0, 0.0, 0.0, 0.0, 0.0))
                 continue
-            need = workspace[k] if i in self.overwrites else size[k] + workspace[k]
+            into = self.overwrites.get(i, -1)
+            need = workspace[k] if into >= 0 else size[k] + workspace[k]
             streams = replay.reads_weights[i] or replay.writes_weights[i]
             if replay.reads_weights[i]:  # streams its weights from storage
                 duration, energy = compute_time[k], compute_energy[k]
@@ -231,7 +234,7 @@ class Simulation:
             if storage_j or dma_j:
                 energy -= storage_j + dma_j
             power_w = energy / duration if duration > 0.0 else 0.0
-            runs.append((need, streams, duration, power_w, storage_j, dma_j, energy))
+            runs.append((need, into, streams, duration, power_w, storage_j, dma_j, energy))
         return runs
 
     def _lay_out(self, resident_bytes: int, budget_bytes: int) -> ArenaPlan:
@@ -326,20 +329,18 @@ class Simulation:
         self._on_done(job)
 
     # ------------------------------------------------------------------ waiting
-    def _wait(self, job: TransferJob, kind: str) -> Generator[simpy.Event, Any, float]:
+    def _stall_for(self, job: TransferJob) -> Generator[simpy.Event, Any, None]:
+        """The CPU waits, stalled, for ``job`` to end (issued first if its trigger has
+        not come yet); the wait counts as the job's stall."""
+        if job.state is PLANNED:
+            self._issue(job)
         env = self.env
         t0 = env.now
-        yield from self.cpu.wait(job.done_event(env), job.eta_s, kind)
+        yield from self.cpu.wait(job.done_event(env), job.eta_s, "stall")
         waited = env.now - t0
         if self.slices is not None and waited > 0:
             self.slices.append(("cpu", "stall", t0, env.now,
                                 {"waiting_for": f"{job.kind} {job.op}", "step": self.pos}))
-        return waited
-
-    def _stall_for(self, job: TransferJob) -> Generator[simpy.Event, Any, None]:
-        if job.state == PLANNED:
-            self._issue(job)
-        waited = yield from self._wait(job, "stall")
         self.stall_s += waited
         job.stall_s += waited
 
@@ -366,9 +367,7 @@ class Simulation:
             pending = self.pending_frees
             job = (pending[0] if len(pending) == 1
                    else min(pending, key=lambda j: (j.eta_s, j.step)))
-            waited = yield from self._wait(job, "stall")
-            self.stall_s += waited
-            job.stall_s += waited
+            yield from self._stall_for(job)
 
     def _retry_deferred(self) -> None:
         for job in list(self.deferred):
@@ -471,8 +470,7 @@ class Simulation:
                 job = arriving.get(u)
                 if job is not None and job.state is not DONE:
                     yield from self._stall_for(job)
-        need, streams, duration, power_w, storage_j, dma_j, energy_j = self.runs[i]
-        into = self.overwrites.get(i, -1)
+        need, into, streams, duration, power_w, storage_j, dma_j, energy_j = self.runs[i]
         if into >= 0:  # in place: the output overwrites the input's buffer
             yield from self._overwrite(k, into)
         if self.pending_frees:  # writes in flight whose RAM is already freed

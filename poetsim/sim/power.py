@@ -76,7 +76,7 @@ class PowerMachine:
     """
 
     __slots__ = ("component", "state", "since", "contributions", "residency", "transitions",
-                 "ledger", "intervals")
+                 "ledger", "entries", "intervals")
 
     def __init__(self, component: str, state: str, contributions: Iterable[Contribution],
                  ledger: EnergyLedger, *, record: bool = False, t0: float = 0.0) -> None:
@@ -87,6 +87,7 @@ class PowerMachine:
         self.residency: dict[str, float] = {}
         self.transitions: dict[tuple[str, str], int] = {}
         self.ledger = ledger
+        self.entries = ledger.entries  # booked into at every transition
         self.intervals: list[tuple[float, float, str, float]] | None = [] if record else None
 
     @property
@@ -104,17 +105,19 @@ class PowerMachine:
             dt = t - since
             if dt > 0.0:
                 current = self.state
-                entries = self.ledger.entries
+                entries = self.entries
                 component = self.component
-                total = 0.0
                 for kind, watts in self.contributions:
                     if watts:
                         key = (component, current, kind)
                         entries[key] = entries.get(key, 0.0) + watts * dt
-                        total += watts
                 residency = self.residency
                 residency[current] = residency.get(current, 0.0) + dt
                 if self.intervals is not None:
+                    total = 0.0
+                    for _, watts in self.contributions:
+                        if watts:
+                            total += watts
                     self.intervals.append((since, t, current, total))
                 self.since = t
             elif dt < -_TIME_EPS * max(1.0, abs(t)):
