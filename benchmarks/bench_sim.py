@@ -62,25 +62,30 @@ TARGET_EVENTS_PER_S = 200_000
 #: the simulator's event loop against SimPy's Resource loop, per event (issue #33)
 TARGET_LOOP_VS_RESOURCE = 2.0
 #: interleaved rounds of the side-by-side measurement (the least of them counts)
-ROUNDS = 25
-#: turns each of the two processes of the Resource loop takes; timeouts of the bare loop
-REFERENCE_TURNS = 1_000
-REFERENCE_TIMEOUTS = 3_000
+ROUNDS = 40
+#: turns each of the two processes of the Resource loop takes; timeouts of the bare loop:
+#: rounds of a few ms, as short as the simulator's, for on a loaded machine a long round is
+#: seldom left alone (with 1,000 turns, 12 ms, the least of 40 rounds varied 1.9-3.3 us per
+#: event; with 250 it stays within 2% of the CPU time)
+REFERENCE_TURNS = 250
+REFERENCE_TIMEOUTS = 1_500
 GOLDENS = Path(__file__).resolve().parent.parent / "schedules"
 
 
-def _per_event_s(env: simpy.Environment) -> float:
-    """Seconds per event of running ``env`` to its end (events: those it scheduled, the
-    count :class:`~poetsim.sim.SimReport` gives)."""
-    started = time.perf_counter()
+def _per_event_s(env: simpy.Environment) -> tuple[float, float]:
+    """Wall-clock and CPU seconds per event of running ``env`` to its end (events: those
+    it scheduled, the count :class:`~poetsim.sim.SimReport` gives)."""
+    wall, cpu = time.perf_counter(), time.process_time()
     env.run()
-    elapsed = time.perf_counter() - started
-    return elapsed / next(env._eid)  # type: ignore[attr-defined]
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    events = next(env._eid)  # type: ignore[attr-defined]
+    return wall / events, cpu / events
 
 
-def simpy_resource_loop() -> float:
-    """SimPy's own cost per event: two processes taking turns at a Resource, each turn a
-    request, a timeout while holding it, a release and a timeout before the next."""
+def simpy_resource_loop() -> tuple[float, float]:
+    """SimPy's own cost per event (wall, CPU): two processes taking turns at a Resource,
+    each turn a request, a timeout while holding it, a release and a timeout before the
+    next."""
     env = simpy.Environment()
     server = simpy.Resource(env, capacity=1)
 
@@ -96,8 +101,8 @@ def simpy_resource_loop() -> float:
     return _per_event_s(env)
 
 
-def simpy_timeout_loop() -> float:
-    """SimPy's own cost per event: one process yielding bare timeouts."""
+def simpy_timeout_loop() -> tuple[float, float]:
+    """SimPy's own cost per event (wall, CPU): one process yielding bare timeouts."""
     env = simpy.Environment()
 
     def ticker():
@@ -110,29 +115,41 @@ def simpy_timeout_loop() -> float:
 
 def side_by_side(run: Callable[[], SimReport], rounds: int = ROUNDS) -> dict[str, Any]:
     """Interleaved rounds of both SimPy reference loops and ``run``; per event, the least
-    of the rounds, and the simulator's ratios to SimPy's."""
-    resource, timeout, loop, whole = [], [], [], []
+    of the rounds, and the simulator's ratios to SimPy's, by the wall clock and by the
+    process's CPU time (which a loaded machine disturbs less)."""
+    times: dict[str, list[float]] = {}
+
+    def add(name: str, wall: float, cpu: float) -> None:
+        times.setdefault(f"wall_{name}", []).append(wall)
+        times.setdefault(f"cpu_{name}", []).append(cpu)
+
     events = 0
     for _ in range(rounds):
-        resource.append(simpy_resource_loop())
-        timeout.append(simpy_timeout_loop())
-        started = time.perf_counter()
+        add("resource", *simpy_resource_loop())
+        add("timeout", *simpy_timeout_loop())
+        wall, cpu = time.perf_counter(), time.process_time()
         report = run()
-        whole.append(time.perf_counter() - started)
-        loop.append(report.wall_s)
         events = report.events
-    loop_s, whole_s = min(loop) / events, min(whole) / events
-    resource_s, timeout_s = min(resource), min(timeout)
-    return dict(events=events,
-                simpy_resource_us_per_event=round(resource_s * 1e6, 3),
-                simpy_timeout_us_per_event=round(timeout_s * 1e6, 3),
-                loop_us_per_event=round(loop_s * 1e6, 3),
-                whole_us_per_event=round(whole_s * 1e6, 3),
-                loop_events_per_s=round(1.0 / loop_s), events_per_s=round(1.0 / whole_s),
-                loop_vs_resource=round(loop_s / resource_s, 2),
-                loop_vs_timeout=round(loop_s / timeout_s, 2),
-                whole_vs_resource=round(whole_s / resource_s, 2),
-                whole_vs_timeout=round(whole_s / timeout_s, 2))
+        add("whole", (time.perf_counter() - wall) / events,
+            (time.process_time() - cpu) / events)
+        add("loop", report.wall_s / events, report.cpu_s / events)
+    least = {name: min(values) for name, values in times.items()}
+    figures: dict[str, Any] = {"events": events}
+    for clock in ("wall", "cpu"):
+        resource, timeout = least[f"{clock}_resource"], least[f"{clock}_timeout"]
+        prefix = "" if clock == "wall" else "cpu_"
+        figures.update({
+            f"{prefix}simpy_resource_us_per_event": round(resource * 1e6, 3),
+            f"{prefix}simpy_timeout_us_per_event": round(timeout * 1e6, 3)})
+        for part in ("loop", "whole"):
+            per_event = least[f"{clock}_{part}"]
+            figures.update({
+                f"{prefix}{part}_us_per_event": round(per_event * 1e6, 3),
+                f"{prefix}{part}_vs_resource": round(per_event / resource, 2),
+                f"{prefix}{part}_vs_timeout": round(per_event / timeout, 2)})
+    figures.update(loop_events_per_s=round(1e6 / figures["loop_us_per_event"]),
+                   events_per_s=round(1e6 / figures["whole_us_per_event"]))
+    return figures
 
 
 def _measure(benchmark, name: str, run: Callable[[], SimReport]) -> tuple[SimReport,
@@ -149,8 +166,12 @@ def _measure(benchmark, name: str, run: Callable[[], SimReport]) -> tuple[SimRep
           f"({f['loop_vs_resource']:.2f}x Resource, {f['loop_vs_timeout']:.2f}x timeouts, "
           f"{f['loop_events_per_s']:,} events/s), whole simulate call "
           f"{f['whole_us_per_event']:.2f} us ({f['whole_vs_resource']:.2f}x, "
-          f"{f['whole_vs_timeout']:.2f}x, {f['events_per_s']:,} events/s); target: event "
-          f"loop within {TARGET_LOOP_VS_RESOURCE:g}x of the Resource loop")
+          f"{f['whole_vs_timeout']:.2f}x, {f['events_per_s']:,} events/s); CPU time: SimPy "
+          f"{f['cpu_simpy_resource_us_per_event']:.2f} us, event loop "
+          f"{f['cpu_loop_vs_resource']:.2f}x Resource ({f['cpu_loop_vs_timeout']:.2f}x "
+          f"timeouts), whole call {f['cpu_whole_vs_resource']:.2f}x "
+          f"({f['cpu_whole_vs_timeout']:.2f}x); target: event loop within "
+          f"{TARGET_LOOP_VS_RESOURCE:g}x of the Resource loop")
     return report, figures
 
 

@@ -610,7 +610,7 @@ class Simulation:
 
     # ------------------------------------------------------------------ run and report
     def run(self) -> SimReport:
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         env = self.env
         env.run(until=self.main)
         makespan = env.now
@@ -622,5 +622,5 @@ class Simulation:
             self.dma.machine.finish(makespan)
             machines.append(self.dma.machine)
         events = next(env._eid)  # type: ignore[attr-defined]
-        wall = time.perf_counter() - started
-        return finished_report(self, makespan, machines, events, wall)
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+        return finished_report(self, makespan, machines, events, wall, cpu)

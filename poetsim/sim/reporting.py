@@ -129,7 +129,7 @@ def _ram_fields(sim: Simulation) -> dict[str, Any]:
 
 
 def finished_report(sim: Simulation, makespan: float, machines: list, events: int,
-                    wall: float) -> SimReport:
+                    wall: float, cpu: float) -> SimReport:
     """The report of ``sim``, run to its end at ``makespan``."""
     _book_weight_streams(sim)
     ledger, board, counts = sim.ledger, sim.board, sim.profile.counts
@@ -155,5 +155,6 @@ def finished_report(sim: Simulation, makespan: float, machines: list, events: in
         page_ins=counts[Action.PAGE_IN], page_outs=counts[Action.PAGE_OUT],
         frees=counts[Action.FREE], transfers=tuple(transfer_record(job) for job in sim.jobs),
         prediction=_prediction(sim, makespan),
-        events=events, timeline=_timeline(sim, machines), wall_s=wall, seed=sim.seed,
+        events=events, timeline=_timeline(sim, machines), wall_s=wall, cpu_s=cpu,
+        seed=sim.seed,
     )
