@@ -428,10 +428,7 @@ class Simulation:
             elif action is _PAGE_IN:
                 yield from self._page_in(i, k)
             elif action is _HOLD_WEIGHTS:  # the owner's run right after reads them
-                nbytes = self.held_bytes[k]
-                if self.pending_frees:
-                    yield from self._make_room(nbytes)
-                self.ram.alloc(env.now, nbytes, i, self.names[k], "hold_weights")
+                yield from self._allocate(self.held_bytes[k], i, k, "hold_weights")
             elif action is _DROP_WEIGHTS:
                 self.ram.free(env.now, self.held_bytes[k])
             elif action is _MOVE:
@@ -450,6 +447,14 @@ class Simulation:
             t0 = env.now
             yield from self.cpu.wait(job.done_event(env), job.eta_s, "idle", wake=False)
             self.tail_s += env.now - t0
+
+    def _allocate(self, nbytes: int, i: int, k: int, what: str
+                  ) -> Generator[simpy.Event, Any, None]:
+        """Allocate ``nbytes`` at step ``i``, first waiting for writes in flight whose RAM
+        is already freed if they keep it from fitting."""
+        if self.pending_frees:
+            yield from self._make_room(nbytes)
+        self.ram.alloc(self.env.now, nbytes, i, self.names[k], what)
 
     def _plain_steps(self) -> list[bool]:
         """Per step: a FREE of a tensor that no transfer moves and no in-place output
@@ -473,9 +478,10 @@ class Simulation:
         need, into, streams, duration, power_w, storage_j, dma_j, energy_j = self.runs[i]
         if into >= 0:  # in place: the output overwrites the input's buffer
             yield from self._overwrite(k, into)
-        if self.pending_frees:  # writes in flight whose RAM is already freed
-            yield from self._make_room(need)
-        ram.alloc(env.now, need, i, self.names[k], "compute")
+        if self.pending_frees:  # it may have to wait for RAM
+            yield from self._allocate(need, i, k, "compute")
+        else:
+            ram.alloc(env.now, need, i, self.names[k], "compute")
         fired = self.triggers.get(i)
         if fired:
             self._fire(fired)
@@ -498,11 +504,9 @@ class Simulation:
             cpu.machine.quantum("active", kind, energy_j)
         now = env.now
         self.compute_s += now - t0
-        if self.writeback_busy:
-            extra = self.writeback_busy.get(i)
-            if extra is not None:  # the card is still busy writing the weights back
-                yield from self._wait_for_write_back(i, *extra)
-                now = env.now
+        if self.writeback_busy:  # a seeded run: the card may still be writing back
+            yield from self._wait_for_write_back(i)
+            now = env.now
         if occupies:
             self.dma.release()  # type: ignore[union-attr]
         if self.slices is not None:
@@ -534,9 +538,13 @@ class Simulation:
             self.slices.append(("storage", f"weights {name}", t0, t1,  # type: ignore[union-attr]
                                 {"step": i, "op": k, "energy_j": storage_j}))
 
-    def _wait_for_write_back(self, i: int, busy_s: float, storage_j: float
-                             ) -> Generator[simpy.Event, Any, None]:
-        """Stall while the card finishes writing back the weights of step ``i``'s run."""
+    def _wait_for_write_back(self, i: int) -> Generator[simpy.Event, Any, None]:
+        """Stall while the card finishes writing back the weights of step ``i``'s run, if
+        the run drew extra write-busy time."""
+        extra = self.writeback_busy.get(i)
+        if extra is None:
+            return
+        busy_s, storage_j = extra
         env = self.env
         t1 = env.now
         self.storage.machine.quantum("stream", "write_busy", storage_j)
@@ -555,9 +563,7 @@ class Simulation:
             if job is not None and job.state not in (DONE, CANCELLED):
                 yield from self._stall_for(job)  # the copy reads what the transfer moves
         extra = move_extra_bytes(self.steps[i], self.size[k])
-        if self.pending_frees:
-            yield from self._make_room(extra)
-        self.ram.alloc(env.now, extra, i, self.names[k], "move")
+        yield from self._allocate(extra, i, k, "move")
         seconds, energy = self.move_time[k], self.move_energy[k]
         t0 = env.now
         if seconds <= 0.0:
@@ -598,10 +604,7 @@ class Simulation:
         job = self.job_at[i]
         self.arriving[k] = job
         if not job.allocated:
-            nbytes = self.size[k]
-            if self.pending_frees:
-                yield from self._make_room(nbytes)
-            self.ram.alloc(self.env.now, nbytes, i, self.names[k], "page_in")
+            yield from self._allocate(self.size[k], i, k, "page_in")
             job.allocated = True
         if self.dma is None:
             yield from self._move(job)

@@ -274,8 +274,7 @@ class StorageModel:
         if now < self.waking_until:
             self.users += 1
             return self.waking_until - now
-        if not self.users and not self.asleep:
-            self._fall_asleep_if_due(now)
+        self._fall_asleep_if_due(now)
         self.users += 1
         if not self.asleep:
             return 0.0
