@@ -205,7 +205,8 @@ def _grouped(out: list[Buffer], group_of: list[int], shared: list[tuple[int, int
                     {number[g]: o for g, o in pins.items() if g in number})
 
 
-#: Layouts of schedules still alive, per resident state and prefetches: a Monte
+#: Layouts of schedules still alive, per resident state and prefetches (planned), or per
+#: resident state (the schedule file's own, checked by :func:`adopt_layout`): a Monte
 #: Carlo, compare and regress simulate the same schedule again and again, and the layout is
 #: most of a short simulation's set-up.
 _PLANS: PerObject[dict[tuple, ArenaPlan]] = PerObject()
@@ -345,6 +346,18 @@ def adopt_layout(replay: Replay, layout: Layout, *, resident_bytes: int | None =
     source offset up to the MOVE and at its destination from it [``move_mismatch``].
     Raises :class:`ContractViolation` naming the buffers and the step.
     """
+    schedule = replay.schedule
+    if schedule is None or layout is not schedule.layout:
+        return _adopt(replay, layout, resident_bytes)
+    plans = _PLANS(schedule, lambda _schedule: {})
+    # the replay checked that the schedule's fingerprint is its graph's
+    key = ("file", resident_bytes)
+    if key not in plans:
+        plans[key] = _adopt(replay, layout, resident_bytes)
+    return plans[key]
+
+
+def _adopt(replay: Replay, layout: Layout, resident_bytes: int | None) -> ArenaPlan:
     graph, steps = replay.graph, replay.steps
     names = [op.name for op in graph.ops]
     need = _lifetimes(replay, {})

@@ -13,8 +13,8 @@ Two models, chosen by ``board.bus.contention_model``:
     op runs ``compute_slowdown`` times slower while at least one flow is active. Rates are
     recomputed only when a flow or an op starts or ends; the model then advances every
     flow's remaining bytes (and the op's remaining work) analytically and schedules one
-    timeout for the next completion. SimPy cannot cancel a timeout, so each one carries a
-    generation number and a timeout whose generation is stale is ignored. The cost grows with
+    timeout for the next completion. SimPy cannot cancel a timeout, so only the newest one
+    counts: one that fires after a newer one was scheduled is ignored. The cost grows with
     the number of rate changes, never with the number of bytes.
 
 Only data phases use the bus: per-command latency, NOR erase and wake-ups do not. Both
@@ -87,7 +87,7 @@ class _Flow:
 class FairShareBus:
     """Fluid max-min fair sharing of the bus, plus compute slowdown while DMA runs.
 
-    Flow completions share one timeout per rate change (generation counter). The running op
+    Flow completions share one timeout per rate change (the newest one counts). The running op
     has its own timer, re-armed only when its rate changes (a flow starts while none ran, or
     the last one ends); the CPU process follows the newest timer (it is interrupted when the
     new timer fires earlier than the one it waits on), so an op that overlaps no transfer
@@ -102,6 +102,8 @@ class FairShareBus:
         self.env = env
         self.bandwidth_bytes_per_s = bandwidth_bytes_per_s
         self.slowdown = compute_slowdown
+        #: the running op's speed while any flow is active
+        self.slow_rate = 1.0 / compute_slowdown
         self.flows: list[_Flow] = []
         self.working = False
         self.work_left = 0.0
@@ -109,7 +111,8 @@ class FairShareBus:
         self.work_timer: simpy.Event | None = None
         self.work_process: simpy.Process | None = None
         self.last = 0.0
-        self.generation = 0
+        #: the timeout of the next flow completion; an earlier one that fires is stale
+        self.timer: simpy.Event | None = None
         self.busy_s = 0.0
         self.bytes_moved = 0
 
@@ -126,16 +129,23 @@ class FairShareBus:
                 self.work_left -= self.work_rate * dt
         self.last = now
 
-    def _allocate(self) -> None:
+    def _reflow(self) -> None:
+        """The flows changed: share the bandwidth again and schedule the next completion."""
         flows = self.flows
         if flows:
             left = self.bandwidth_bytes_per_s
             n = len(flows)
-            for i, flow in enumerate(sorted(flows, key=lambda f: f.cap)):
-                share = left / (n - i)
-                flow.rate = flow.cap if flow.cap < share else share
-                left -= flow.rate
-        rate = 1.0 / self.slowdown if flows else 1.0
+            if n == 1:  # the whole bandwidth, up to the flow's cap
+                flow = flows[0]
+                flow.rate = flow.cap if flow.cap < left else left
+            else:
+                for i, flow in enumerate(sorted(flows, key=lambda f: f.cap)):
+                    share = left / (n - i)
+                    flow.rate = flow.cap if flow.cap < share else share
+                    left -= flow.rate
+            rate = self.slow_rate
+        else:
+            rate = 1.0
         if rate != self.work_rate:
             faster = rate > self.work_rate
             self.work_rate = rate
@@ -145,34 +155,37 @@ class FairShareBus:
                 if faster and self.work_process is not None:
                     # The op waits on a timer that is now too late: move it to the new one.
                     self.work_process.interrupt("rate")
-
-    def _schedule(self) -> None:
-        self.generation += 1
+        # the next completion
         horizon = None
-        for flow in self.flows:
+        for flow in flows:
             if flow.rate > 0.0:
                 t = flow.remaining / flow.rate
                 if horizon is None or t < horizon:
                     horizon = t
         if horizon is None:
+            self.timer = None
             return
-        generation = self.generation
-        timeout = self.env.timeout(horizon if horizon > 0.0 else 0.0)
-        timeout.callbacks.append(lambda _e: self._fire(generation))
+        timer = self.timer = self.env.timeout(horizon if horizon > 0.0 else 0.0)
+        timer.callbacks.append(self._fire)  # type: ignore[union-attr]
 
-    def _fire(self, generation: int) -> None:
-        if generation != self.generation:
+    def _fire(self, timer: simpy.Event) -> None:
+        if timer is not self.timer:
             return  # a stale completion: rates changed since it was scheduled
         self._advance()
         # A flow is done when what is left is below its tolerance, or would take less
         # time than the clock can resolve (otherwise a zero timeout could repeat forever).
         eps_s = 1e-12 * max(1.0, self.env.now)
-        done = [f for f in self.flows
-                if f.remaining <= f.tol or f.remaining <= f.rate * eps_s]
-        if done:
-            self.flows = [f for f in self.flows if f not in done]
-        self._allocate()
-        self._schedule()
+        flows = self.flows
+        if len(flows) == 1:  # the common case: one flow, done or not
+            f = flows[0]
+            done = flows if f.remaining <= f.tol or f.remaining <= f.rate * eps_s else []
+            if done:
+                self.flows = []
+        else:
+            done = [f for f in flows if f.remaining <= f.tol or f.remaining <= f.rate * eps_s]
+            if done:
+                self.flows = [f for f in flows if f not in done]
+        self._reflow()
         for flow in done:
             flow.event.succeed()
 
@@ -186,19 +199,22 @@ class FairShareBus:
         event = self.env.event()
         self.flows.append(_Flow(float(nbytes), cap_bytes_per_s, event))
         self.bytes_moved += nbytes
-        self._allocate()
-        self._schedule()
+        self._reflow()
         return event
 
     def compute(self, work_s: float) -> Generator[simpy.Event, Any, None]:
         """Run an op of nominal duration ``work_s``, slowed while flows are active."""
         if self.working:
             raise RuntimeError("the CPU runs one op at a time")
-        self._advance()
+        env = self.env
+        if self.flows:
+            self._advance()
+        else:  # nothing to advance: only the clock's mark moves
+            self.last = env.now
         self.working = True
         self.work_left = work_s
-        self.work_process = self.env.active_process
-        timer = self.work_timer = self.env.timeout(work_s / self.work_rate)
+        self.work_process = env.active_process
+        timer = self.work_timer = env.timeout(work_s / self.work_rate)
         while True:
             try:
                 yield timer
@@ -208,7 +224,8 @@ class FairShareBus:
             if timer is self.work_timer:
                 break
             timer = self.work_timer  # slowed down: follow the re-armed (later) timer
-        self._advance()
+        if self.flows:  # else the op's work left and the clock's mark are of no more use
+            self._advance()
         self.working = False
         self.work_timer = None
         self.work_process = None

@@ -179,9 +179,13 @@ class DmaEngine:
     def _refresh(self) -> None:
         now = self.env.now
         copying = (("move", self.copy_power_w),) if self.copy_power_w else ()
-        if self.active:
+        active = self.active
+        if len(active) == 1:  # one transfer: its own power (the common case)
+            job = active[0]
+            self.machine.set(now, "active", ((job.kind, job.timing.mover_power_w),) + copying)
+        elif active:
             powers: dict[str, float] = {}
-            for job in self.active:
+            for job in active:
                 powers[job.kind] = powers.get(job.kind, 0.0) + job.timing.mover_power_w
             self.machine.set(now, "active", tuple(powers.items()) + copying)
         elif copying:  # a copy within RAM: the engine's power on top of its rest
@@ -214,7 +218,7 @@ class DmaEngine:
         job.state = QUEUED
         job.issued_s = now
         free = self.channel_free_s
-        c = min(range(len(free)), key=free.__getitem__)
+        c = free.index(min(free)) if len(free) > 1 else 0  # the channel free first
         begin = free[c] if free[c] > now else now
         job.eta_s = begin + job.timing.time_s
         free[c] = job.eta_s

@@ -107,6 +107,7 @@ __all__ = ["Simulation"]
 _COMPUTE, _PAGE_OUT, _PAGE_IN, _FREE = Action.COMPUTE, Action.PAGE_OUT, Action.PAGE_IN, Action.FREE
 _HOLD_WEIGHTS, _DROP_WEIGHTS = Action.HOLD_WEIGHTS, Action.DROP_WEIGHTS
 _MOVE = Action.MOVE
+_WEIGHT_STEPS = frozenset((Action.READ_WEIGHTS, Action.WRITE_WEIGHTS))
 
 
 class Simulation:
@@ -143,6 +144,7 @@ class Simulation:
         self.arena = self._lay_out(resident_bytes, budget_bytes)
         self.jobs = transfer_jobs(board, costs, self.plan)
         self.job_at: dict[int, TransferJob] = {job.step: job for job in self.jobs}
+        self.plain = self._plain_steps()
         self.triggers: dict[int, list[TransferJob]] = {}
         for job in self.jobs:
             if dma and job.kind == "page_in":
@@ -181,23 +183,59 @@ class Simulation:
         self.main = env.process(self._program())
 
     def _read_costs(self, costs: OpCosts) -> None:
-        """The per-op figures the program reads at every step, as lists (fast to index)."""
+        """The per-op figures the program reads at every step, as lists (fast to index),
+        and each COMPUTE's run worked out once (:meth:`_runs`)."""
         graph = self.graph
         self.names = [op.name for op in graph.ops]
         self.size = costs.output_bytes.tolist()
         self.workspace = costs.workspace_bytes.tolist()
-        self.compute_time = costs.compute_time_s.tolist()
-        self.compute_energy = costs.compute_energy_j.tolist()
-        self.held_time = costs.held_compute_time_s.tolist()
-        self.held_energy = costs.held_compute_energy_j.tolist()
         self.held_bytes = costs.held_bytes.tolist()
         self.move_time = costs.move_time_s.tolist()
         self.move_energy = costs.move_energy_j.tolist()
-        # the storage's and the DMA engine's shares of a run that streams weights
-        self.shares = (costs.storage_energy_j.tolist(), costs.dma_energy_j.tolist())
-        self.held_shares = (costs.held_storage_energy_j.tolist(),
-                            costs.held_dma_energy_j.tolist())
         self.preds = [graph.predecessors(k) for k in range(len(graph.ops))]
+        self.overwrites = self.replay.overwrites
+        self.runs = self._runs(costs)
+
+    def _runs(self, costs: OpCosts
+              ) -> list[tuple[int, int, bool, float, float, float, float, float]]:
+        """Per step (COMPUTE steps only; others hold a placeholder): the bytes it allocates
+        (output and workspace; the workspace alone in place), the input whose buffer its
+        output overwrites in place (-1: none), whether it streams weights
+        through the storage device (reads them, or writes them back: it holds the device
+        while it computes), its time, the CPU's power over it, the storage's and the DMA
+        engine's shares of its energy (a streamed run's, booked on the parts that spend
+        them), and the CPU's joules (booked at once by a run of no time)."""
+        replay = self.replay
+        size, workspace = self.size, self.workspace
+        compute_time = costs.compute_time_s.tolist()
+        compute_energy = costs.compute_energy_j.tolist()
+        held_time, held_energy = (costs.held_compute_time_s.tolist(),
+                                  costs.held_compute_energy_j.tolist())
+        storage_share, dma_share = costs.storage_energy_j.tolist(), costs.dma_energy_j.tolist()
+        held_storage, held_dma = (costs.held_storage_energy_j.tolist(),
+                                  costs.held_dma_energy_j.tolist())
+        runs: list[tuple[int, int, bool, float, float, float, float, float]] = []
+        for i, step in enumerate(self.steps):
+            k = step.op
+            if step.action is not _COMPUTE:
+                runs.append((0, -1, False, 0.0, 0.0, 0.0, 0.0, 0.0))
+                continue
+            into = self.overwrites.get(i, -1)
+            need = workspace[k] if into >= 0 else size[k] + workspace[k]
+            streams = replay.reads_weights[i] or replay.writes_weights[i]
+            if replay.reads_weights[i]:  # streams its weights from storage
+                duration, energy = compute_time[k], compute_energy[k]
+                storage_j, dma_j = storage_share[k], dma_share[k]
+            else:  # reads no weights from storage, or they are held
+                duration, energy = held_time[k], held_energy[k]
+                storage_j, dma_j = held_storage[k], held_dma[k]
+            if not streams:
+                storage_j = dma_j = 0.0
+            if storage_j or dma_j:
+                energy -= storage_j + dma_j
+            power_w = energy / duration if duration > 0.0 else 0.0
+            runs.append((need, into, streams, duration, power_w, storage_j, dma_j, energy))
+        return runs
 
     def _lay_out(self, resident_bytes: int, budget_bytes: int) -> ArenaPlan:
         """Where the runtime keeps every buffer, and the plan's prefetches clamped to it.
@@ -228,8 +266,9 @@ class Simulation:
     # ------------------------------------------------------------------ transfers
     def _on_done(self, job: TransferJob) -> None:
         now = self.env.now
-        if job in self.outstanding:
-            self.outstanding.remove(job)
+        outstanding = self.outstanding
+        if job in outstanding:
+            outstanding.remove(job)
         k = job.tensor
         if job.kind == "page_in" and self.arriving.get(k) is job:
             del self.arriving[k]
@@ -290,20 +329,18 @@ class Simulation:
         self._on_done(job)
 
     # ------------------------------------------------------------------ waiting
-    def _wait(self, job: TransferJob, kind: str) -> Generator[simpy.Event, Any, float]:
+    def _stall_for(self, job: TransferJob) -> Generator[simpy.Event, Any, None]:
+        """The CPU waits, stalled, for ``job`` to end (issued first if its trigger has
+        not come yet); the wait counts as the job's stall."""
+        if job.state is PLANNED:
+            self._issue(job)
         env = self.env
         t0 = env.now
-        yield from self.cpu.wait(job.done_event(env), job.eta_s, kind)
+        yield from self.cpu.wait(job.done_event(env), job.eta_s, "stall")
         waited = env.now - t0
         if self.slices is not None and waited > 0:
             self.slices.append(("cpu", "stall", t0, env.now,
                                 {"waiting_for": f"{job.kind} {job.op}", "step": self.pos}))
-        return waited
-
-    def _stall_for(self, job: TransferJob) -> Generator[simpy.Event, Any, None]:
-        if job.state == PLANNED:
-            self._issue(job)
-        waited = yield from self._wait(job, "stall")
         self.stall_s += waited
         job.stall_s += waited
 
@@ -327,10 +364,10 @@ class Simulation:
         """Wait for writes in flight whose RAM is already freed, while ``need`` does not fit."""
         ram, limit = self.ram, self.ram_limit
         while self.pending_frees and not ram.fits(need, limit):
-            job = min(self.pending_frees, key=lambda j: (j.eta_s, j.step))
-            waited = yield from self._wait(job, "stall")
-            self.stall_s += waited
-            job.stall_s += waited
+            pending = self.pending_frees
+            job = (pending[0] if len(pending) == 1
+                   else min(pending, key=lambda j: (j.eta_s, j.step)))
+            yield from self._stall_for(job)
 
     def _retry_deferred(self) -> None:
         for job in list(self.deferred):
@@ -370,30 +407,41 @@ class Simulation:
     # ------------------------------------------------------------------ the program
     def _program(self) -> Generator[simpy.Event, Any, None]:
         env, steps, triggers = self.env, self.steps, self.triggers
+        compute, plain, ram, size = self._compute, self.plain, self.ram, self.size
         for i, step in enumerate(steps):
             self.pos = i
             if self.deferred:
                 self._retry_deferred()
             action, k = step.action, step.op
             if action is _COMPUTE:
-                yield from self._compute(i, k, step.stage)
+                yield from compute(i, k, step.stage)
                 continue
-            if action is _PAGE_OUT:
-                yield from self._page_out(i, k)
-            elif action is _PAGE_IN:
-                yield from self._page_in(i, k)
+            if plain[i]:  # nothing but the bytes of a FREE (READ/WRITE_WEIGHTS: nothing)
+                if action is _FREE:
+                    ram.free(env.now, size[k])
             elif action is _FREE:
                 self._free(k)
+            elif action is _PAGE_OUT:
+                job = self._page_out(i, k)
+                if self.dma is None:
+                    yield from self._move(job)
+            elif action is _PAGE_IN:
+                yield from self._page_in(i, k)
             elif action is _HOLD_WEIGHTS:  # the owner's run right after reads them
                 yield from self._allocate(self.held_bytes[k], i, k, "hold_weights")
             elif action is _DROP_WEIGHTS:
                 self.ram.free(env.now, self.held_bytes[k])
             elif action is _MOVE:
                 yield from self._relocate(i, k)
-            # READ_WEIGHTS, WRITE_WEIGHTS: the stream is priced in its op's COMPUTE
             fired = triggers.get(i)
             if fired:
                 self._fire(fired)
+        yield from self._drain()
+
+    def _drain(self) -> Generator[simpy.Event, Any, None]:
+        """The end of the list: the CPU waits (idle, possibly asleep) for the transfers
+        still in flight."""
+        env = self.env
         while self.outstanding:
             job = min(self.outstanding, key=lambda j: (j.eta_s, j.step))
             t0 = env.now
@@ -404,85 +452,99 @@ class Simulation:
                   ) -> Generator[simpy.Event, Any, None]:
         """Allocate ``nbytes`` at step ``i``, first waiting for writes in flight whose RAM
         is already freed if they keep it from fitting."""
-        if self.pending_frees and not self.ram.fits(nbytes, self.ram_limit):
+        if self.pending_frees:
             yield from self._make_room(nbytes)
         self.ram.alloc(self.env.now, nbytes, i, self.names[k], what)
 
+    def _plain_steps(self) -> list[bool]:
+        """Per step: a FREE of a tensor that no transfer moves and no in-place output
+        takes over (it releases the tensor's bytes there and then), or a READ_WEIGHTS or
+        WRITE_WEIGHTS step (the stream is priced in its op's COMPUTE: nothing to do)."""
+        touched = {job.tensor for job in self.jobs} | set(self.overwrites.values())
+        return [step.action in _WEIGHT_STEPS
+                or (step.action is _FREE and step.op not in touched) for step in self.steps]
+
     def _compute(self, i: int, k: int, stage: int) -> Generator[simpy.Event, Any, None]:
         """COMPUTE k at step ``i``: inputs in RAM, output allocated, the op run, the
-        workspace released."""
-        env, size, workspace = self.env, self.size, self.workspace
-        for u in self.preds[k]:
-            job = self.arriving.get(u)
-            if job is not None and job.state != DONE:
-                yield from self._stall_for(job)
-        into = self.replay.overwrites.get(i, -1)
+        workspace released. (The hot path: one call per op, no nested generator unless
+        the CPU has to wait.)"""
+        env, ram = self.env, self.ram
+        arriving = self.arriving
+        if arriving:
+            for u in self.preds[k]:
+                job = arriving.get(u)
+                if job is not None and job.state is not DONE:
+                    yield from self._stall_for(job)
+        need, into, streams, duration, power_w, storage_j, dma_j, energy_j = self.runs[i]
         if into >= 0:  # in place: the output overwrites the input's buffer
-            write = self.writing.get(into)
-            if write is not None and write.state != DONE:
-                yield from self._stall_for(write)  # its copy must be on storage
-            self.shared[into] = size[k]
-            need = workspace[k]
+            yield from self._overwrite(k, into)
+        if self.pending_frees:  # it may have to wait for RAM
+            yield from self._allocate(need, i, k, "compute")
         else:
-            need = size[k] + workspace[k]
-        yield from self._allocate(need, i, k, "compute")
+            ram.alloc(env.now, need, i, self.names[k], "compute")
         fired = self.triggers.get(i)
         if fired:
             self._fire(fired)
         # the run holds the storage device while it streams or writes back
-        streams = self.replay.streams(i)
-        occupies = self.dma is not None and streams
+        occupies = streams and self.dma is not None
         if occupies:
             yield from self._hold_storage()
-        kind = "recompute" if self.computed[k] else "compute"
-        self.computed[k] = True
+        computed = self.computed
+        kind = "recompute" if computed[k] else "compute"
+        computed[k] = True
         t0 = env.now
-        storage_j = yield from self._run_op(i, k, kind, streams)
-        self.compute_s += env.now - t0
-        extra = self.writeback_busy.get(i)
-        if extra is not None:  # the card is still busy writing the weights back
-            yield from self._wait_for_write_back(i, *extra)
-        if occupies:
-            self.dma.release()  # type: ignore[union-attr]
-        if self.slices is not None:
-            name = self.names[k]
-            self.slices.append(("cpu", f"{kind} {name}", t0, env.now,
-                                {"step": i, "op": k, "stage": stage}))
-            if streams:  # the storage reads and writes the op's weights meanwhile
-                self.slices.append(("storage", f"weights {name}", t0, env.now,
-                                    {"step": i, "op": k, "energy_j": storage_j}))
-        self.ram.free(env.now, workspace[k])
-
-    def _run_op(self, i: int, k: int, kind: str, streams: bool
-                ) -> Generator[simpy.Event, Any, float]:
-        """Run op ``k`` for its time, its energy booked on the parts that spend it; the
-        storage's joules."""
-        if self.replay.reads_weights[i]:  # streams its weights from storage
-            duration, energy = self.compute_time[k], self.compute_energy[k]
-            storage_j, dma_j = self.shares[0][k], self.shares[1][k]
-        else:  # reads no weights from storage, or they are held
-            duration, energy = self.held_time[k], self.held_energy[k]
-            storage_j, dma_j = self.held_shares[0][k], self.held_shares[1][k]
-        if not streams:
-            storage_j = dma_j = 0.0
         if storage_j or dma_j:
-            # a streamed run's shares, booked on the components that spend them
-            self.storage.machine.quantum("stream", kind, storage_j)
-            if dma_j:
-                self.dma.machine.quantum("stream", kind, dma_j)  # type: ignore[union-attr]
-            energy -= storage_j + dma_j
+            self._book_stream(kind, storage_j, dma_j)
         cpu = self.cpu
         if duration > 0.0:
-            cpu.run(kind, energy / duration)
+            cpu.run(kind, power_w)
             yield from self.bus.compute(duration)
         else:
             cpu.run(kind, 0.0)
-            cpu.machine.quantum("active", kind, energy)
-        return storage_j
+            cpu.machine.quantum("active", kind, energy_j)
+        now = env.now
+        self.compute_s += now - t0
+        if self.writeback_busy:  # a seeded run: the card may still be writing back
+            yield from self._wait_for_write_back(i)
+            now = env.now
+        if occupies:
+            self.dma.release()  # type: ignore[union-attr]
+        if self.slices is not None:
+            self._record_run(i, k, stage, kind, t0, now, storage_j if streams else None)
+        ram.free(now, self.workspace[k])
 
-    def _wait_for_write_back(self, i: int, busy_s: float, storage_j: float
-                             ) -> Generator[simpy.Event, Any, None]:
-        """Stall while the card finishes writing back the weights of step ``i``'s run."""
+    def _overwrite(self, k: int, into: int) -> Generator[simpy.Event, Any, None]:
+        """Op ``k`` is about to write its output over tensor ``into``'s buffer: once a
+        write of ``into`` in flight has ended (its copy must be on storage)."""
+        write = self.writing.get(into)
+        if write is not None and write.state is not DONE:
+            yield from self._stall_for(write)
+        self.shared[into] = self.size[k]
+
+    def _book_stream(self, kind: str, storage_j: float, dma_j: float) -> None:
+        """A streamed run's shares of its energy, booked on the parts that spend them."""
+        self.storage.machine.quantum("stream", kind, storage_j)
+        if dma_j:
+            self.dma.machine.quantum("stream", kind, dma_j)  # type: ignore[union-attr]
+
+    def _record_run(self, i: int, k: int, stage: int, kind: str, t0: float, t1: float,
+                    storage_j: float | None) -> None:
+        """The trace's slice of a run, and of its weights streaming on the storage
+        (``storage_j`` None: it streams none)."""
+        name = self.names[k]
+        self.slices.append(("cpu", f"{kind} {name}", t0, t1,  # type: ignore[union-attr]
+                            {"step": i, "op": k, "stage": stage}))
+        if storage_j is not None:  # the storage reads and writes the op's weights meanwhile
+            self.slices.append(("storage", f"weights {name}", t0, t1,  # type: ignore[union-attr]
+                                {"step": i, "op": k, "energy_j": storage_j}))
+
+    def _wait_for_write_back(self, i: int) -> Generator[simpy.Event, Any, None]:
+        """Stall while the card finishes writing back the weights of step ``i``'s run, if
+        the run drew extra write-busy time."""
+        extra = self.writeback_busy.get(i)
+        if extra is None:
+            return
+        busy_s, storage_j = extra
         env = self.env
         t1 = env.now
         self.storage.machine.quantum("stream", "write_busy", storage_j)
@@ -519,8 +581,9 @@ class Simulation:
             self.slices.append(("dma copy" if self.dma is not None else "cpu",
                                 f"move {self.names[k]}", t0, env.now, {"step": i, "op": k}))
 
-    def _page_out(self, i: int, k: int) -> Generator[simpy.Event, Any, None]:
-        """PAGE_OUT k: reserve storage space and hand the write to the DMA (or do it)."""
+    def _page_out(self, i: int, k: int) -> TransferJob:
+        """PAGE_OUT k: reserve storage space and hand the write to the DMA; the job (the
+        CPU moves it itself without DMA)."""
         job = self.job_at[i]
         if not self.storage.store(self.size[k]):
             name = self.names[k]
@@ -533,8 +596,7 @@ class Simulation:
         if self.dma is not None:
             self.outstanding.append(job)
             self.dma.submit(job)
-        else:
-            yield from self._move(job)
+        return job
 
     def _page_in(self, i: int, k: int) -> Generator[simpy.Event, Any, None]:
         """PAGE_IN k: the buffer allocated (unless a prefetch did), the read started if
@@ -546,12 +608,12 @@ class Simulation:
             job.allocated = True
         if self.dma is None:
             yield from self._move(job)
-        elif job.state == PLANNED and job.plan.trigger_step <= i:
+        elif job.state is PLANNED and job.plan.trigger_step <= i:
             self._issue(job)
 
     # ------------------------------------------------------------------ run and report
     def run(self) -> SimReport:
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         env = self.env
         env.run(until=self.main)
         makespan = env.now
@@ -563,5 +625,5 @@ class Simulation:
             self.dma.machine.finish(makespan)
             machines.append(self.dma.machine)
         events = next(env._eid)  # type: ignore[attr-defined]
-        wall = time.perf_counter() - started
-        return finished_report(self, makespan, machines, events, wall)
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+        return finished_report(self, makespan, machines, events, wall, cpu)

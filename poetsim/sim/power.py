@@ -76,7 +76,7 @@ class PowerMachine:
     """
 
     __slots__ = ("component", "state", "since", "contributions", "residency", "transitions",
-                 "ledger", "intervals", "_record")
+                 "ledger", "entries", "intervals")
 
     def __init__(self, component: str, state: str, contributions: Iterable[Contribution],
                  ledger: EnergyLedger, *, record: bool = False, t0: float = 0.0) -> None:
@@ -87,40 +87,42 @@ class PowerMachine:
         self.residency: dict[str, float] = {}
         self.transitions: dict[tuple[str, str], int] = {}
         self.ledger = ledger
+        self.entries = ledger.entries  # booked into at every transition
         self.intervals: list[tuple[float, float, str, float]] | None = [] if record else None
-        self._record = record
 
     @property
     def power_w(self) -> float:
         """The power drawn now."""
         return sum(watts for _, watts in self.contributions)
 
-    def _integrate(self, t: float) -> None:
-        dt = t - self.since
-        if dt <= 0.0:
-            if dt < -_TIME_EPS * max(1.0, abs(t)):
-                raise RuntimeError(f"{self.component}: time went backwards "
-                                   f"({self.since!r} -> {t!r})")
-            return
-        state = self.state
-        entries = self.ledger.entries
-        component = self.component
-        total = 0.0
-        for kind, watts in self.contributions:
-            if watts:
-                key = (component, state, kind)
-                entries[key] = entries.get(key, 0.0) + watts * dt
-                total += watts
-        residency = self.residency
-        residency[state] = residency.get(state, 0.0) + dt
-        if self._record:
-            self.intervals.append((self.since, t, state, total))  # type: ignore[union-attr]
-        self.since = t
-
     def set(self, t: float, state: str, contributions: Iterable[Contribution]) -> None:
-        """From time ``t`` on, the component is in ``state`` drawing ``contributions``."""
-        if t != self.since:
-            self._integrate(t)
+        """From time ``t`` on, the component is in ``state`` drawing ``contributions``.
+
+        The energy since the last change is integrated first (the hot path of every run:
+        one call per transition)."""
+        since = self.since
+        if t != since:
+            dt = t - since
+            if dt > 0.0:
+                current = self.state
+                entries = self.entries
+                component = self.component
+                for kind, watts in self.contributions:
+                    if watts:
+                        key = (component, current, kind)
+                        entries[key] = entries.get(key, 0.0) + watts * dt
+                residency = self.residency
+                residency[current] = residency.get(current, 0.0) + dt
+                if self.intervals is not None:
+                    total = 0.0
+                    for _, watts in self.contributions:
+                        if watts:
+                            total += watts
+                    self.intervals.append((since, t, current, total))
+                self.since = t
+            elif dt < -_TIME_EPS * max(1.0, abs(t)):
+                raise RuntimeError(f"{self.component}: time went backwards "
+                                   f"({since!r} -> {t!r})")
         if state != self.state:
             key = (self.state, state)
             self.transitions[key] = self.transitions.get(key, 0) + 1
@@ -140,9 +142,7 @@ class PowerMachine:
 
     def finish(self, t: float) -> None:
         """Integrate up to the end of the run."""
-        self._integrate(t)
-        if t > self.since:
-            self.since = t
+        self.set(t, self.state, self.contributions)
 
     def transition_count(self, to_state: str) -> int:
         """Number of transitions into ``to_state``."""

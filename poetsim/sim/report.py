@@ -198,7 +198,10 @@ class SimReport:
     prediction: Prediction
     events: int
     timeline: Timeline | None = attrs.field(default=None, eq=False, repr=False)
+    #: the event loop's wall-clock and CPU (process) seconds: for benchmarks, never a figure
+    #: of the simulated board
     wall_s: float = attrs.field(default=0.0, eq=False, repr=False)
+    cpu_s: float = attrs.field(default=0.0, eq=False, repr=False)
     # timing variance: the seed of a seeded run (None: nominal) and the extra write-busy
     # time it drew for the page-outs (see poetsim.sim.storage)
     seed: int | None = None

@@ -22,22 +22,34 @@ __all__ = ["finished_report"]
 
 
 def _book_weight_streams(sim: Simulation) -> None:
-    """Book on the storage device the weights the ops streamed and wrote back."""
+    """Book on the storage device the weights the ops streamed and wrote back (each op's
+    commands worked out once, however often it runs)."""
     graph, board, storage, steps = sim.graph, sim.board, sim.storage, sim.steps
     on_storage = WeightsOnStorage.of(graph)
+    device: dict[tuple[int, bool], int] = {}
+
+    def device_bytes(size: int, write: bool) -> int:
+        if (size, write) not in device:
+            device[size, write] = transfer_phases(board, size, write=write).device_bytes
+        return device[size, write]
+
+    read_by_op: dict[int, int] = {}
     for i, read in enumerate(sim.replay.reads_weights):
         if read:
             k = steps[i].op
-            for size, count in stream_commands(graph, k, on_storage.bytes_read(graph, k)):
-                device = transfer_phases(board, size, write=False).device_bytes
-                storage.read_weights(count * device)
+            if k not in read_by_op:
+                read_by_op[k] = sum(count * device_bytes(size, False) for size, count
+                                    in stream_commands(graph, k, on_storage.bytes_read(graph, k)))
+            storage.read_weights(read_by_op[k])
+    written_by_op: dict[int, list[tuple[int, int]]] = {}
     for i in sim.replay.write_back_positions:
         k = steps[i].op
-        written = int(sim.costs.writeback_bytes[k])
-        for size, count in stream_commands(graph, k, written):
-            device = transfer_phases(board, size, write=True).device_bytes
-            for _ in range(count):
-                storage.write_back(device)
+        if k not in written_by_op:
+            written = int(sim.costs.writeback_bytes[k])
+            written_by_op[k] = [(device_bytes(size, True), count)
+                                for size, count in stream_commands(graph, k, written)]
+        for nbytes, count in written_by_op[k]:
+            storage.write_back(nbytes, count)
 
 
 def _violations(sim: Simulation, makespan: float) -> tuple[SimViolation, ...]:
@@ -117,7 +129,7 @@ def _ram_fields(sim: Simulation) -> dict[str, Any]:
 
 
 def finished_report(sim: Simulation, makespan: float, machines: list, events: int,
-                    wall: float) -> SimReport:
+                    wall: float, cpu: float) -> SimReport:
     """The report of ``sim``, run to its end at ``makespan``."""
     _book_weight_streams(sim)
     ledger, board, counts = sim.ledger, sim.board, sim.profile.counts
@@ -143,5 +155,6 @@ def finished_report(sim: Simulation, makespan: float, machines: list, events: in
         page_ins=counts[Action.PAGE_IN], page_outs=counts[Action.PAGE_OUT],
         frees=counts[Action.FREE], transfers=tuple(transfer_record(job) for job in sim.jobs),
         prediction=_prediction(sim, makespan),
-        events=events, timeline=_timeline(sim, machines), wall_s=wall, seed=sim.seed,
+        events=events, timeline=_timeline(sim, machines), wall_s=wall, cpu_s=cpu,
+        seed=sim.seed,
     )

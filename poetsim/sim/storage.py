@@ -239,6 +239,8 @@ class StorageModel:
         self.peak_used_bytes = 0
         #: bytes a wear-levelled device wears (page-rounded per write command, worn_bytes)
         self.worn_bytes = 0
+        #: worn_bytes per write size met so far (a run writes few distinct sizes)
+        self._worn_by_size: dict[int, int] = {}
         self.wear: FlashWear | None = None
         if spec.kind is StorageKind.QSPI_NOR:
             self.wear = FlashWear(spec.capacity_bytes, spec.erase_sector_bytes or 1,
@@ -251,6 +253,12 @@ class StorageModel:
         if self.used_bytes > self.peak_used_bytes:
             self.peak_used_bytes = self.used_bytes
         return self.used_bytes <= self.spec.capacity_bytes
+
+    def _worn(self, device_bytes: int) -> int:
+        worn = self._worn_by_size.get(device_bytes)
+        if worn is None:
+            worn = self._worn_by_size[device_bytes] = worn_bytes(self.spec, device_bytes)
+        return worn
 
     # ------------------------------------------------------------------ states
     def _fall_asleep_if_due(self, now: float) -> None:
@@ -286,6 +294,13 @@ class StorageModel:
         jobs = self.jobs
         if not jobs:
             return
+        if len(jobs) == 1:  # one transfer: its state and power (the common case)
+            job = jobs[0]
+            state = job.storage_state
+            power = (job.timing.busy_power_w if state == "busy"
+                     else job.timing.storage_power_w)
+            self.machine.set(self.env.now, state, ((job.kind, power),))
+            return
         state = "read"
         powers: dict[str, float] = {}
         for job in jobs:
@@ -316,7 +331,7 @@ class StorageModel:
         if job.kind == "page_out":
             self.bytes_written += job.timing.device_bytes
             if self.wear is None:
-                self.worn_bytes += worn_bytes(self.spec, job.timing.device_bytes)
+                self.worn_bytes += self._worn(job.timing.device_bytes)
         else:
             self.bytes_read += job.timing.device_bytes
         if self.users == 0:
@@ -332,15 +347,16 @@ class StorageModel:
         self.bytes_read += device_bytes
 
     # ------------------------------------------------------------------ wear
-    def write_back(self, device_bytes: int) -> None:
-        """Book a write of ``device_bytes`` made inside an op (weights on storage written
-        back by their in-place update, :mod:`poetsim.graph.streaming`): its wear and its
-        bytes, like a page-out's; its time and energy are the op's."""
-        self.bytes_written += device_bytes
+    def write_back(self, device_bytes: int, commands: int = 1) -> None:
+        """Book ``commands`` writes of ``device_bytes`` each made inside an op (weights on
+        storage written back by their in-place update, :mod:`poetsim.graph.streaming`):
+        their wear and their bytes, like page-outs'; their time and energy are the op's."""
+        self.bytes_written += commands * device_bytes
         if self.wear is not None:
-            self.wear.write(device_bytes)
+            for _ in range(commands):  # each command erases its own sectors
+                self.wear.write(device_bytes)
         else:
-            self.worn_bytes += worn_bytes(self.spec, device_bytes)
+            self.worn_bytes += commands * self._worn(device_bytes)
 
     @property
     def wear_bytes(self) -> int:
