@@ -14,6 +14,7 @@ import poetsim
 import poetsim.api
 from poetsim.api import arguments, checking, planning, studies
 from poetsim.cli.main import main
+from poetsim.cli.options import FLAGS
 from poetsim.errors import ArgumentTypeError, InputError, PoetsimError
 
 ROOT = Path(__file__).parents[1]
@@ -160,11 +161,8 @@ def test_bad_words_give_the_cli_message(call, argv, capsys):
         assert str(raised.value) == "accounting = 'nope': must be 'physical' or 'paper'"
         return
     cli = _cli_error(capsys, ["solve", "--model", "ds_cnn_s", "--board", "nrf52840", *argv])
-    names = {"effort": "--effort", "time_limit_s": "--time-limit"}
-    api = str(raised.value)
-    for name, flag in names.items():
-        api = api.replace(f"{name} = ", f"{flag} ", 1) if api.startswith(name) else api
-    assert api == cli
+    name, sep, rest = str(raised.value).partition(" = ")
+    assert (f"{FLAGS[name]} {rest}" if sep and name in FLAGS else str(raised.value)) == cli
 
 
 @pytest.mark.parametrize(("call", "message"), [

@@ -133,7 +133,7 @@ def request_from_args(args: argparse.Namespace,
 
 #: The flag of each API parameter whose name differs, for messages that name what the
 #: user typed.
-_FLAGS = {"time_limit_s": "--time-limit", "gap_limit": "--gap", "seed": "--seed",
+FLAGS = {"time_limit_s": "--time-limit", "gap_limit": "--gap", "seed": "--seed",
           "threads": "--threads", "effort": "--effort", "tolerance": "--tolerance",
           "ram": "--ram", "deadline": "--deadline", "deadline_margin": "--deadline-margin",
           "accounting": "--accounting", "optimizer": "--optimizer"}
@@ -147,8 +147,8 @@ def flags_named() -> Iterator[None]:
         yield
     except InputError as err:
         field, sep, rest = str(err).partition(" = ")
-        if sep and field in _FLAGS:
-            raise InputError(f"{_FLAGS[field]} {rest}") from None
+        if sep and field in FLAGS:
+            raise InputError(f"{FLAGS[field]} {rest}") from None
         raise
 
 
