@@ -387,3 +387,21 @@ def test_tied_methods_stay_visible_in_the_sweep_plots():
     for top, below in zip(styles, styles[1:]):
         assert below["linewidth"] > top["linewidth"] and below["markersize"] > top["markersize"]
         assert below["zorder"] < top["zorder"]
+
+
+@pytest.mark.parametrize(("workers", "results", "message"), [
+    (0, "r.sqlite", "workers = 0: must be at least 1"),
+    (-2, "r.sqlite", "workers = -2: must be at least 1"),
+    (1, "f/r.sqlite", "cannot write a results store there: "),  # f is a file
+])
+def test_a_sweep_that_cannot_run_is_one_line_and_writes_nothing(tmp_path, capsys, workers,
+                                                                  results, message):
+    path = tmp_path / "s.toml"
+    path.write_text('models = ["mlp"]\nboards = ["nrf52840"]\nram = ["80%"]\n'
+                    'methods = ["dtr"]\naccounting = "paper"\n')
+    (tmp_path / "f").write_text("a file, not a folder")
+    status = main(["sweep", str(path), "--results", str(tmp_path / results), "--workers",
+                   str(workers)])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "r.sqlite").exists()
