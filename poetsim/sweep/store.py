@@ -125,6 +125,12 @@ class ResultsStore:
             found = None if row is None else row[0]
             raise SweepError(f"{self.path}: store_version = {found!r}: this poetsim reads "
                              f"version {STORE_VERSION}")
+        tables = {r[0] for r in self._conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        missing = sorted({"points", "sessions"} - tables)
+        if missing:
+            raise SweepError(f"{self.path}: table {', '.join(missing)} is missing: a damaged "
+                             "results store")
 
     # ------------------------------------------------------------------ writing
 
