@@ -52,6 +52,9 @@ def compare(request: Request, *, settings: SolverSettings = SolverSettings(),
     for each method."""
     names = list(METHODS) if methods is None else ["poet", *(m for m in methods
                                                             if m != "poet")]
+    twice = sorted({m for m in names if names.count(m) > 1})
+    if twice:  # each would run and be reported twice
+        raise InputError(f"methods: {', '.join(twice)} given more than once")
     ended: list[Outcome] = []
 
     def each(_name: str, outcome: Outcome | None) -> None:

@@ -32,7 +32,7 @@ import attrs
 
 from poetsim.boards import get_board
 from poetsim.errors import InputError, PoetsimError, ScheduleFileError
-from poetsim.fileio import read_toml
+from poetsim.fileio import read_text, read_toml
 from poetsim.graph.graph import OPTIMIZER_STATE_COPIES
 from poetsim.methods import METHODS, SOLVER_METHODS, SolverSettings
 from poetsim.request import Accounting, Request, request_for_schedule, resolve_request
@@ -342,6 +342,8 @@ def trained_on(board: str, folder: str | Path) -> list[dict[str, Any]]:
     and its options, method, optimizer, RAM budget, deadline, energy and time per
     iteration, peak RAM and storage lifetime. Goldens judged under the paper's
     accounting do not count."""
+    if not Path(folder).is_dir():
+        raise InputError(f"{folder}: not a folder of golden schedules")
     found = []
     for path in _goldens(Path(folder)):
         meta = _golden_metadata_of(path)
@@ -363,7 +365,10 @@ def trained_on(board: str, folder: str | Path) -> list[dict[str, Any]]:
 
 def _golden_metadata_of(path: Path) -> Any:
     """A golden's parsed metadata, refused when it lacks what remaking it needs."""
-    raw = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        raw = json.loads(read_text(path, InputError, "golden schedule"))
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path}: not JSON: {err.msg} (line {err.lineno})") from None
     meta = parse_metadata(raw.get("metadata", {}) if isinstance(raw, dict) else {},
                           source=str(path))
     missing = [f for f in ("model", "board", "ram", "accounting", "method", "expected")

@@ -191,6 +191,23 @@ def test_bad_words_give_the_cli_message(call, argv, capsys):
      "methods = 'dtr': expected a list of method names, not str"),
     (lambda: poetsim.regress_goldens(tolerance=[1]), "tolerance = [1]: expected a share"),
     (lambda: poetsim.run_sweep(3), "sweep = 3: expected a sweep file (str or Path)"),
+    # None where a value is needed, model options and list items of the wrong type
+    (lambda: poetsim.plan("ds_cnn_s", None), "board = None: expected a board name"),
+    (lambda: poetsim.plan("ds_cnn_s", time_limit_s=None),
+     "time_limit_s = None: expected a number of seconds (float), not NoneType"),
+    (lambda: poetsim.simulate(None), "schedule = None: expected a schedule file"),
+    (lambda: poetsim.plan("ds_cnn_s", train_last="3"),
+     "train_last = '3': expected a whole number (int), not str"),
+    (lambda: poetsim.plan("ds_cnn_s", train_last=True),
+     "train_last = True: expected a whole number (int), not bool"),
+    (lambda: poetsim.simulate("s.json", model="ds_cnn_s", train_last=3.0),
+     "train_last = 3.0: expected a whole number (int), not float"),
+    (lambda: poetsim.plan("ds_cnn_s", started="now"),
+     "started = 'now': expected a time.perf_counter() instant (float), not str"),
+    (lambda: poetsim.compare_methods("ds_cnn_s", methods=["dtr", 3]),
+     "methods = 3: expected a list of method names (str), not int"),
+    (lambda: poetsim.regress_goldens(say=3),
+     "say = 3: expected a function of a line (str) (callable) or None, not int"),
 ])
 def test_wrong_types_name_the_parameter_and_the_type(call, message):
     with pytest.raises(ArgumentTypeError) as raised:
@@ -214,6 +231,8 @@ def test_wrong_types_name_the_parameter_and_the_type(call, message):
     (lambda: poetsim.Search(plan_for="fast"),
      "plan_for = 'fast': must be one of typical, slow, costly"),
     (lambda: poetsim.regress_goldens(tolerance="5"), "tolerance = '5': must be in [0, 100%)"),
+    (lambda: poetsim.compare_methods("ds_cnn_s", methods=["dtr", "dtr"]),
+     "methods: dtr given more than once"),
 ])
 def test_bad_values_raise_input_errors(call, message):
     with pytest.raises(InputError) as raised:

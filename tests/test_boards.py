@@ -741,14 +741,34 @@ def test_flash_reserved_at_or_over_its_size_is_a_one_line_error(tmp_path):
     assert_board_error(write_doc(tmp_path, doc), "flash.size")
 
 
-def test_boards_show_prints_the_flash(capsys):
+def test_boards_show_prints_the_flash(capsys, tmp_path):
     from poetsim.cli.main import main
 
-    assert main(["boards", "show", "stm32h743", "--goldens", "/nonexistent"]) in (0, None)
+    # one golden of another board: nothing to simulate
+    golden = Path(__file__).parents[1] / "schedules" / "poet-mlp-rpi5-70.json"
+    (tmp_path / "g.json").write_bytes(golden.read_bytes())
+    none = str(tmp_path)
+    assert main(["boards", "show", "stm32h743", "--goldens", none]) in (0, None)
     out = capsys.readouterr().out
     assert "[flash]" in out and "flash usable (frozen weights)" in out
-    assert main(["boards", "show", "rpi4", "--goldens", "/nonexistent"]) in (0, None)
+    assert main(["boards", "show", "rpi4", "--goldens", none]) in (0, None)
     assert "[flash]" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("goldens", "words"), [
+    ("missing", "missing: not a folder of golden schedules"),
+    ("s.json", "s.json: not a folder of golden schedules"),
+    (".", "x.json: not JSON: Expecting property name enclosed in double quotes (line 1)"),
+])
+def test_boards_show_goldens_that_cannot_be_read_are_one_line(capsys, tmp_path, goldens, words):
+    from poetsim.cli.main import main
+
+    (tmp_path / "s.json").write_text("{nope")
+    (tmp_path / "x.json").write_text("{nope") if goldens == "." else None
+    (tmp_path / "s.json").unlink() if goldens == "." else None
+    assert main(["boards", "show", "rpi4", "--goldens", str(tmp_path / goldens)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err, err
 
 
 def test_board_for_schedule_prefers_the_given_then_the_recorded_then_the_default():

@@ -166,6 +166,8 @@ def test_execute_refuses_a_bad_number_in_one_line(tmp_path, capsys, flag, value,
      "importing 'm_import' raised ValueError: at import"),
     ("m_huge", "import torch\ndef make():\n    return torch.nn.Linear(4, 2)\n",
      "99999999,99999999", "1e+16 elements, over the 2147483648"),
+    ("m_tuple", "import torch\ndef make():\n    return (torch.nn.Linear(4, 2),)\n", "2,4",
+     "returned a tuple of 1: expected a module, or (module, example inputs)"),
 ])
 def test_the_users_own_mistakes_in_a_factory_are_one_line(tmp_path, capsys, monkeypatch,
                                                           module, source, shape, words):

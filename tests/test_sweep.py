@@ -327,6 +327,9 @@ def test_report_table_csv_json_plots(finished_store, tmp_path, capsys):
     ("UPDATE points SET makespan_s = 'fast' WHERE idx = 3", "makespan_s = 'fast': not a finite"),
     ("UPDATE points SET model_options = '{layers' WHERE idx = 3",
      "model_options = '{layers': not JSON"),
+    ("UPDATE points SET energy_j = -1 WHERE idx = 3", "energy_j = -1.0: must be >= 0"),
+    ("UPDATE points SET budget_bytes = -5 WHERE idx = 3", "budget_bytes = -5: must be >= 0"),
+    ("UPDATE points SET status = 'weird' WHERE idx = 3", "status = 'weird': must be one of"),
 ])
 def test_a_damaged_store_is_one_line_and_writes_nothing(finished_store, tmp_path, capsys, sql,
                                                         words):
@@ -340,6 +343,18 @@ def test_a_damaged_store_is_one_line_and_writes_nothing(finished_store, tmp_path
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and not out.exists()
     assert "point 3 (" in err and words in err and "damaged results store" in err
+
+
+def test_a_store_without_its_points_table_is_one_line(finished_store, tmp_path, capsys):
+    damaged = tmp_path / "d.sqlite"
+    damaged.write_bytes(finished_store.read_bytes())
+    conn = sqlite3.connect(damaged)
+    conn.execute("DROP TABLE points")
+    conn.commit()
+    conn.close()
+    assert main(["sweep", "report", str(damaged), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "table points is missing: a damaged results store" in err
 
 
 def test_a_second_writer_on_one_store_refuses_with_one_line(tmp_path):
@@ -387,3 +402,21 @@ def test_tied_methods_stay_visible_in_the_sweep_plots():
     for top, below in zip(styles, styles[1:]):
         assert below["linewidth"] > top["linewidth"] and below["markersize"] > top["markersize"]
         assert below["zorder"] < top["zorder"]
+
+
+@pytest.mark.parametrize(("workers", "results", "message"), [
+    (0, "r.sqlite", "workers = 0: must be at least 1"),
+    (-2, "r.sqlite", "workers = -2: must be at least 1"),
+    (1, "f/r.sqlite", "cannot write a results store there: "),  # f is a file
+])
+def test_a_sweep_that_cannot_run_is_one_line_and_writes_nothing(tmp_path, capsys, workers,
+                                                                  results, message):
+    path = tmp_path / "s.toml"
+    path.write_text('models = ["mlp"]\nboards = ["nrf52840"]\nram = ["80%"]\n'
+                    'methods = ["dtr"]\naccounting = "paper"\n')
+    (tmp_path / "f").write_text("a file, not a folder")
+    status = main(["sweep", str(path), "--results", str(tmp_path / results), "--workers",
+                   str(workers)])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "r.sqlite").exists()

@@ -25,7 +25,7 @@ from poetsim.request import BOARD_RAM, Accounting
 from poetsim.zoo import build_model
 
 __all__ = ["Model", "accounting_of", "board_of", "budget_word", "deadline_word", "expect",
-           "expect_flag", "graph_of", "is_graph_file", "optimizer_of"]
+           "expect_flag", "graph_of", "is_graph_file", "model_options_of", "optimizer_of"]
 
 #: What a model may be given as (an ``nn.Module`` is typed ``Any``: torch is optional).
 Model = str | Path | TrainingGraph | Any
@@ -36,12 +36,13 @@ def _shown(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def expect(name: str, value: Any, types: type | tuple[type, ...], expected: str) -> Any:
-    """``value`` when it is None or of ``types`` (a bool is no number), else an
-    :class:`ArgumentTypeError` naming ``name``, ``expected`` and the type given."""
+def expect(name: str, value: Any, types: type | tuple[type, ...], expected: str, *,
+           optional: bool = True) -> Any:
+    """``value`` when it is of ``types`` (a bool is no number), or None if ``optional``,
+    else an :class:`ArgumentTypeError` naming ``name``, ``expected`` and the type given."""
     allowed = types if isinstance(types, tuple) else (types,)
-    if value is None or isinstance(value, allowed) and (bool in allowed
-                                                         or not isinstance(value, bool)):
+    if value is None and optional or isinstance(value, allowed) and (
+            bool in allowed or not isinstance(value, bool)):
         return value
     raise ArgumentTypeError(f"{name} = {_shown(value)}: expected {expected}, not "
                             f"{type(value).__name__}")
@@ -109,8 +110,18 @@ def board_of(board: str | Path | Board) -> Board:
     """The board: a :class:`Board` as it is, or a built-in name or a board file."""
     if isinstance(board, Board):
         return board
-    expect("board", board, (str, Path), "a board name, a board file (str or Path) or a Board")
+    expect("board", board, (str, Path), "a board name, a board file (str or Path) or a Board",
+           optional=False)
     return get_board(board)
+
+
+def model_options_of(model_options: Mapping[str, Any]) -> Mapping[str, int]:
+    """``model_options`` when every value is an int (the zoo also takes the command line's
+    words, ``"2"``; a caller's ``layers="2"`` is a slip), else an
+    :class:`ArgumentTypeError`."""
+    for option, value in model_options.items():
+        expect(option, value, int, "a whole number (int)", optional=False)
+    return model_options
 
 
 def is_graph_file(model: Any) -> bool:
@@ -136,6 +147,7 @@ def graph_of(model: Model, model_options: Mapping[str, int],
     if model_options and (is_graph_file(model) or not isinstance(model, str)):
         raise InputError(f"model options {', '.join(model_options)} given for "
                          f"{_shown(model)}: they are for a zoo model only")
+    model_options_of(model_options)
     if isinstance(model, TrainingGraph):
         return model
     if is_graph_file(model):

@@ -23,6 +23,7 @@ from poetsim.api.arguments import (
     expect_flag,
     graph_of,
     is_graph_file,
+    model_options_of,
     optimizer_of,
 )
 from poetsim.boards import Board
@@ -174,9 +175,10 @@ def simulate(schedule: str | Path, board: str | Path | Board | None = None, *,
     >>> tight.verdict.label, tight.verdict.violations[0][:36]
     ('FAIL', 'peak RAM 201.3 KiB (206176 B: 45664 ')
     """
-    expect("schedule", schedule, (str, Path), "a schedule file (str or Path)")
+    expect("schedule", schedule, (str, Path), "a schedule file (str or Path)", optional=False)
     expect_flag("accept_edits", accept_edits)
     expect_flag("trace", trace)
+    model_options_of(model_options)
     source = str(schedule)
     words = dict(ram=budget_word(ram, ram_bytes, default=None),
                  deadline=deadline_word(deadline, deadline_s),

@@ -247,8 +247,10 @@ def plan(  # noqa: PLR0913 - the command line's words, one keyword each, and its
     started = time.perf_counter() if started is None else started
     search = Search() if search is None else expect(
         "search", search, Search, "poetsim.Search settings")
-    expect("effort", effort, int, "a whole number of nodes (int)")
-    expect("time_limit_s", time_limit_s, (int, float), "a number of seconds (float)")
+    expect("effort", effort, int, "a whole number of nodes (int)", optional=False)
+    expect("time_limit_s", time_limit_s, (int, float), "a number of seconds (float)",
+           optional=False)
+    expect("started", started, (int, float), "a time.perf_counter() instant (float)")
     request = resolve_request(
         graph_of(model, model_options, example_inputs), board_of(board),
         ram=budget_word(ram, ram_bytes), deadline=deadline_word(deadline, deadline_s),

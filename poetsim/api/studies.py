@@ -110,10 +110,14 @@ def compare_methods(  # noqa: PLR0913 - the command line's words, one keyword ea
     >>> table["checkpoint_all"].why_not
     'its schedule needs 224000 B of activation RAM, over the budget of 191904 B'
     """
-    expect("effort", effort, int, "a whole number of nodes (int)")
-    expect("time_limit_s", time_limit_s, (int, float), "a number of seconds (float)")
+    expect("effort", effort, int, "a whole number of nodes (int)", optional=False)
+    expect("time_limit_s", time_limit_s, (int, float), "a number of seconds (float)",
+           optional=False)
+    expect("started", started, (int, float), "a time.perf_counter() instant (float)")
     if methods is not None:
         methods = list(expect("methods", methods, (list, tuple), "a list of method names"))
+        for method in methods:
+            expect("methods", method, str, "a list of method names (str)", optional=False)
     request = resolve_request(
         graph_of(model, model_options, example_inputs), board_of(board),
         ram=budget_word(ram, ram_bytes), deadline=deadline_word(deadline, deadline_s),
@@ -160,6 +164,7 @@ def run_sweep(sweep: str | Path | Sweep, results: str | Path | None = None, *,
     expect("scheduler", scheduler, str, "a scheduler address such as tcp://host:8786 (str)")
     expect("workers", workers, int, "a number of processes (int)")
     expect_flag("retry_failed", retry_failed)
+    expect_callable("progress", progress, "a function of the sweep's progress")
     store = Path(results) if results is not None else Path(f"{sweep.name}.sqlite")
     return run(sweep, store, scheduler=scheduler, workers=workers, cache_dir=cache_dir,
                retry_failed=retry_failed, progress=progress)
@@ -256,8 +261,9 @@ def regress_goldens(folder: str | Path | None = None, *, names: Sequence[str] = 
         expect_flag(name, flag)
     names = list(expect("names", names, (list, tuple), "a list of case names"))
     for name in names:
-        expect("names", name, str, "a list of case names (str)")
+        expect("names", name, str, "a list of case names (str)", optional=False)
     expect_callable("progress", progress, "a function of a check")
+    expect_callable("say", say, "a function of a line (str)")
     if make:
         make_goldens(folder, say=say or (lambda _line: None))
     checks = check_goldens(folder, tolerance=share, resolve=resolve, corners=corners,

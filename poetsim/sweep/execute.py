@@ -132,6 +132,9 @@ def run_sweep(sweep: Sweep, results: str | Path, *, scheduler: str | None = None
     failed point is final, like a finished one). ``progress`` is called after every
     finished point (and once at the start).
     """
+    if workers is not None and workers < 1:
+        raise SweepError(f"workers = {workers}: must be at least 1 (or none given: one per "
+                         "core)")
     as_completed = require_distributed().as_completed
 
     from poetsim.sweep.worker import run_point

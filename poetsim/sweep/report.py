@@ -36,6 +36,10 @@ __all__ = ["plot_energy_vs_deadline", "plot_energy_vs_ram", "read_results", "for
            "summary_counts", "write_csv", "write_plots"]
 
 _JSON_COLUMNS = ("model_options", "overrides", "solver", "violations")
+#: The figures that may be negative (an energy below the reference's); every other is >= 0.
+_SIGNED_COLUMNS = ("energy_overhead",)
+#: What a finished point's row records (:mod:`poetsim.sweep.worker`).
+_STATUSES = ("done", "error")
 
 #: Okabe-Ito hues, one per method in order of first appearance.
 _COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000",
@@ -65,6 +69,13 @@ def read_results(path: str | Path) -> list[dict[str, Any]]:
                     isinstance(value, (str, bytes)) or not math.isfinite(value)):
                 raise SweepError(f"{where}: {column} = {value!r}: not a finite number (a "
                                  "damaged results store)")
+            if column not in _SIGNED_COLUMNS and kind in ("REAL", "INTEGER") and (
+                    value is not None and value < 0):
+                raise SweepError(f"{where}: {column} = {value!r}: must be >= 0 (a damaged "
+                                 "results store)")
+        if row.get("status") not in _STATUSES:
+            raise SweepError(f"{where}: status = {row.get('status')!r}: must be one of "
+                             f"{', '.join(_STATUSES)} (a damaged results store)")
         for column in ("feasible", "fits_board_ram", "within_budget", "deadline_met",
                        "cached"):
             if row.get(column) is not None:

@@ -86,10 +86,14 @@ class ResultsStore:
         self._lock: Any = None
         if not create and not self.path.is_file():
             raise SweepError(f"{self.path}: no such results store")
-        if create:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        if writer:
-            self._lock = _writer_lock(self.path)
+        try:
+            if create:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            if writer:
+                self._lock = _writer_lock(self.path)
+        except OSError as err:  # a read-only or missing folder, a file where one should be
+            raise SweepError(f"{self.path}: cannot write a results store there: "
+                             f"{err.strerror or err}") from None
         try:
             self._conn = sqlite3.connect(self.path, timeout=30.0)
             self._conn.row_factory = sqlite3.Row
@@ -121,6 +125,12 @@ class ResultsStore:
             found = None if row is None else row[0]
             raise SweepError(f"{self.path}: store_version = {found!r}: this poetsim reads "
                              f"version {STORE_VERSION}")
+        tables = {r[0] for r in self._conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        missing = sorted({"points", "sessions"} - tables)
+        if missing:
+            raise SweepError(f"{self.path}: table {', '.join(missing)} is missing: a damaged "
+                             "results store")
 
     # ------------------------------------------------------------------ writing
 

@@ -49,7 +49,10 @@ class TensorArena:
             b = where.get((steps[p].op, end))
             if b is not None:
                 self.at[p] = (b.offset_bytes // width, b.size_bytes // width)
-        self.region = torch.zeros(-(-layout.arena_bytes // width), dtype=torch.float64)
+        # the bytes the buffers reach: a file may declare a larger arena (the simulator
+        # judges that), which the run never touches and need not allocate
+        top_bytes = max((b.top_bytes for b in layout.buffers), default=0)
+        self.region = torch.zeros(-(-top_bytes // width), dtype=torch.float64)
         self.width = width
 
     def move(self, position: int, step: Step, value: Any) -> Any:

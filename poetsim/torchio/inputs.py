@@ -74,13 +74,21 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else "(no message)"
 
 
-def call_factory(spec: str, factory: Callable[[], Any]) -> Any:
-    """``factory()``, its exception a one-line :class:`InputError` naming ``spec``."""
+def call_factory(spec: str, factory: Callable[[], Any]) -> tuple[Any, Any]:
+    """``factory()`` as ``(module, example inputs or None)``: a factory returns a module or
+    a pair of them; its exception, or another tuple, a one-line :class:`InputError` naming
+    ``spec``."""
     try:
-        return factory()
+        made = factory()
     except Exception as err:  # noqa: BLE001 - the user's factory raised
         raise InputError(f"model factory {spec!r} raised {type(err).__name__}: "
                          f"{_first_line(err)}") from None
+    if not isinstance(made, tuple):
+        return made, None
+    if len(made) != 2:
+        raise InputError(f"model factory {spec!r} returned a tuple of {len(made)}: expected "
+                         "a module, or (module, example inputs)")
+    return made[0], made[1]
 
 
 def load_factory(spec: str) -> Callable[[], Any]:

@@ -56,6 +56,7 @@ factories), :mod:`poetsim.torchio.tables` (the ATen op tables, the node classes)
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -82,11 +83,18 @@ LOSSES = ("cross_entropy", "mse")
 
 def _export(module: Any, inputs: tuple[Any, ...]) -> Any:
     torch = require_torch()
+    # torch logs the traceback of a failed op (a shape that does not fit the model) before
+    # it raises; the raised error is reported in one line, so the log stays quiet
+    noisy = logging.getLogger("torch._subclasses.fake_tensor")
+    level = noisy.level
+    noisy.setLevel(logging.CRITICAL)
     try:
         return torch.export.export(module, inputs, strict=False)
     except Exception as err:  # noqa: BLE001 - torch raises many types; report one line
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise GraphError(f"torch.export could not trace the model: {first}") from None
+    finally:
+        noisy.setLevel(level)
 
 
 def import_module(module: Any, inputs: Sequence[Any], *, name: str | None = None,

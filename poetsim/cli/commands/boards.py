@@ -83,7 +83,8 @@ def _cmd_boards_show(args: argparse.Namespace) -> None:
     board = get_board(args.board)
     # the golden training jobs that run on this board, simulated again now
     folder = data_dir("schedules") if args.goldens is None else Path(args.goldens)
-    trains = trained_on(board.name, folder) if folder.is_dir() else []
+    # a package without its goldens lists none; a folder the user names must be one
+    trains = trained_on(board.name, folder) if args.goldens or folder.is_dir() else []
     if args.json:
         emit_json({**board_to_dict(board), "trains": trains})
         return

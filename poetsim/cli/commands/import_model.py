@@ -38,8 +38,7 @@ def imported_model(args: argparse.Namespace, factory_spec: str) -> Any:
     specs = [parse_input_spec(s) for s in args.input_shape or ()]
     factory = load_factory(factory_spec)
     torch.manual_seed(args.seed)
-    made = call_factory(factory_spec, factory)
-    module, inputs = (made if isinstance(made, tuple) else (made, None))
+    module, inputs = call_factory(factory_spec, factory)
     if specs:
         inputs = make_inputs(specs, args.seed)
     if inputs is None:
