@@ -46,7 +46,7 @@ from poetsim.sim.report import SimReport
 from poetsim.units import format_bytes, format_quantity, meets_deadline
 
 __all__ = ["ENERGY_NOTE_SHARE", "FAIL", "PASS", "CornerVerdict", "Verdict", "check_on_board",
-           "deadline_met_runs", "judge", "judge_corners"]
+           "deadline_met_runs", "judge", "judge_corners", "ram_violations"]
 
 PASS = "PASS"
 FAIL = "FAIL"
@@ -174,6 +174,15 @@ def _judge_ram(request: Request, report: SimReport, violations: list[str],
                 f"{where}) is over the activation budget of {request.ram} = "
                 f"{format_bytes(request.budget_bytes)} ({request.budget_bytes} B)")
     return fits_board, within_budget
+
+
+def ram_violations(request: Request, report: SimReport) -> list[str]:
+    """Why ``report``'s RAM (its arena under ``physical`` accounting, its activations under
+    ``paper``) breaks the request's board or budget, judged as :func:`judge` judges it; for
+    commands that judge a run's memory without a whole verdict (``execute``)."""
+    violations: list[str] = []
+    _judge_ram(request, report, violations, [])
+    return violations
 
 
 def _judge_storage(request: Request, report: SimReport) -> list[str]:

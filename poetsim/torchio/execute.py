@@ -166,7 +166,8 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
         walked = _walk(runner, schedule, on_storage, after_step, directory)
         after = runner.step_the_rest()
         checked = _check(imported, runner, walked, lr, grad_rtol, budget_bytes)
-    sim_peak, sim_energy = _simulate(graph, board, schedule, budget_bytes, resident_bytes)
+    sim_peak, sim_energy, ram_reasons = _simulate(graph, request, schedule, budget_bytes,
+                                                  resident_bytes)
     files = runner.files
     return ExecutionReport(
         graph_name=graph.name, steps=len(schedule.steps), computes=schedule.computes,
@@ -180,7 +181,8 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
         peak_step=walked.peak_step, budget_bytes=budget_bytes,
         checker_peak_bytes=walked.checker_peak,
         simulated_peak_bytes=sim_peak, simulated_energy_j=sim_energy,
-        bytes_written=runner.pages.bytes_written, passed=not checked.reasons,
+        bytes_written=runner.pages.bytes_written,
+        passed=not (checked.reasons or ram_reasons),
         weights_on_storage=on_storage.label, params_on_storage=len(files.weight_files),
         weights_read_bytes=files.weights_read_bytes,
         weights_written_bytes=files.weights_written_bytes,
@@ -188,7 +190,7 @@ def execute_schedule(imported: ImportedModel, schedule: Schedule, *,
         cost_model_weights_written_bytes=walked.model_written,
         weights_held_peak_bytes=files.weights_held_peak_bytes, optimizer=optimizer,
         max_rel_state_error=checked.state, params_with_state_on_storage=len(files.state_files),
-        reasons=checked.reasons, arena_bytes=layout.arena_bytes
+        reasons=checked.reasons + ram_reasons, arena_bytes=layout.arena_bytes
         if isinstance(layout, Layout) else None)
 
 
@@ -368,19 +370,25 @@ def _check(imported: ImportedModel, runner: Runner, walked: _Walked, lr: float,
                     tuple(reasons))
 
 
-def _simulate(graph: TrainingGraph, board: Any, schedule: Schedule, budget_bytes: int | None,
-              resident_bytes: int) -> tuple[int | None, float | None]:
-    """With a ``board``: the simulator's activation peak (the resident region subtracted)
-    and energy; without one, None and None."""
-    if board is None:
-        return None, None
+def _simulate(graph: TrainingGraph, request: Any, schedule: Schedule, budget_bytes: int | None,
+              resident_bytes: int) -> tuple[int | None, float | None, tuple[str, ...]]:
+    """With a request (a ``board``): the simulator's activation peak (the resident region
+    subtracted), energy, and why its RAM (the arena the schedule's layout declares) breaks
+    the request, by the verdict's rule (:func:`~poetsim.verdict.ram_violations`); without
+    one, None, None and none."""
+    if request is None:
+        return None, None, ()
     from poetsim.sim import simulate
+    from poetsim.verdict import ram_violations
 
-    report = simulate(graph, board, schedule,
+    report = simulate(graph, request.board, schedule,
                       budget_bytes=None if budget_bytes is None
                       else budget_bytes + resident_bytes,
                       resident_bytes=resident_bytes)
-    return int(report.peak_ram_bytes) - resident_bytes, float(report.energy_j)
+    # a schedule for the un-streamed graph holds the streamed weights resident too
+    judged = attrs.evolve(request, resident_bytes=resident_bytes)
+    return (int(report.peak_ram_bytes) - resident_bytes, float(report.energy_j),
+            tuple(ram_violations(judged, report)))
 
 
 # ----------------------------------------------------------------------------- the graph
