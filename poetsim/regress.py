@@ -294,6 +294,11 @@ def _compare(expected: dict[str, Any], found: dict[str, Any], fields: Iterable[s
     return changes
 
 
+#: The figures every golden expects (re-solves add ``objective_j`` and ``bound_j``): one
+#: missing would switch its check off, so a golden without it is refused.
+_ALWAYS_EXPECTED = ("energy_j", "peak_total_bytes", "arena_bytes", "makespan_s", "verdict")
+
+
 def _check_one(path: Path, tolerance: float, resolve: bool, corners: bool = False
                ) -> CaseCheck:
     name = path.stem
@@ -305,7 +310,7 @@ def _check_one(path: Path, tolerance: float, resolve: bool, corners: bool = Fals
         at_corners = judge_corners(request, schedule, verdict) if corners else []
         found = _figures(verdict, report.energy_j, None)
         expected = dict(meta.expected)
-        fields = ["energy_j", "peak_total_bytes", "arena_bytes", "makespan_s", "verdict"]
+        fields = list(_ALWAYS_EXPECTED)
         resolved = None
         if resolve and meta.method in SOLVER_METHODS:
             # the re-solved schedule, simulated, stands against the golden's figures
@@ -375,6 +380,13 @@ def _golden_metadata_of(path: Path) -> Any:
                if getattr(meta, f) is None]
     if missing:
         raise InputError(f"{path}: metadata.{missing[0]} is missing: not a golden")
+    if meta.method not in METHODS:
+        raise InputError(f"{path}: metadata.method = {meta.method!r}: must be one of "
+                         f"{', '.join(METHODS)}")
+    unexpected = [f for f in _ALWAYS_EXPECTED if meta.expected.get(f) is None]
+    if unexpected:
+        raise InputError(f"{path}: metadata.expected.{unexpected[0]} is missing: a golden "
+                         f"expects {', '.join(_ALWAYS_EXPECTED)}")
     return meta
 
 

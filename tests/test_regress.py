@@ -144,6 +144,25 @@ def test_a_golden_changed_by_hand_is_an_error(goldens, capsys, change, message):
     assert message in line and "regress --make" in line
 
 
+@pytest.mark.parametrize("change, resolve, message", [
+    (lambda meta: meta["expected"].pop("energy_j"), [],
+     "metadata.expected.energy_j is missing: a golden expects energy_j, "),
+    (lambda meta: meta["expected"].update(makespan_s=None), ["--resolve"],
+     "metadata.expected.makespan_s is missing"),
+    (lambda meta: meta.update(method="nope"), ["--resolve"],
+     "metadata.method = 'nope': must be one of poet, "),
+])
+def test_a_golden_that_would_switch_a_check_off_is_an_error(goldens, capsys, change, message,
+                                                            resolve):
+    """#32: a golden expecting no energy was checked without it, one of an unknown method
+    was never re-solved: both passed as ok."""
+    _rewrite(goldens / "poet-mlp-nrf52840-90-paper.json", lambda doc: change(doc["metadata"]))
+    assert main(["regress", str(goldens), "poet-mlp-nrf52840-90-paper", *resolve]) == 1
+    line = next(x for x in capsys.readouterr().out.splitlines()
+                if x.startswith("ERROR     poet-mlp-nrf52840-90-paper"))
+    assert "poet-mlp-nrf52840-90-paper.json: " + message in line
+
+
 def test_regress_checks_the_cases_it_names(goldens, capsys):
     """#31 item 5: ``regress [DIR] NAME...`` checks those cases alone; an unknown name is
     one line, exit 2; ``--resolve`` says on stderr as each case ends."""
