@@ -60,6 +60,15 @@ def test_each_corner_puts_every_range_at_the_end_that_costs_its_figure():
     # a range that makes an inconsistent board at a corner: the card's sleep above idle
     (lambda doc: doc["storage"]["sleep_power_w"].update(min=8.25e-4, max=0.5),
      ["sleep_power_w", "at the costly corner of the board's ranges"]),
+    # an end no judged corner takes is checked too (#32): the higher throughput, the
+    # shorter latency, the lower power
+    (lambda doc: doc["storage"]["read_throughput_bytes_per_s"].update(max=float("inf")),
+     ["storage.read_throughput_bytes_per_s = inf", "must be finite", "at the best corner"]),
+    (lambda doc: doc["storage"]["read_throughput_bytes_per_s"].update(max=9e9),
+     ["storage.read_throughput_bytes_per_s = 9000000000.0", "exceeds the wire rate",
+      "at the best corner of the board's ranges: every range at the end no judged corner"]),
+    (lambda doc: doc["storage"]["read_latency_s"].update(min=-0.001, max=0.002),
+     ["storage.read_latency_s = -0.001", "must be >= 0", "at the best corner"]),
 ])
 def test_a_bad_range_is_one_line_naming_the_key_and_the_rule(tmp_path, change, fragments):
     doc = builtin_doc("nrf52840")

@@ -13,7 +13,9 @@ power for longer, and the higher power). A PASS at the typical corner that FAILs
 slow one is a PASS on a board as nominal as its datasheet, not on every board of its
 kind. :func:`corner_board` makes one; every corner of a board file is built when the file
 is read, so a range that would make an inconsistent board (an idle power above the active
-one at the costly corner) is a one-line error there.
+one at the costly corner) is a one-line error there; so is the board with every range
+at the end no corner uses (the higher throughput, the shorter latency, the lower power:
+:func:`check_ranges`), so that no end of a range goes unchecked.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import attrs
 
 from poetsim.boards.spec import Board, BoardFieldError, Source
 
-__all__ = ["CORNERS", "RANGE_EFFECTS", "check_range", "corner_board", "corner_boards"]
+__all__ = ["CORNERS", "RANGE_EFFECTS", "check_range", "check_ranges", "corner_board",
+           "corner_boards"]
 
 #: The corners, typical first.
 CORNERS = ("typical", "slow", "costly")
@@ -80,10 +83,17 @@ def corner_board(board: Board, corner: str) -> Board:
     if corner == "typical" or not board.ranges:
         return board
     index = 0 if corner == "slow" else 1
+    return _at_ends(board, {key: RANGE_EFFECTS[key][index] for key in board.ranges}, corner)
+
+
+def _at_ends(board: Board, ends: Mapping[str, str | None], corner: str,
+             why: str = "") -> Board:
+    """``board`` with each range at its end in ``ends`` ("min", "max"; None: typical),
+    errors naming ``corner`` (and ``why`` it is built)."""
     changes: dict[str, dict[str, float]] = {}
     sources = dict(board.sources)
     for key, (low, high) in board.ranges.items():
-        end = RANGE_EFFECTS[key][index]
+        end = ends[key]
         if end is None:
             continue
         section, field = key.split(".")
@@ -102,8 +112,18 @@ def corner_board(board: Board, corner: str) -> Board:
         return attrs.evolve(board, sources=sources, **sections)
     except BoardFieldError as err:
         raise BoardFieldError(err.field, err.value,
-                              f"{err.rule} (at the {corner} corner of the board's ranges)"
-                              ) from None
+                              f"{err.rule} (at the {corner} corner of the board's ranges"
+                              f"{why})") from None
+
+
+def check_ranges(board: Board) -> None:
+    """Build every corner of ``board`` and the board at the ends no corner uses (the
+    opposite of the costly end: the higher throughput, the shorter latency, the lower
+    power); a one-line :class:`BoardFieldError` if one is not a consistent board."""
+    corner_boards(board)
+    _at_ends(board, {key: "min" if RANGE_EFFECTS[key][1] == "max" else "max"
+                     for key in board.ranges}, "best",
+             ": every range at the end no judged corner uses")
 
 
 def corner_boards(board: Board) -> dict[str, Board]:

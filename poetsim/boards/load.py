@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from poetsim.boards.corners import check_range, corner_boards
+from poetsim.boards.corners import check_range, check_ranges
 from poetsim.boards.spec import (
     Board,
     BoardFieldError,
@@ -174,7 +174,7 @@ def board_from_dict(data: dict[str, Any], origin: str = "<board>") -> Board:
             board = attrs.evolve(board, ranges={
                 key: check_range(key, low, board.number(key), high)
                 for key, (low, high) in ranges.items()})
-            corner_boards(board)  # every corner is a consistent board
+            check_ranges(board)  # every corner and every end is a consistent board
     except BoardFieldError as err:
         raise BoardError(f"{origin}: {err}") from None
     return board
