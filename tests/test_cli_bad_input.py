@@ -266,6 +266,16 @@ CASES: list[Any] = [
     ("schedule-huge-integer", {"s.json": lambda v: _text_of(v, "schedule", 10**9).replace(
         '"version": 1', '"version": ' + "9" * 5000)},
      ["simulate", "{tmp}/s.json", "--graph", "{graph}"], ["s.json", "not valid JSON"], []),
+    # ---- an output over another output or over an input (#32), refused before any work
+    ("solve-binary-over-its-json", {},
+     [*SOLVE, "--out", "{tmp}/x", "--binary", "{tmp}/x"],
+     ["--binary", "/x'", "the same file as the output --out"], ["x"]),
+    ("solve-out-over-its-graph", {"g.json": lambda v: v["graph_doc"]},
+     [*GRAPH_SOLVE, "--out", "{tmp}/g.json"],
+     ["--out", "g.json", "the same file as the input --graph"], []),
+    ("simulate-trace-over-its-schedule", {"s.json": lambda v: v["schedule_doc"]},
+     ["simulate", "{tmp}/s.json", "--graph", "{graph}", "--trace", "{tmp}/s.json"],
+     ["--trace", "s.json", "the same file as the input SCHEDULE"], []),
     # ---- sweep files
     ("sweep-unknown-key", {"s.toml": _sweep("colour = 3\n")},
      ["sweep", "run", "{tmp}/s.toml", "--results", "{tmp}/r.sqlite", "--quiet"],

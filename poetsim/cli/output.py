@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from poetsim.errors import InputError
 from poetsim.request import Accounting
 from poetsim.sim.report import SimReport
 from poetsim.summary import GraphSummary
@@ -49,6 +50,26 @@ def print_graph_summary(summary: GraphSummary) -> None:
     print(row("activation bytes (all forward)", format_bytes(summary.activation_bytes)))
     print(row("plain-schedule peak (activations)",
                f"{format_bytes(summary.plain_peak_bytes)} at {summary.plain_peak_op}"))
+
+
+def check_outputs(outputs: Mapping[str, str | None], inputs: Mapping[str, str | None]
+                  ) -> None:
+    """Refuse, before any work, an output path (``{flag: path}``) that is another output's
+    or an input's of the same command: one would overwrite the other (the user's own
+    graph, or the JSON by the binary). Paths are compared resolved (links followed); an
+    input that is no file (a board's name) is none."""
+    seen: dict[Path, str] = {}
+    inputs = {flag: path for flag, path in inputs.items() if path and Path(path).is_file()}
+    for flag, path in [*inputs.items(), *outputs.items()]:
+        if not path:
+            continue
+        key = Path(path).expanduser().resolve()
+        if key in seen:
+            other = seen[key]
+            what = "input" if other in inputs else "output"
+            raise InputError(f"{flag} {path!r}: the same file as the {what} {other}; an "
+                             "output must be a file of its own")
+        seen[key] = flag
 
 
 def write_all_or_nothing(written: list[str],

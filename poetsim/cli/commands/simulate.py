@@ -16,7 +16,7 @@ from poetsim.cli.options import (
     add_request_options,
     model_from_args,
 )
-from poetsim.cli.output import emit_json, print_simulation, row, write_all_or_nothing
+from poetsim.cli.output import check_outputs, emit_json, print_simulation, row, write_all_or_nothing
 from poetsim.errors import InputError
 from poetsim.request import Request
 from poetsim.sim.montecarlo import MAX_RUNS, MonteCarlo
@@ -68,6 +68,8 @@ def _print_monte_carlo(mc: MonteCarlo, deadline: dict[str, Any]) -> None:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
+    check_outputs({"--trace": args.trace, "--plot": args.plot},
+                  {"SCHEDULE": args.schedule, "--graph": args.graph, "--board": args.board})
     variance = _monte_carlo_args(args)
     model, options = model_from_args(args)
     check = simulate(args.schedule, args.board, model=model, ram=args.ram,

@@ -18,7 +18,7 @@ from poetsim.cli.options import (
     flags_named,
     model_from_args,
 )
-from poetsim.cli.output import emit_json, row, write_all_or_nothing
+from poetsim.cli.output import check_outputs, emit_json, row, write_all_or_nothing
 from poetsim.methods import DEFAULT_EFFORT, DEFAULT_TIME_LIMIT_S
 from poetsim.optimizer import SolveStatus
 from poetsim.units import format_bytes, format_quantity
@@ -38,6 +38,8 @@ def _progress_printer(quiet: bool):
 
 
 def _cmd_solve(args: argparse.Namespace) -> int:
+    check_outputs({"--out": args.out, "--binary": args.binary},
+                  {"--graph": getattr(args, "graph", None), "--board": args.board})
     model, options = model_from_args(args)
     with flags_named():  # the API names its parameters, the command line its flags
         planned = plan(model, args.board, ram=args.ram, deadline=args.deadline,
