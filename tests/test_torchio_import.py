@@ -167,6 +167,7 @@ def test_input_specs():
     assert parse_input_spec("2,3,32,32").shape == (2, 3, 32, 32)
     spec = parse_input_spec("2,16:int:100")
     assert spec.shape == (2, 16) and spec.int_high == 100
-    for bad in ("", "2,a", "2,0", "2,16:float", "2,16:int:x"):
+    # an empty size is a typo, not read as 2,16 (#32)
+    for bad in ("", "2,a", "2,0", "2,16:float", "2,16:int:x", "2,,16", "2,16,", ",2"):
         with pytest.raises(InputError):
             parse_input_spec(bad)

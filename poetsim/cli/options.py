@@ -94,11 +94,16 @@ def model_options(args: argparse.Namespace) -> dict[str, int]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise InputError(f"--set {item!r}: expected KEY=VALUE, e.g. --set seq_len=64")
+        if key in options:  # the last would win silently
+            raise InputError(f"--set {item!r}: {key} is set twice; give each option once")
         try:
             options[key] = int(value)
         except ValueError:
             raise InputError(f"--set {item!r}: {key} must be a whole number") from None
     if args.batch_size is not None:
+        if "batch_size" in options:
+            raise InputError(f"--batch-size {args.batch_size}: batch_size is set by --set too; "
+                             "give it once")
         options["batch_size"] = args.batch_size
     return options
 

@@ -36,8 +36,8 @@ class InputSpec:
 def parse_input_spec(text: str) -> InputSpec:
     """``2,3,32,32`` (float, normal) or ``2,16:int:100`` (integers in [0, 100))."""
     shape_text, _, rest = text.partition(":")
-    try:
-        shape = tuple(int(s) for s in shape_text.split(",") if s.strip())
+    try:  # an empty size (2,,16) is a typo, not a separator to skip
+        shape = tuple(int(s) for s in shape_text.split(","))
     except ValueError:
         raise InputError(f"--input-shape {text!r}: expected sizes like 2,3,32,32") from None
     if not shape or min(shape) < 1:
