@@ -428,6 +428,30 @@ def test_a_bad_move_in_a_file_is_one_line_naming_file_step_and_rule(compacted, t
     assert text.startswith(f"{path}: steps[{i}]: ") and text.endswith(expected), text
 
 
+@pytest.mark.parametrize("recorded", [+1, -1, "2"])
+def test_arena_moves_that_do_not_count_the_move_steps_are_refused(compacted, tmp_path,
+                                                                  recorded):
+    """#32: compaction records ``metadata.arena_moves``; a file whose figure disagrees with
+    its MOVE steps was read without a word."""
+    graph, moved = compacted
+    doc = unsigned_doc(moved, graph)
+    moves = moved.count(Action.MOVE)
+    assert doc["metadata"]["arena_moves"] == moves  # as written, it reads back
+    read_schedule(_written(tmp_path / "good.json", doc), graph)
+    doc["metadata"]["arena_moves"] = moves + recorded if isinstance(recorded, int) else recorded
+    path = _written(tmp_path / "bad.json", doc)
+    with pytest.raises(ScheduleFileError) as err:
+        read_schedule(path, graph)
+    shown = json.dumps(doc["metadata"]["arena_moves"])
+    assert one_line(err) == (f"{path}: metadata.arena_moves: {shown}: the file has {moves} "
+                             "MOVE steps; it must count them [bad_metadata]")
+
+
+def _written(path, doc):
+    path.write_text(json.dumps(doc))
+    return path
+
+
 def test_a_move_in_an_older_version_is_refused(compacted, tmp_path):
     graph, moved = compacted
     doc = unsigned_doc(moved, graph)

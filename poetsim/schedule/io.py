@@ -322,6 +322,7 @@ def _from_dict(data: Any, graph: TrainingGraph | None, accept_edits: bool) -> Sc
     steps = _steps_from_list(data["steps"], index, data["version"])
     layout = (_layout_from(data[_LAYOUT_KEY], index, len(steps)) if _LAYOUT_KEY in data
               else None)
+    _check_arena_moves(metadata, steps)
     # last: a malformed file is named for what is wrong with it
     recorded = metadata.get(DIGEST_FIELD)
     if recorded is not None and not accept_edits and recorded != content_digest(data):
@@ -330,6 +331,18 @@ def _from_dict(data: Any, graph: TrainingGraph | None, accept_edits: bool) -> Sc
                           "steps or figures may not be what was solved; judge it as it is with "
                           "--accept-edits", "edited")
     return Schedule(name, fingerprint, steps, metadata, layout)
+
+
+def _check_arena_moves(metadata: Mapping[str, Any], steps: list[Step]) -> None:
+    """``metadata.arena_moves`` (recorded by compaction) must count the file's MOVE steps:
+    a figure that disagrees with the steps it describes is a damaged file."""
+    if "arena_moves" not in metadata:
+        return
+    recorded = metadata["arena_moves"]
+    moves = sum(step.action is Action.MOVE for step in steps)
+    if not _is_int(recorded) or recorded != moves:
+        raise FileProblem("metadata.arena_moves", f"{_short(recorded)}: the file has {moves} "
+                          "MOVE steps; it must count them", "bad_metadata")
 
 
 def _layout_from(raw: Any, index: dict[str, int], n: int) -> Layout:
