@@ -103,6 +103,13 @@ def test_apply_overrides_runs_every_validator():
     ({"solver": {"time_limit_s": 0}}, r"solver\.time_limit_s = 0"),
     ({"solver": {"threads": 4}}, r"solver: unknown key 'threads'"),
     ({"method": ["dtr"]}, r"unknown key 'method' \(did you mean 'methods'\?\)"),
+    # #32: a scalar where a list is expected is a slip, not one value
+    ({"deadlines": "2x"}, r"deadlines = '2x': must be a list, e\.g\. deadlines = \[\"2x\"\]"),
+    ({"overrides": {"dma.channels": 0}},
+     r"overrides: dma\.channels = 0: must be a list of values, e\.g\. dma\.channels = \[0\]"),
+    # the default results store is ./NAME.sqlite
+    ({"name": "../../etc/x"}, r"name = '\.\./\.\./etc/x': must be letters, digits"),
+    ({"name": ".hidden"}, r"name = '\.hidden'"),
 ])
 def test_invalid_sweeps_fail_naming_key_and_value(changes, message):
     with pytest.raises(SweepError, match=message):
@@ -242,6 +249,23 @@ def test_run_point_records_exceptions(monkeypatch):
 
 # ----------------------------------------------------------------------------- store
 
+def test_a_store_of_another_sweep_is_refused_and_left_as_it_was(tmp_path):
+    """#32: a --results store of another sweep was resumed silently, its points reported
+    as this sweep's."""
+    from poetsim.sweep.execute import run_sweep
+
+    path = tmp_path / "r.sqlite"
+    with ResultsStore(path) as store:
+        store.begin_session(sweep={"name": "other", "source": "o.toml"}, points=0, skipped=0,
+                            scheduler="local")
+    before = path.read_bytes()
+    sweep = parse_sweep(doc(name="mine"), origin="m.toml")
+    with pytest.raises(SweepError, match=r"r\.sqlite: holds the results of sweep 'other', "
+                                         r"not of 'mine' \(m\.toml\); use another --results"):
+        run_sweep(sweep, path)
+    assert path.read_bytes() == before
+
+
 def test_store_resume_skips_finished_points(tmp_path):
     points = expand_points(parse_sweep(doc(ram=["70%", "80%"])))
     path = tmp_path / "r.sqlite"
@@ -330,12 +354,20 @@ def test_report_table_csv_json_plots(finished_store, tmp_path, capsys):
     ("UPDATE points SET energy_j = -1 WHERE idx = 3", "energy_j = -1.0: must be >= 0"),
     ("UPDATE points SET budget_bytes = -5 WHERE idx = 3", "budget_bytes = -5: must be >= 0"),
     ("UPDATE points SET status = 'weird' WHERE idx = 3", "status = 'weird': must be one of"),
+    ("UPDATE points SET energy_j = NULL, verdict = 'PASS' WHERE idx = 3",
+     "energy_j is NULL, but the point has a verdict"),
+    ("UPDATE points SET verdict = 'MAYBE' WHERE idx = 3", "verdict = 'MAYBE': must be PASS or"),
+    ("UPDATE points SET slow_verdict = 'maybe' WHERE idx = 3", "slow_verdict = 'maybe': must"),
+    # a table rebuilt without its key, one point stored twice
+    ("CREATE TABLE copy AS SELECT * FROM points; DROP TABLE points; "
+     "ALTER TABLE copy RENAME TO points; INSERT INTO points SELECT * FROM points WHERE idx = 3",
+     "stored twice"),
 ])
 def test_a_damaged_store_is_one_line_and_writes_nothing(finished_store, tmp_path, capsys, sql,
                                                         words):
     """#32: a damaged row is named (point and column), exit 2, no CSV left behind."""
     conn = sqlite3.connect(finished_store)
-    conn.execute(sql)
+    conn.executescript(sql)
     conn.commit()
     conn.close()
     out = tmp_path / "out.csv"

@@ -144,6 +144,10 @@ def run_sweep(sweep: Sweep, results: str | Path, *, scheduler: str | None = None
     points = expand_points(sweep)
     started = time.perf_counter()
     with ResultsStore(results, writer=True) as store:
+        recorded = (store.sweep_definition() or {}).get("name", sweep.name)
+        if recorded != sweep.name:  # its points would be reported as this sweep's
+            raise SweepError(f"{results}: holds the results of sweep {recorded!r}, not of "
+                             f"{sweep.name!r} ({sweep.source}); use another --results file")
         todo = pending_points(points, store.statuses(), retry_failed=retry_failed)
         skipped = len(points) - len(todo)
         where = scheduler or "local"

@@ -31,6 +31,7 @@ from poetsim.report.plots import new_figure, plot_style, save_figure
 from poetsim.sweep.spec import SweepError
 from poetsim.sweep.store import COLUMNS, ResultsStore
 from poetsim.units import format_bytes, format_quantity, table_cell
+from poetsim.verdict import FAIL, PASS
 
 __all__ = ["plot_energy_vs_deadline", "plot_energy_vs_ram", "read_results", "format_table",
            "summary_counts", "write_csv", "write_plots"]
@@ -40,6 +41,10 @@ _JSON_COLUMNS = ("model_options", "overrides", "solver", "violations")
 _SIGNED_COLUMNS = ("energy_overhead",)
 #: What a finished point's row records (:mod:`poetsim.sweep.worker`).
 _STATUSES = ("done", "error")
+#: The verdict columns and their words (None: not judged).
+_VERDICT_COLUMNS = ("verdict", "slow_verdict", "costly_verdict")
+#: What a judged point (one with a verdict) always has.
+_JUDGED_FIGURES = ("energy_j", "makespan_s", "peak_total_bytes")
 
 #: Okabe-Ito hues, one per method in order of first appearance.
 _COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000",
@@ -54,8 +59,14 @@ def read_results(path: str | Path) -> list[dict[str, Any]]:
     one-line :class:`SweepError` naming the point and the column."""
     with ResultsStore(path, create=False) as store:
         rows = store.rows()
+    seen: set[Any] = set()
     for row in rows:
         where = f"{path}: point {row.get('idx')!r} ({str(row.get('id'))[:12]})"
+        if row.get("id") in seen:
+            raise SweepError(f"{where}: id = {row.get('id')!r}: stored twice (a damaged "
+                             "results store)")
+        seen.add(row.get("id"))
+        _check_judged(row, where)
         for column in _JSON_COLUMNS:
             if row.get(column):
                 try:
@@ -81,6 +92,19 @@ def read_results(path: str | Path) -> list[dict[str, Any]]:
             if row.get(column) is not None:
                 row[column] = bool(row[column])
     return rows
+
+
+def _check_judged(row: dict[str, Any], where: str) -> None:
+    """A verdict column holds PASS, FAIL or nothing; a judged point has its figures."""
+    for column in _VERDICT_COLUMNS:
+        if row.get(column) not in (None, PASS, FAIL):
+            raise SweepError(f"{where}: {column} = {row.get(column)!r}: must be {PASS} or "
+                             f"{FAIL} (a damaged results store)")
+    if row.get("verdict") is not None:
+        for column in _JUDGED_FIGURES:
+            if row.get(column) is None:
+                raise SweepError(f"{where}: {column} is NULL, but the point has a verdict: "
+                                 "a judged point has its figures (a damaged results store)")
 
 
 def summary_counts(rows: Sequence[dict[str, Any]]) -> dict[str, int]:

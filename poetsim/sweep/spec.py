@@ -239,6 +239,11 @@ def _flatten(prefix: str, table: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _toml(value: Any) -> str:
+    """``value`` as a TOML scalar, for a hint."""
+    return json.dumps(value) if isinstance(value, (str, bool)) else repr(value)
+
+
 def _list(origin: str, data: Mapping[str, Any], key: str, default: list[Any] | None = None
           ) -> list[Any]:
     if key not in data:
@@ -246,8 +251,9 @@ def _list(origin: str, data: Mapping[str, Any], key: str, default: list[Any] | N
             raise SweepError(f"{origin}: missing key {key!r}: a list of values")
         return default
     value = data[key]
-    if not isinstance(value, list):
-        value = [value]
+    if not isinstance(value, list):  # one value is still a list: a scalar is a slip
+        raise SweepError(f"{origin}: {key} = {value!r}: must be a list, e.g. {key} = "
+                         f"[{_toml(value)}]")
     if not value:
         raise SweepError(f"{origin}: {key} = []: must list at least one value")
     return value
@@ -301,7 +307,8 @@ def _overrides(origin: str, raw: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]
     for key, values in _flatten("", raw).items():
         _split_key(origin, key)
         if not isinstance(values, list):
-            values = [values]
+            raise SweepError(f"{origin}: overrides: {key} = {values!r}: must be a list of "
+                             f"values, e.g. {key} = [{_toml(values)}]")
         if not values:
             raise SweepError(f"{origin}: overrides: {key} = []: must list at least one value")
         for value in values:
@@ -383,8 +390,11 @@ def parse_sweep(data: Mapping[str, Any], *, origin: str = "<sweep>",
             raise SweepError(f"{origin}: unknown key {key!r}{hint}; allowed: "
                              f"{', '.join(_TOP_KEYS)}")
     name = data.get("name", Path(origin).stem)
-    if not isinstance(name, str) or not name.strip():
-        raise SweepError(f"{origin}: name = {name!r}: must be a non-empty string")
+    # the default results store is ./NAME.sqlite: a name given is a file name, not a path
+    if not isinstance(name, str) or "name" in data and (not name.replace("_", "").replace(
+            "-", "").replace(".", "").isalnum() or name.startswith(".")):
+        raise SweepError(f"{origin}: name = {name!r}: must be letters, digits, '-', '_' and "
+                         "'.', not starting with '.' (it names the results file)")
     models = _models(origin, _list(origin, data, "models"))
     boards = _boards(origin, Path(base_dir), _list(origin, data, "boards"))
     try:
