@@ -55,8 +55,9 @@ _STYLES = ("-", "--", ":", "-.")
 
 def read_results(path: str | Path) -> list[dict[str, Any]]:
     """Every point of the results store at ``path``, in sweep order; a damaged value (text
-    that is no JSON where JSON is stored, a figure that is not a finite number) is a
-    one-line :class:`SweepError` naming the point and the column."""
+    that is no JSON where JSON is stored, a figure that is not a finite number, a verdict
+    other than PASS or FAIL, a judged point without its figures, a point stored twice) is
+    a one-line :class:`SweepError` naming the point and the column."""
     with ResultsStore(path, create=False) as store:
         rows = store.rows()
     seen: set[Any] = set()
