@@ -21,12 +21,12 @@ from poetsim.request import Request
 from poetsim.runs import (
     Outcome,
     RunCache,
+    corners_by,
     reference_energy_by,
     run_all_and_judge,
     with_overheads,
 )
 from poetsim.units import format_bytes, format_quantity, table_cell
-from poetsim.verdict import judge_corners
 
 __all__ = ["Progress", "compare", "format_table", "write_outcomes"]
 
@@ -61,12 +61,10 @@ def compare(request: Request, *, settings: SolverSettings = SolverSettings(),
 
     outcomes = run_all_and_judge(request, names, settings, cache=cache, started=started,
                                  each=each)
+    end = None if started is None else started + settings.time_limit_s
     if corners:
-        outcomes = [attrs.evolve(o, corners=judge_corners(request, o.schedule, o.verdict))
-                    if o.schedule is not None and o.verdict is not None else o
-                    for o in outcomes]
-    return with_overheads(outcomes, reference_energy_by(
-        request, None if started is None else started + settings.time_limit_s))
+        outcomes = [attrs.evolve(o, corners=corners_by(request, o, end)) for o in outcomes]
+    return with_overheads(outcomes, reference_energy_by(request, end))
 
 
 

@@ -53,10 +53,10 @@ from poetsim.schedule.ops import Action
 from poetsim.schedule.replay import replay
 from poetsim.sim import SimReport, simulate
 from poetsim.units import energy_overhead, meets_deadline
-from poetsim.verdict import CornerVerdict, Verdict, check_on_board
+from poetsim.verdict import CornerVerdict, Verdict, check_on_board, judge_corners
 
 __all__ = ["CACHE_VERSION", "MAX_DEADLINE_TIGHTENINGS", "METHODS", "SOLVER_VERSION", "Outcome",
-           "RunCache", "judge_outcome", "reference_energy_by", "reference_energy_j",
+           "RunCache", "corners_by", "judge_outcome", "reference_energy_by", "reference_energy_j",
            "run_all_and_judge", "run_and_judge", "run_key", "run_method", "with_overheads"]
 
 #: Bumped whenever a change makes cached runs stale.
@@ -287,10 +287,12 @@ def run_method(request: Request, method: str, settings: SolverSettings = SolverS
                 budget_bytes: int | None = None) -> Outcome:
         # the time limit holds for the whole run: a plan made again gets what is left
         left = time_left_s() if budget_bytes is not None or tightenings else None
-        made = made_last[0] = produce(request, method, settings if left is None
-                       else attrs.evolve(settings, time_limit_s=max(left, _MIN_RETRY_S)),
-                       deadline_s=solver_deadline_s, budget_bytes=budget_bytes,
-                       solve_options=solve_options)
+        with clock.doing(f"{method} was searching"):
+            made = made_last[0] = produce(
+                request, method, settings if left is None
+                else attrs.evolve(settings, time_limit_s=max(left, _MIN_RETRY_S)),
+                deadline_s=solver_deadline_s, budget_bytes=budget_bytes,
+                solve_options=solve_options)
         return Outcome(
             method=method, produced=made, accounting=request.accounting.value,
             budget_bytes=request.budget_bytes,
@@ -306,9 +308,9 @@ def run_method(request: Request, method: str, settings: SolverSettings = SolverS
                 request, attempt(request.planning_deadline_s, 0), attempt,
                 retime=bool(solver_settings) and request.deadline_s is not None,
                 time_left_s=time_left_s)
-    except OutOfTime:
+    except OutOfTime as err:
         outcome = _out_of_time(request, method, settings.time_limit_s,
-                               time.perf_counter() - started, made_last[0])
+                               time.perf_counter() - started, made_last[0], err.when)
     # a run the limit cut short is kept only under a key that records the limit it had
     cut_short = "time" in outcome.limits_hit or time_left_s() <= 0
     if cache is not None and not (cut_short and (not solver_settings
@@ -538,7 +540,10 @@ def judge_outcome(request: Request, outcome: Outcome, *, trace: bool = False,
     has no schedule, or was judged already and no trace or notes are asked for)."""
     if outcome.schedule is None or (outcome.verdict is not None and not trace and not notes):
         return outcome
-    report, verdict = check_on_board(request, outcome.schedule, trace=trace, notes=notes)
+    try:
+        report, verdict = check_on_board(request, outcome.schedule, trace=trace, notes=notes)
+    except OutOfTime:  # a command's limit ran out: it stays as it was
+        return outcome
     return _judged(outcome, report, verdict)
 
 
@@ -568,6 +573,20 @@ def reference_energy_by(request: Request, stop_at: float | None) -> float | None
             return reference_energy_j(request)
     except OutOfTime:
         return None
+
+
+def corners_by(request: Request, outcome: Outcome, stop_at: float | None
+               ) -> list[CornerVerdict]:
+    """``outcome``'s judged schedule judged at every corner of the board
+    (:func:`~poetsim.verdict.judge_corners`), or none when it has none or the clock passes
+    ``stop_at`` (a :func:`time.perf_counter` instant; None: never) first."""
+    if outcome.schedule is None or outcome.verdict is None:
+        return []
+    try:
+        with clock.limit(stop_at):
+            return judge_corners(request, outcome.schedule, outcome.verdict)
+    except OutOfTime:
+        return []
 
 
 def with_overheads(outcomes: Iterable[Outcome], reference_j: float | None

@@ -407,6 +407,27 @@ def test_the_time_limit_holds_for_the_whole_command_on_a_3000_op_chain(capsys, t
     assert seconds < limit_s * 1.1 + 1.5
 
 
+@pytest.mark.parametrize("command", ["solve", "compare", "demo"])
+def test_a_limit_that_runs_out_while_the_model_is_read_says_so_in_one_line(capsys, tmp_path,
+                                                                         command):
+    """#32: building and costing count against --time-limit and read it; no 8,001-op model
+    is read in a millisecond, so each command answers that the limit ran out, exit 1."""
+    words = [command, "--model", "mlp", "--set", "layers=2000", "--set", "width=4",
+             "--board", "rpi4", "--time-limit", "0.001"]
+    if command == "demo":
+        words += ["--out", str(tmp_path / "demo")]
+    status, out, err = run(capsys, *words)
+    assert (status, err) == (1, "")
+    assert out == (f"{command}: the 0.001 s --time-limit ran out while reading the model; a "
+                   "longer --time-limit may find one\n")
+    status, out, _ = run(capsys, *words, "--json")
+    assert status == 1 and json.loads(out) == {
+        "status": "no_solution", "limits_hit": ["time"],
+        "reason": "the 0.001 s --time-limit ran out while reading the model; a longer "
+                  "--time-limit may find one"}
+    assert not (tmp_path / "demo").exists()
+
+
 def test_compares_methods_share_its_time_limit(capsys):
     """#32 item 3: compare's --time-limit holds for all ten methods together, baselines
     included (POFO alone took minutes of CPU on this 1,001-op chain when only the MILP

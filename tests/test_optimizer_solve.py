@@ -1328,6 +1328,29 @@ def test_graphs_beyond_stage_form_get_the_best_checked_op_list(monkeypatch):
     assert roomy.status is SolveStatus.OPTIMAL and roomy.metrics.recomputations == 0
 
 
+def test_beyond_stage_form_a_search_with_a_schedule_in_hand_stops_at_its_limit(monkeypatch):
+    """#32: judging an op list of 20,000 ops takes a second: once one is in hand, no more
+    are judged past the search's own limit (which leaves the run the time to check it on
+    the board); the first is judged whatever the search's limit."""
+    import importlib
+
+    from poetsim.baselines import dtr
+    from poetsim.boards import get_board
+
+    monkeypatch.setattr(importlib.import_module("poetsim.optimizer.search.oplist"),
+                        "STAGE_MAX_OPS", 10)
+    graph, board = build_model("mlp", layers=600, width=4), get_board("rpi4")
+    request = paper_request(graph, board, "50%", "3x")
+    warm = dtr(graph, board, request.costs, request.activation_budget_bytes,
+               deadline_s=request.deadline_s).schedule
+    assert len(warm) > 4096  # long enough for the clock to be read while it is judged
+    again = warm.with_metadata(method="dtr again")
+    result = solve(request, time_limit_s=1e-9, warm_starts=[warm, again])
+    assert result.status is SolveStatus.FEASIBLE and result.warm_start == "dtr"
+    assert result.schedule.steps == warm.steps and "time" in result.limits_hit
+    assert "time" not in solve(request, time_limit_s=60, warm_starts=[warm, again]).limits_hit
+
+
 def test_the_remat_neighbourhood_pages_checkpoints_to_meet_a_deadline(monkeypatch):
     """A deadline that remat alone cannot meet: the remat-only plan without it, with its
     recomputations as the only ones allowed, is the neighbourhood the search starts from;

@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from poetsim import clock
 from poetsim.api.arguments import (
     Model,
     accounting_of,
@@ -220,9 +221,10 @@ def plan(  # noqa: PLR0913 - the command line's words, one keyword each, and its
     optimizer state. ``effort`` bounds the search by deterministic work (SCIP nodes; 0:
     the time limit alone), so the same words give the same schedule on any machine;
     ``time_limit_s`` is a safety cap on the whole call (counted from ``started``, a
-    :func:`time.perf_counter` instant, when given: a command's start). ``search`` holds the other
-    settings (:class:`Search`). Bad words raise :class:`~poetsim.errors.InputError`, with
-    the command line's messages.
+    :func:`time.perf_counter` instant, when given: a command's start; when it runs out
+    before the model is read, :class:`~poetsim.errors.OutOfTime` says so). ``search``
+    holds the other settings (:class:`Search`). Bad words raise
+    :class:`~poetsim.errors.InputError`, with the command line's messages.
 
     Examples
     --------
@@ -249,23 +251,23 @@ def plan(  # noqa: PLR0913 - the command line's words, one keyword each, and its
         "search", search, Search, "poetsim.Search settings")
     expect("effort", effort, int, "a whole number of nodes (int)")
     expect("time_limit_s", time_limit_s, (int, float), "a number of seconds (float)")
-    request = resolve_request(
-        graph_of(model, model_options, example_inputs), board_of(board),
-        ram=budget_word(ram, ram_bytes), deadline=deadline_word(deadline, deadline_s),
-        accounting=accounting_of(accounting), optimizer=optimizer_of(optimizer) or "sgd",
-        deadline_margin=search.deadline_margin)
-    if search.plan_for != "typical":  # the user's words resolved on the board as given
-        at = corner_board(request.board, search.plan_for)
-        request = attrs.evolve(request, board=at, costs=op_costs(request.graph, at))
     settings = SolverSettings(time_limit_s=time_limit_s, gap_limit=search.gap_limit,
                               seed=search.seed, threads=search.threads, effort=effort)
     # the time limit holds for the whole call: reading and costing a large graph counts
-    spent_s = time.perf_counter() - started
-    # (what is left, or a moment to say that it ran out)
-    settings = attrs.evolve(settings, time_limit_s=max(0.1, settings.time_limit_s - spent_s))
-    outcome = run_method(request, "poet", settings, solve_options=dict(
-        remat=search.remat, paging=search.paging, restricted=search.restricted,
-        progress=search.progress))
+    with clock.command(started, time_limit_s):
+        with clock.doing("reading the model"):
+            request = resolve_request(
+                graph_of(model, model_options, example_inputs), board_of(board),
+                ram=budget_word(ram, ram_bytes), deadline=deadline_word(deadline, deadline_s),
+                accounting=accounting_of(accounting),
+                optimizer=optimizer_of(optimizer) or "sgd",
+                deadline_margin=search.deadline_margin)
+            if search.plan_for != "typical":  # the user's words resolved on the board as given
+                at = corner_board(request.board, search.plan_for)
+                request = attrs.evolve(request, board=at, costs=op_costs(request.graph, at))
+        outcome = run_method(request, "poet", settings, solve_options=dict(
+            remat=search.remat, paging=search.paging, restricted=search.restricted,
+            progress=search.progress), stop_at=started + time_limit_s)
     schedule = outcome.schedule
     if schedule is not None and search.plan_for != "typical":
         schedule = schedule.with_metadata(plan_for=search.plan_for)

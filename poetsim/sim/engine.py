@@ -75,6 +75,7 @@ import attrs
 import simpy
 
 from poetsim.boards.spec import Board
+from poetsim.clock import Ticker, stop_at
 from poetsim.costs import OpCosts
 from poetsim.schedule.arena import ArenaPlan, adopt_layout, plan_arena
 from poetsim.schedule.ops import Action
@@ -370,7 +371,9 @@ class Simulation:
     # ------------------------------------------------------------------ the program
     def _program(self) -> Generator[simpy.Event, Any, None]:
         env, steps, triggers = self.env, self.steps, self.triggers
+        ticker = Ticker(stop_at(), every=256)  # a command's limit
         for i, step in enumerate(steps):
+            ticker.tick()
             self.pos = i
             if self.deferred:
                 self._retry_deferred()
