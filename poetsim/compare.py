@@ -103,7 +103,7 @@ def format_table(outcomes: Iterable[Outcome]) -> str:
 
     outcomes = list(outcomes)
     with_corners = any(len(o.corners) > 1 for o in outcomes)
-    header = (f"{'method':<15} {'verdict':>7} {'status':<14} {'energy':>11} "
+    header = (f"{'method':<15} {'verdict':>9} {'status':<14} {'energy':>11} "
               f"{'overhead':>9} {'gap':>7} {'makespan':>11} {'peak':>10} {'arena':>10} "
               f"{'fits RAM':>8} "
               + (f"{'typ/slow/costly':>15} " if with_corners else "")
@@ -115,7 +115,7 @@ def format_table(outcomes: Iterable[Outcome]) -> str:
         counts = ((schedule.recomputations(), schedule.page_outs, schedule.page_ins)
                   if schedule is not None else (0, 0, 0))
         lines.append(
-            f"{o.method:<15} {cell(o.verdict.label if o.verdict else None, 7)} "
+            f"{o.method:<15} {cell(o.verdict_label, 9)} "
             f"{o.status.value:<14} {cell(o.energy_j, 11, lambda v: format_quantity(v, 'J'))} "
             f"{cell(o.energy_overhead, 9, share)} {cell(o.gap, 7, share)} "
             f"{cell(o.makespan_s, 11, lambda v: format_quantity(v, 's'))} "

@@ -146,7 +146,9 @@ def run_demo(request: Request, settings: SolverSettings = DEMO_SETTINGS, *,
                 + (f", gap {outcome.gap:.2%}" if outcome.gap is not None else "")
                 + f" ({outcome.run_time_s:.1f} s)"
                 + (f"; simulated on the board: {outcome.verdict.label}"
-                   if outcome.verdict is not None else ""))
+                   if outcome.verdict is not None else "")
+                + (f"; not checked on the board: {outcome.unchecked}"
+                   if outcome.unchecked else ""))
 
     # with ``started_at``, the time limit holds for the whole demo: the methods share it
     reserve_s = min(_OUTPUT_S, _OUTPUT_SHARE * settings.time_limit_s)
@@ -196,13 +198,18 @@ def _write_outputs(folder: Path, request: Request, outcomes: Sequence[Outcome],
         say("writing the schedule, trace and plots")
         write_schedule(poet.schedule, graph, folder / "schedule.json")
         write_schedule_binary(poet.schedule, folder / "schedule.bin", graph)
-        write_chrome_trace(poet.report, folder / "trace.json", verdict=poet.verdict.label,
-                           deadline_s=poet.verdict.deadline_s)
-        files += ["schedule.json", "schedule.bin", "trace.json"]
-        if _time_to_plot("simulation.png", say):
-            plot_simulation(graph, poet.schedule, poet.report, folder / "simulation.png",
-                            verdict=poet.verdict.label)
-            files.append("simulation.png")
+        files += ["schedule.json", "schedule.bin"]
+        if poet.report.timeline is None:  # the limit ran out before the traced run ended
+            say("  trace.json and simulation.png not made: "
+                + clock.ran_out("before the traced simulation ended", then="makes them"))
+        else:
+            write_chrome_trace(poet.report, folder / "trace.json", verdict=poet.verdict.label,
+                               deadline_s=poet.verdict.deadline_s)
+            files.append("trace.json")
+            if _time_to_plot("simulation.png", say):
+                plot_simulation(graph, poet.schedule, poet.report, folder / "simulation.png",
+                                verdict=poet.verdict.label)
+                files.append("simulation.png")
     if _time_to_plot("comparison.png", say):
         _plot_comparison(request, outcomes, reference, folder / "comparison.png")
         files.append("comparison.png")
@@ -293,7 +300,7 @@ def _summary(request: Request, settings: SolverSettings, outcomes: Sequence[Outc
         "effort": settings.effort,
         "reference_energy_j": reference,
         "unfit_reason": request.infeasible_reason,
-        "verdict": verdict.label if verdict else None,
+        "verdict": poet.verdict_label,
         "fits_board_ram": verdict.fits_board_ram if verdict else None,
         "peak_total_bytes": verdict.peak_total_bytes if verdict else None,
         "arena_bytes": verdict.arena_bytes if verdict else None,

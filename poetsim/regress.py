@@ -270,9 +270,9 @@ def make_goldens(folder: str | Path, *, only_missing: bool = True,
             continue
         request = _case_request(case)
         outcome = _solved(request, case.method, case.solver)
-        if outcome.schedule is None:
+        if outcome.verdict is None:
             raise InputError(f"{folder / CASES_FILE}: case {case.name!r}: {case.method} has no "
-                             f"schedule ({outcome.reason}); a golden needs one")
+                             f"checked schedule ({outcome.why_not}); a golden needs one")
         if "time" in outcome.limits_hit:
             raise InputError(f"{folder / CASES_FILE}: case {case.name!r}: the "
                              f"{case.solver.time_limit_s:g} s time limit cut the search short "
@@ -323,7 +323,8 @@ def _check_one(path: Path, tolerance: float, resolve: bool, corners: bool = Fals
             # the re-solved schedule, simulated, stands against the golden's figures
             outcome = _solved(request, meta.method, SolverSettings(**(meta.solver or {})))
             if outcome.verdict is None or outcome.energy_j is None:
-                raise InputError(f"{path}: the re-solve found no schedule: {outcome.reason}")
+                raise InputError(f"{path}: the re-solve found no checked schedule: "
+                                 f"{outcome.why_not}")
             resolved = outcome.schedule
             found = _figures(outcome.verdict, outcome.energy_j, outcome)
             fields += ["objective_j", "bound_j"]

@@ -428,6 +428,34 @@ def test_a_limit_that_runs_out_while_the_model_is_read_says_so_in_one_line(capsy
     assert not (tmp_path / "demo").exists()
 
 
+def test_solve_writes_a_schedule_its_limit_left_unchecked_and_says_so(capsys, tmp_path,
+                                                                      monkeypatch):
+    """#32 item 3: a schedule found but not checked on the board before --time-limit ran
+    out is kept, written and named unchecked on the first line (no verdict, no arena);
+    ``simulate`` checks the file."""
+    import poetsim.runs as runs
+    from poetsim import clock
+
+    def out_of_time(*_args, **_kwargs):
+        raise clock.out_of_time()
+
+    monkeypatch.setattr(runs, "check_on_board", out_of_time)
+    path = tmp_path / "s.json"
+    words = ["solve", "--model", "mlp", "--set", "layers=3", "--board", "rpi4", "--ram", "80%",
+             "--deadline", "2x", "--time-limit", "30"]
+    status, out, _ = run(capsys, *words, "--out", str(path))
+    first = out.splitlines()[0]
+    assert status == 0 and path.exists() and "arena (simulated layout)" not in out
+    assert first.endswith("; not checked on the board: the 30 s --time-limit ran out while "
+                          "checking poet's schedule on the board; a longer --time-limit "
+                          "checks it")
+    doc = json.loads(run(capsys, *words, "--json")[1])
+    assert doc["verdict"] == "unchecked" and doc["unchecked"] in doc["message"]
+    monkeypatch.undo()
+    status, out, _ = run(capsys, "simulate", str(path))
+    assert status == 0 and "PASS" in out
+
+
 def test_compares_methods_share_its_time_limit(capsys):
     """#32 item 3: compare's --time-limit holds for all ten methods together, baselines
     included (POFO alone took minutes of CPU on this 1,001-op chain when only the MILP

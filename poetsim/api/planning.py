@@ -130,8 +130,11 @@ class Plan:
 
     @property
     def message(self) -> str:
-        """One line: the status and why."""
-        return self.result.message
+        """One line: the status and why (and that the schedule is not checked on the board,
+        when the time limit ran out while it was)."""
+        unchecked = self.outcome.unchecked
+        return self.result.message + (f"; not checked on the board: {unchecked}"
+                                      if unchecked else "")
 
     @property
     def energy_j(self) -> float | None:
@@ -159,7 +162,8 @@ class Plan:
         """JSON-ready figures: what ``poetsim solve --json`` prints (without the files)."""
         o = self.outcome
         schedule = o.schedule
-        return {**self.result.summary(),
+        return {**self.result.summary(), "message": self.message,
+                "verdict": o.verdict_label, "unchecked": o.unchecked,
                 "arena_bytes": o.verdict.arena_bytes if o.verdict else None,
                 "planned_activation_bytes": o.planned_activation_bytes,
                 "tightenings": o.tightenings, "plan_for": self.plan_for,
