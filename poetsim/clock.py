@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from poetsim.errors import OutOfTime
 
-__all__ = ["GRACE_S", "Ticker", "command", "doing", "limit", "out_of_time", "ran_out",
+__all__ = ["GRACE_S", "Ticker", "command", "doing", "limit", "named", "out_of_time", "ran_out",
            "stop_at", "time_for"]
 
 _STOP_AT: ContextVar[float | None] = ContextVar("poetsim_stop_at", default=None)
@@ -93,21 +93,27 @@ def doing(what: str) -> Iterator[None]:
         _DOING.reset(token)
 
 
+def named(share_s: float | None = None, whose: str = "") -> str:
+    """The time limit at work, in the user's words: the command's (``"the 10 s
+    --time-limit"``), with ``share_s``, the part of it ``whose`` work had, beside it when
+    that is less (``"... (poet had 2.54 s of it)"``); outside a command, ``share_s`` is the
+    limit itself (``"the 2.54 s time limit"``)."""
+    command_ = _COMMAND.get()
+    if command_ is None:
+        return "the time limit" if share_s is None else f"the {share_s:.3g} s time limit"
+    text = f"the {command_.limit_s:g} s {command_.name}"
+    if share_s is not None and share_s < 0.995 * command_.limit_s:
+        text += f" ({whose or 'this step'} had {share_s:.3g} s of it)"
+    return text
+
+
 def ran_out(when: str, share_s: float | None = None, whose: str = "",
             then: str = "may find one") -> str:
-    """One line: the command's time limit ran out ``when`` ("while ..."), and what to raise
-    (a longer one ``then`` does).
-
-    ``share_s`` (and ``whose`` it was) is the part of it the work had, named beside the
-    user's limit when it is less; outside a command it is the limit itself."""
+    """One line: the time limit (:func:`named`) ran out ``when`` ("while ..."), and what to
+    raise (a longer one ``then`` does)."""
     command_ = _COMMAND.get()
-    limit_s, name = ((share_s, "time limit") if command_ is None
-                     else (command_.limit_s, command_.name))
-    text = "the time limit ran out" if limit_s is None else f"the {limit_s:g} s {name} ran out"
-    text += f" {when}" if when else ""
-    if share_s is not None and limit_s is not None and share_s < 0.995 * limit_s:
-        text += f" ({whose or 'this step'} had {share_s:.3g} s of it)"
-    return f"{text}; a longer {name} {then}"
+    name = "time limit" if command_ is None else command_.name
+    return f"{named(share_s, whose)} ran out{' ' + when if when else ''}; a longer {name} {then}"
 
 
 #: The wall time a command runs before its share of a CPU (:func:`time_for`) is judged.

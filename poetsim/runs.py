@@ -374,35 +374,34 @@ def run_all_and_judge(request: Request, methods: Iterable[str],
                else started + (1 - _COMMAND_RESERVE) * settings.time_limit_s - reserve_s)
     weights = [_weight(n, settings) for n in names]
     outcomes = []
-    for i, name in enumerate(names):
-        share_at = None
-        if stop_at is not None:
-            now = time.perf_counter()
-            share_at = now + max(0.0, stop_at - now) * weights[i] / sum(weights[i:])
-        if each is not None:
-            each(name, None)
-        if share_at is not None and share_at <= time.perf_counter():
-            # nothing left: even a method's set-up (its plain schedule, say) would overrun
-            outcome = _out_of_time(request, name, settings.time_limit_s, 0.0, None,
-                                   f"before {name} could start")
-        else:
-            outcome = run_method(request, name, settings, cache=cache, stop_at=share_at)
-            with clock.limit(share_at):  # judged within the method's share
-                outcome = judge_outcome(request, outcome, trace=name in trace)
-        if each is not None:
-            each(name, outcome)
-        outcomes.append(outcome)
+    with clock.command(started, settings.time_limit_s):  # what runs out names it
+        for i, name in enumerate(names):
+            share_at = None
+            if stop_at is not None:
+                now = time.perf_counter()
+                share_at = now + max(0.0, stop_at - now) * weights[i] / sum(weights[i:])
+            if each is not None:
+                each(name, None)
+            if share_at is not None and share_at <= time.perf_counter():
+                # nothing left: even a method's set-up (its plain schedule, say) would overrun
+                outcome = _out_of_time(request, name, None, 0.0, None,
+                                       f"before {name} could start")
+            else:
+                outcome = run_method(request, name, settings, cache=cache, stop_at=share_at)
+                with clock.limit(share_at):  # judged within the method's share
+                    outcome = judge_outcome(request, outcome, trace=name in trace)
+            if each is not None:
+                each(name, outcome)
+            outcomes.append(outcome)
     return outcomes
 
 
-def _out_of_time(request: Request, method: str, time_limit_s: float, run_time_s: float,
-                 made: Produced | None, when: str = "") -> Outcome:
-    """The run's outcome when its limit ran out ``when`` (default: while its schedule was
-    being checked on the board, laid out and simulated): no schedule, and what to raise;
-    a MILP method's result (``made``'s) says the same, its search figures kept."""
-    when = when or f"while checking {method}'s schedule on the board"
-    reason = (f"the {time_limit_s:.3g} s limit ran out {when}; a longer time limit may find "
-              "one")
+def _out_of_time(request: Request, method: str, time_limit_s: float | None,
+                 run_time_s: float, made: Produced | None, when: str = "") -> Outcome:
+    """The run's outcome when its limit (``time_limit_s``, its share of the command's)
+    ran out ``when`` (default: while it searched): no schedule, and what to raise; a MILP
+    method's result (``made``'s) says the same, its search figures kept."""
+    reason = clock.ran_out(when or f"while {method} was searching", time_limit_s, method)
     solved = None if made is None else made.solve_result
     if solved is not None:
         solved = attrs.evolve(solved, status=MethodStatus.NO_SOLUTION, message=reason,

@@ -51,15 +51,18 @@ def test_a_nested_command_keeps_the_name_the_user_knows():
 
 
 def test_the_share_of_the_limit_is_named_beside_it():
+    """#32 item 4: the message names the user's limit, not the method's share of it."""
     with clock.command(time.perf_counter(), 10.0, "--time-limit"):
-        line = clock.ran_out("while checking poet's schedule on the board", 2.5396, "poet")
-        assert line == ("the 10 s --time-limit ran out while checking poet's schedule on the "
-                        "board (poet had 2.54 s of it); a longer --time-limit may find one")
+        line = clock.ran_out("while checking poet's schedule on the board", 0.2539, "poet")
+        assert line == ("the 10 s --time-limit (poet had 0.254 s of it) ran out while "
+                        "checking poet's schedule on the board; a longer --time-limit may "
+                        "find one")
         # the whole limit is not a share of it
-        assert "had" not in clock.ran_out("while x", 10.0, "poet")
+        assert clock.named(10.0, "poet") == clock.named() == "the 10 s --time-limit"
     # outside a command the share is the limit
     assert clock.ran_out("while x", 2.5, "poet", then="checks it") == (
         "the 2.5 s time limit ran out while x; a longer time limit checks it")
+    assert clock.named() == "the time limit"
 
 
 def test_work_that_cannot_be_cut_short_starts_only_when_it_can_end_in_time():

@@ -1417,3 +1417,36 @@ def test_the_solve_summary_counts_weight_holds():
     assert summary["weight_holds"] == int(result.plan.hold.sum()) == 3
     assert summary["weight_holds_possible"] == 3
     assert result.schedule.count("hold_weights") == 3
+
+
+def test_a_limit_that_runs_out_in_the_search_is_named_as_the_user_set_it(monkeypatch):
+    """#32 item 4: the search's message names the user's --time-limit and what share of it
+    the search had (not "the 0.2539 s limit"), and what to raise."""
+    import importlib
+    import time
+
+    from poetsim import clock
+    from poetsim.boards import get_board
+    from poetsim.errors import BuildTimeout
+
+    pipeline = importlib.import_module("poetsim.optimizer.search.pipeline")
+
+    def too_slow(*_args, **_kwargs):
+        raise BuildTimeout("the clock")
+
+    monkeypatch.setattr(pipeline, "build_milp", too_slow)
+    request = paper_request(build_model("mlp", layers=4, width=64), get_board("rpi4"), "90%",
+                            "1.3x")
+    with clock.command(time.perf_counter(), 30.0, "--time-limit"):
+        result = solve(request, time_limit_s=20, effort=None)
+    assert result.status is SolveStatus.FEASIBLE
+    assert ("(the 30 s --time-limit (poet's search had 20 s of it) ran out while building "
+            "the MILP: greedy schedule)") in result.message
+    monkeypatch.setattr(pipeline, "best_heuristic", lambda *a, **k: (None, None, None))
+    monkeypatch.setattr(pipeline, "follow_relaxation", lambda *a, **k: None)
+    with clock.command(time.perf_counter(), 30.0, "--time-limit"):
+        result = solve(request, time_limit_s=20, effort=None)
+    assert result.status is SolveStatus.NO_SOLUTION
+    assert result.message == ("the 30 s --time-limit (poet's search had 20 s of it) ran out "
+                              "while building the MILP, and no heuristic schedule fits; a "
+                              "longer --time-limit may find one")

@@ -300,8 +300,8 @@ def test_methods_sharing_a_spent_limit_each_say_it_ran_out(mlp, board):
     assert [o.method for o in outcomes] == names
     for outcome in outcomes:
         assert outcome.status is MethodStatus.NO_SOLUTION and outcome.schedule is None
-        assert outcome.reason == (f"the 5 s limit ran out before {outcome.method} could "
-                                  "start; a longer time limit may find one")
+        assert outcome.reason == (f"the 5 s time limit ran out before {outcome.method} "
+                                  "could start; a longer time limit may find one")
 
 
 def test_a_baseline_out_of_time_has_a_status_of_its_own(mlp, board):
@@ -312,8 +312,8 @@ def test_a_baseline_out_of_time_has_a_status_of_its_own(mlp, board):
 
     made = _from_baseline(ran_out_of_time("pofo", 1000), 2.5)
     assert made.status is MethodStatus.NO_SOLUTION and made.limits_hit == ("time",)
-    assert made.reason == ("the 2.5 s limit ran out before pofo found a schedule; a longer "
-                           "time limit may find one")
+    assert made.reason == ("the 2.5 s time limit ran out before pofo found a schedule; a "
+                           "longer time limit may find one")
 
 
 def _check_runs_out(monkeypatch):
@@ -351,8 +351,8 @@ def test_a_schedule_whose_check_runs_out_is_kept_unchecked(mlp, method, monkeypa
         assert outcome.solve_result.schedule is not None
     assert not outcome.feasible and outcome.verdict_label == "unchecked"
     assert outcome.unchecked == (
-        f"the 30 s --time-limit ran out while checking {method}'s schedule on the board "
-        f"({method} had 20 s of it); a longer --time-limit checks it")
+        f"the 30 s --time-limit ({method} had 20 s of it) ran out while checking {method}'s "
+        "schedule on the board; a longer --time-limit checks it")
     assert f"not checked on the board: {outcome.unchecked}" in outcome.why_not
     assert judge_outcome(request, outcome) is outcome and begun == [1]
     row = outcome.as_dict()
