@@ -21,12 +21,12 @@ from poetsim.request import Request
 from poetsim.runs import (
     Outcome,
     RunCache,
+    corners_by,
     reference_energy_by,
     run_all_and_judge,
     with_overheads,
 )
 from poetsim.units import format_bytes, format_quantity, table_cell
-from poetsim.verdict import judge_corners
 
 __all__ = ["Progress", "compare", "format_table", "write_outcomes"]
 
@@ -64,12 +64,10 @@ def compare(request: Request, *, settings: SolverSettings = SolverSettings(),
 
     outcomes = run_all_and_judge(request, names, settings, cache=cache, started=started,
                                  each=each)
+    end = None if started is None else started + settings.time_limit_s
     if corners:
-        outcomes = [attrs.evolve(o, corners=judge_corners(request, o.schedule, o.verdict))
-                    if o.schedule is not None and o.verdict is not None else o
-                    for o in outcomes]
-    return with_overheads(outcomes, reference_energy_by(
-        request, None if started is None else started + settings.time_limit_s))
+        outcomes = [attrs.evolve(o, corners=corners_by(request, o, end)) for o in outcomes]
+    return with_overheads(outcomes, reference_energy_by(request, end))
 
 
 
@@ -108,7 +106,7 @@ def format_table(outcomes: Iterable[Outcome]) -> str:
 
     outcomes = list(outcomes)
     with_corners = any(len(o.corners) > 1 for o in outcomes)
-    header = (f"{'method':<15} {'verdict':>7} {'status':<14} {'energy':>11} "
+    header = (f"{'method':<15} {'verdict':>9} {'status':<14} {'energy':>11} "
               f"{'overhead':>9} {'gap':>7} {'makespan':>11} {'peak':>10} {'arena':>10} "
               f"{'fits RAM':>8} "
               + (f"{'typ/slow/costly':>15} " if with_corners else "")
@@ -120,7 +118,7 @@ def format_table(outcomes: Iterable[Outcome]) -> str:
         counts = ((schedule.recomputations(), schedule.page_outs, schedule.page_ins)
                   if schedule is not None else (0, 0, 0))
         lines.append(
-            f"{o.method:<15} {cell(o.verdict.label if o.verdict else None, 7)} "
+            f"{o.method:<15} {cell(o.verdict_label, 9)} "
             f"{o.status.value:<14} {cell(o.energy_j, 11, lambda v: format_quantity(v, 'J'))} "
             f"{cell(o.energy_overhead, 9, share)} {cell(o.gap, 7, share)} "
             f"{cell(o.makespan_s, 11, lambda v: format_quantity(v, 's'))} "

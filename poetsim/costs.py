@@ -124,12 +124,14 @@ analytic value of that cost alone.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import attrs
 import numpy as np
 
 from poetsim.boards.spec import Board, Profile, Storage, StorageKind
+from poetsim.clock import Ticker, stop_at
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.precision import compute_widths, precision_of, rescale_bytes
 from poetsim.graph.streaming import (
@@ -507,7 +509,13 @@ def op_costs(graph: TrainingGraph, board: Board) -> OpCosts:
     owners = hold_owners(graph)
     held_time, held_energy = [], []
     shares: dict[str, list[float]] = {name: [] for name in _SHARES}
+    # a long graph has few distinct tensor sizes: each one's transfers are priced once
+    pageins = _Priced(lambda nbytes: transfer_cost(board, nbytes, write=False))
+    pageouts = _Priced(lambda nbytes: transfer_cost(board, nbytes, write=True))
+    moves = _Priced(lambda nbytes: move_cost(board, nbytes))
+    ticker = Ticker(stop_at(), every=256)
     for k, op in enumerate(graph.ops):
+        ticker.tick()
         compute = _compute(graph, board, k, widths[k], on_storage)
         held = (_compute(graph, board, k, widths[k], on_storage, held=True)
                 if owners[k] >= 0 else compute)
@@ -516,8 +524,7 @@ def op_costs(graph: TrainingGraph, board: Board) -> OpCosts:
         measured = not op.measured.empty  # a measured run's split is unknown: all the CPU's
         for name, value in zip(_SHARES, (*compute[2:], *held[2:])):
             shares[name].append(0.0 if measured else value)
-        pagein = transfer_cost(board, op.output_bytes, write=False)
-        pageout = transfer_cost(board, op.output_bytes, write=True)
+        pagein, pageout = pageins[op.output_bytes], pageouts[op.output_bytes]
         analytic = {
             "compute_time_s": compute.time_s, "compute_energy_j": compute.energy_j,
             "pagein_time_s": pagein.time_s, "pagein_energy_j": pagein.energy_j,
@@ -537,11 +544,23 @@ def op_costs(graph: TrainingGraph, board: Board) -> OpCosts:
         hold_owner=owners,
         held_bytes=held_bytes(graph, owners),
         held_compute_time_s=held_time, held_compute_energy_j=held_energy,
-        move_time_s=[move_cost(board, op.output_bytes).time_s for op in graph.ops],
-        move_energy_j=[move_cost(board, op.output_bytes).energy_j for op in graph.ops],
+        move_time_s=[moves[op.output_bytes].time_s for op in graph.ops],
+        move_energy_j=[moves[op.output_bytes].energy_j for op in graph.ops],
         wait=wait_power(board), cpu_moves=not board.dma.present,
         **columns, **shares,
     )
+
+
+class _Priced(dict):
+    """A transfer's cost by its size in bytes, priced the first time it is asked for."""
+
+    def __init__(self, price: Callable[[int], Transfer]) -> None:
+        super().__init__()
+        self.price = price
+
+    def __missing__(self, nbytes: int) -> Transfer:
+        cost = self[nbytes] = self.price(nbytes)
+        return cost
 
 
 #: The columns of a streamed run's split, in :class:`_Run`'s order, the run then the held run.

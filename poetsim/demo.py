@@ -40,15 +40,22 @@ from typing import Any
 
 import attrs
 
+from poetsim import clock
 from poetsim.compare import format_table
 from poetsim.errors import InputError
 from poetsim.fileio import atomic_write_text, check_new_folder, new_folder
 from poetsim.methods import SolverSettings
 from poetsim.request import Request
-from poetsim.runs import Outcome, reference_energy_by, run_all_and_judge, with_overheads
+from poetsim.runs import (
+    Outcome,
+    corners_by,
+    reference_energy_by,
+    run_all_and_judge,
+    with_overheads,
+)
 from poetsim.summary import cost_summary
 from poetsim.units import format_bytes, format_quantity
-from poetsim.verdict import CornerVerdict, judge_corners
+from poetsim.verdict import CornerVerdict
 
 __all__ = ["DEMO_BASELINES", "DEMO_BOARD", "DEMO_DEADLINE", "DEMO_MODEL", "DEMO_MODEL_OPTIONS",
            "DEMO_RAM", "DemoResult", "default_out_dir", "run_demo"]
@@ -69,6 +76,9 @@ DEMO_SETTINGS = SolverSettings(time_limit_s=60.0)
 #: matplotlib and drawing two figures take about 1.5 s of CPU (3 s beside two busy
 #: processes on two cores), but never more than this share of the limit.
 _OUTPUT_S, _OUTPUT_SHARE = 3.0, 0.3
+#: The CPU a figure takes at most (matplotlib loaded for the first): one that would end
+#: past the time limit is not drawn.
+_PLOT_CPU_S = 1.0
 
 
 @attrs.frozen
@@ -112,7 +122,8 @@ def run_demo(request: Request, settings: SolverSettings = DEMO_SETTINGS, *,
     ``out_dir`` must not exist or be empty (default: :func:`default_out_dir`). ``echo``
     receives one line per stage as the demo goes. With ``started_at`` (a
     :func:`time.perf_counter` instant: the command's start), ``settings.time_limit_s``
-    holds for all its methods together; without it, for each.
+    holds for the whole demo, its methods sharing it (a figure that would end past it is
+    not drawn); without it, for each method.
     """
     started = time.perf_counter()
     say = echo or (lambda _line: None)
@@ -135,28 +146,33 @@ def run_demo(request: Request, settings: SolverSettings = DEMO_SETTINGS, *,
                 + (f", gap {outcome.gap:.2%}" if outcome.gap is not None else "")
                 + f" ({outcome.run_time_s:.1f} s)"
                 + (f"; simulated on the board: {outcome.verdict.label}"
-                   if outcome.verdict is not None else ""))
+                   if outcome.verdict is not None else "")
+                + (f"; not checked on the board: {outcome.unchecked}"
+                   if outcome.unchecked else ""))
 
     # with ``started_at``, the time limit holds for the whole demo: the methods share it
     reserve_s = min(_OUTPUT_S, _OUTPUT_SHARE * settings.time_limit_s)
-    outcomes = run_all_and_judge(request, ("poet", *baselines), settings, trace=("poet",),
-                                 started=started_at, each=each, reserve_s=reserve_s)
-    poet = outcomes[0]
-    corners = (judge_corners(request, poet.schedule, poet.verdict)
-               if poet.schedule is not None and poet.verdict is not None else [])
-    if len(corners) > 1:
-        say("  at the board's corners: " + "; ".join(c.phrase() for c in corners))
-    # within the limit too, its files' share kept (None: the overheads go unshown)
-    reference = reference_energy_by(request, None if started_at is None else
-                                    started_at + settings.time_limit_s - reserve_s)
-    outcomes = with_overheads(outcomes, reference)
+    with clock.command(started_at, settings.time_limit_s):
+        outcomes = run_all_and_judge(request, ("poet", *baselines), settings,
+                                     trace=("poet",), started=started_at, each=each,
+                                     reserve_s=reserve_s)
+        poet = outcomes[0]
+        corners = corners_by(request, poet, None if started_at is None else
+                             started_at + settings.time_limit_s - reserve_s)
+        if len(corners) > 1:
+            say("  at the board's corners: " + "; ".join(c.phrase() for c in corners))
+        # within the limit too, its files' share kept (None: the overheads go unshown)
+        reference = reference_energy_by(request, None if started_at is None else
+                                        started_at + settings.time_limit_s - reserve_s)
+        outcomes = with_overheads(outcomes, reference)
 
-    with new_folder(final, InputError) as tmp:
-        files = _write_outputs(tmp, request, outcomes, reference, say=say)
-        summary = _summary(request, settings, outcomes, reference, files, corners,
-                           wall_s=time.perf_counter() - started)
-        atomic_write_text(tmp / "summary.json", json.dumps(summary, indent=2, default=str))
-        atomic_write_text(tmp / "summary.md", _markdown(summary, outcomes))
+        with new_folder(final, InputError) as tmp:
+            files = _write_outputs(tmp, request, outcomes, reference, say=say)
+            summary = _summary(request, settings, outcomes, reference, files, corners,
+                               wall_s=time.perf_counter() - started)
+            atomic_write_text(tmp / "summary.json", json.dumps(summary, indent=2,
+                                                               default=str))
+            atomic_write_text(tmp / "summary.md", _markdown(summary, outcomes))
     return DemoResult(out_dir=final, request=request, outcomes=tuple(outcomes),
                       reference_energy_j=reference, files=tuple(summary["files"]),
                       wall_s=time.perf_counter() - started, summary=summary)
@@ -182,14 +198,32 @@ def _write_outputs(folder: Path, request: Request, outcomes: Sequence[Outcome],
         say("writing the schedule, trace and plots")
         write_schedule(poet.schedule, graph, folder / "schedule.json")
         write_schedule_binary(poet.schedule, folder / "schedule.bin", graph)
-        write_chrome_trace(poet.report, folder / "trace.json", verdict=poet.verdict.label,
-                           deadline_s=poet.verdict.deadline_s)
-        plot_simulation(graph, poet.schedule, poet.report, folder / "simulation.png",
-                        verdict=poet.verdict.label)
-        files += ["schedule.json", "schedule.bin", "trace.json", "simulation.png"]
-    _plot_comparison(request, outcomes, reference, folder / "comparison.png")
-    files.append("comparison.png")
+        files += ["schedule.json", "schedule.bin"]
+        if poet.report.timeline is None:  # the limit ran out before the traced run ended
+            say("  trace.json and simulation.png not made: "
+                + clock.ran_out("before the traced simulation ended", then="makes them"))
+        else:
+            write_chrome_trace(poet.report, folder / "trace.json", verdict=poet.verdict.label,
+                               deadline_s=poet.verdict.deadline_s)
+            files.append("trace.json")
+            if _time_to_plot("simulation.png", say):
+                plot_simulation(graph, poet.schedule, poet.report, folder / "simulation.png",
+                                verdict=poet.verdict.label)
+                files.append("simulation.png")
+    if _time_to_plot("comparison.png", say):
+        _plot_comparison(request, outcomes, reference, folder / "comparison.png")
+        files.append("comparison.png")
     return files
+
+
+def _time_to_plot(name: str, say: Callable[[str], None]) -> bool:
+    """Whether the time limit leaves the time to draw figure ``name``: drawing cannot be
+    cut short, so a figure that would end past the limit is not begun (and the line
+    says so)."""
+    if clock.time_for(_PLOT_CPU_S):
+        return True
+    say(f"  {name} not drawn: " + clock.ran_out("before it was drawn", then="draws it"))
+    return False
 
 
 def _plot_comparison(request: Request, outcomes: Sequence[Outcome], reference: float | None,
@@ -266,7 +300,7 @@ def _summary(request: Request, settings: SolverSettings, outcomes: Sequence[Outc
         "effort": settings.effort,
         "reference_energy_j": reference,
         "unfit_reason": request.infeasible_reason,
-        "verdict": verdict.label if verdict else None,
+        "verdict": poet.verdict_label,
         "fits_board_ram": verdict.fits_board_ram if verdict else None,
         "peak_total_bytes": verdict.peak_total_bytes if verdict else None,
         "arena_bytes": verdict.arena_bytes if verdict else None,

@@ -138,10 +138,15 @@ class BuildTimeout(PoetsimError):
     (the solver catches it and answers with its best plan so far)."""
 
 
-class OutOfTime(PoetsimError):  # noqa: N818 - a signal inside a baseline, not an error
-    """Internal: a searching baseline's ``stop_at`` passed in the middle of a piece of work
-    (raised by :meth:`poetsim.baselines.base.Ticker.tick`; the baselines catch it, a
-    caller never sees it)."""
+class OutOfTime(PoetsimError):  # noqa: N818 - a signal of the clock, not an error
+    """A time limit passed in the middle of a piece of work (raised by
+    :meth:`poetsim.clock.Ticker.tick`): a searching baseline catches its own, a run its
+    share's; what reaches a caller (the limit ran out before the request was read) says so
+    in one line. ``when`` is what was under way ("while building the model", or "")."""
+
+    def __init__(self, message: str = "", when: str = "") -> None:
+        super().__init__(message)
+        self.when = when
 
 
 class InternalError(PoetsimError):

@@ -24,6 +24,7 @@ from typing import Any
 
 import attrs
 
+from poetsim import clock
 from poetsim.baselines import BASELINES, BaselineResult
 from poetsim.baselines.base import out_of_time
 from poetsim.baselines.capuchin import capuchin
@@ -141,6 +142,11 @@ def seeded_solve(request: Request, settings: SolverSettings = SolverSettings(), 
                    threads=settings.threads, seed=settings.seed, progress=progress,
                    warm_starts=schedules, effort=settings.effort)
     if cut_short:
+        if solved.status is MethodStatus.NO_SOLUTION and "time" not in solved.limits_hit:
+            # the search ran out of nothing but schedules: the limit, not the request, did
+            solved = attrs.evolve(solved, message=f"{solved.message}; " + clock.ran_out(
+                "before every warm start had run", share * settings.time_limit_s,
+                "the warm starts"))
         solved = attrs.evolve(solved, limits_hit=tuple(sorted({*solved.limits_hit, "time"})))
     return solved
 
@@ -176,8 +182,8 @@ def _from_baseline(result: BaselineResult, time_limit_s: float) -> Produced:
         # the limit, not the request, ended it: a status of its own, and what to raise
         return Produced(
             status=MethodStatus.NO_SOLUTION, limits_hit=("time",),
-            reason=f"the {time_limit_s:.3g} s limit ran out before {result.method} found a "
-                   "schedule; a longer time limit may find one")
+            reason=clock.ran_out(f"before {result.method} found a schedule", time_limit_s,
+                                 result.method))
     return Produced(
         status=result.status, reason=result.reason, schedule=result.schedule,
         predicted_energy_j=result.energy_j, predicted_time_s=result.time_s,

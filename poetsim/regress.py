@@ -10,10 +10,12 @@ MILP cases ``objective_j`` and ``bound_j``). The cases are listed in ``schedules
 :func:`check_goldens` re-simulates every golden and compares it with its expected figures
 (the simulator is deterministic, so anything beyond the tolerance moved); with
 ``resolve=True`` it also solves each MILP case again under its deterministic effort and
-compares the objective. A figure that got worse is a *regression*, one that got better an
-*improvement*; but a longer makespan or a higher peak that buys less energy (simulated,
-and the objective of a re-solve, when either moved) is the trade POET exists to make:
-within the verdict (the deadline and the budget still met) it is an improvement.
+compares the objective (the case's ``time_limit_s``, a safety cap, holds for each re-solve
+with its simulation, counted from its start). A figure that got worse is a *regression*,
+one that got better an *improvement*; but a longer makespan or a higher peak that buys
+less energy (simulated, and the objective of a re-solve, when either moved) is the trade
+POET exists to make: within the verdict (the deadline and the budget still met) it is an
+improvement.
 :func:`update_goldens` rewrites the expected figures (and, after a re-solve, the
 schedules) on purpose; :func:`make_goldens` creates the goldens that ``cases.toml`` lists
 and the folder lacks.
@@ -24,19 +26,21 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from poetsim import clock
 from poetsim.boards import get_board
 from poetsim.errors import InputError, PoetsimError, ScheduleFileError
 from poetsim.fileio import read_text, read_toml
 from poetsim.graph.graph import OPTIMIZER_STATE_COPIES
 from poetsim.methods import METHODS, SOLVER_METHODS, SolverSettings
 from poetsim.request import Accounting, Request, request_for_schedule, resolve_request
-from poetsim.runs import Outcome, judge_outcome, run_method
+from poetsim.runs import Outcome, run_all_and_judge
 from poetsim.schedule import Schedule, read_schedule, write_schedule
 from poetsim.schedule.io import DIGEST_FIELD
 from poetsim.schedule.metadata import parse_metadata
@@ -210,6 +214,14 @@ def _case_request(case: Case) -> Request:
                            accounting=case.accounting, optimizer=case.optimizer)
 
 
+def _solved(request: Request, method: str, settings: SolverSettings) -> Outcome:
+    """``method``'s outcome for ``request``, judged; the case's ``time_limit_s`` holds for
+    both, counted from now (:func:`~poetsim.runs.run_all_and_judge`)."""
+    started = time.perf_counter()
+    with clock.command(started, settings.time_limit_s, "time_limit_s"):
+        return run_all_and_judge(request, [method], settings, started=started)[0]
+
+
 def _golden(path: Path) -> tuple[Request, Schedule]:
     """A golden's schedule and the request its file records
     (:func:`~poetsim.request.request_for_schedule`)."""
@@ -257,10 +269,10 @@ def make_goldens(folder: str | Path, *, only_missing: bool = True,
         if only_missing and path.exists():
             continue
         request = _case_request(case)
-        outcome = judge_outcome(request, run_method(request, case.method, case.solver))
-        if outcome.schedule is None:
+        outcome = _solved(request, case.method, case.solver)
+        if outcome.verdict is None:
             raise InputError(f"{folder / CASES_FILE}: case {case.name!r}: {case.method} has no "
-                             f"schedule ({outcome.reason}); a golden needs one")
+                             f"checked schedule ({outcome.why_not}); a golden needs one")
         if "time" in outcome.limits_hit:
             raise InputError(f"{folder / CASES_FILE}: case {case.name!r}: the "
                              f"{case.solver.time_limit_s:g} s time limit cut the search short "
@@ -314,10 +326,10 @@ def _check_one(path: Path, tolerance: float, resolve: bool, corners: bool = Fals
         resolved = None
         if resolve and meta.method in SOLVER_METHODS:
             # the re-solved schedule, simulated, stands against the golden's figures
-            outcome = judge_outcome(request, run_method(request, meta.method,
-                                                        SolverSettings(**(meta.solver or {}))))
+            outcome = _solved(request, meta.method, SolverSettings(**(meta.solver or {})))
             if outcome.verdict is None or outcome.energy_j is None:
-                raise InputError(f"{path}: the re-solve found no schedule: {outcome.reason}")
+                raise InputError(f"{path}: the re-solve found no checked schedule: "
+                                 f"{outcome.why_not}")
             resolved = outcome.schedule
             found = _figures(outcome.verdict, outcome.energy_j, outcome)
             fields += ["objective_j", "bound_j"]

@@ -53,11 +53,15 @@ from poetsim.schedule.ops import Action
 from poetsim.schedule.replay import replay
 from poetsim.sim import SimReport, simulate
 from poetsim.units import energy_overhead, meets_deadline
-from poetsim.verdict import CornerVerdict, Verdict, check_on_board
+from poetsim.verdict import CornerVerdict, Verdict, check_on_board, judge_corners
 
-__all__ = ["CACHE_VERSION", "MAX_DEADLINE_TIGHTENINGS", "METHODS", "SOLVER_VERSION", "Outcome",
-           "RunCache", "judge_outcome", "reference_energy_by", "reference_energy_j",
+__all__ = ["CACHE_VERSION", "MAX_DEADLINE_TIGHTENINGS", "METHODS", "SOLVER_VERSION", "UNCHECKED",
+           "Outcome",
+           "RunCache", "corners_by", "judge_outcome", "reference_energy_by", "reference_energy_j",
            "run_all_and_judge", "run_and_judge", "run_key", "run_method", "with_overheads"]
+
+#: The verdict column of a schedule the time limit left unchecked (never PASS or FAIL).
+UNCHECKED = "unchecked"
 
 #: Bumped whenever a change makes cached runs stale.
 CACHE_VERSION = 10
@@ -127,10 +131,22 @@ class Outcome:
     #: the schedule judged at every corner of the board's ranges, typical first, when
     #: asked for (:func:`poetsim.verdict.judge_corners`)
     corners: tuple[CornerVerdict, ...] = attrs.field(default=(), converter=tuple, eq=False)
+    #: why the schedule has no verdict: the time limit ran out while it was checked on the
+    #: board (one line naming the limit); "" when it was checked, or is yet to be
+    unchecked: str = ""
 
     @property
     def feasible(self) -> bool:
+        """The schedule passed on the board (never one that was not checked)."""
         return self.verdict is not None and self.verdict.passed
+
+    @property
+    def verdict_label(self) -> str | None:
+        """PASS or FAIL, ``"unchecked"`` when the time limit ran out while the schedule was
+        checked, None without a schedule to judge."""
+        if self.verdict is not None:
+            return self.verdict.label
+        return UNCHECKED if self.unchecked else None
 
     # what the method made, read through: the record is the Produced one
     status = property(lambda self: self.produced.status)
@@ -162,6 +178,8 @@ class Outcome:
         if self.feasible:
             return ""
         parts = [self.reason] if self.reason else []
+        if self.unchecked:
+            parts.append(f"not checked on the board: {self.unchecked}")
         if self.verdict is not None:
             parts += list(self.verdict.violations)
         return "; ".join(parts)
@@ -181,7 +199,7 @@ class Outcome:
         if self.verdict is not None:
             out.update(self.verdict.as_dict())
         else:
-            out.update(verdict=None, fits_board_ram=None, peak_total_bytes=None,
+            out.update(verdict=self.verdict_label, fits_board_ram=None, peak_total_bytes=None,
                        arena_bytes=None, board_ram_bytes=None, violations=[])
         if self.corners:
             out["corners"] = [c.as_dict() for c in self.corners]
@@ -287,10 +305,12 @@ def run_method(request: Request, method: str, settings: SolverSettings = SolverS
                 budget_bytes: int | None = None) -> Outcome:
         # the time limit holds for the whole run: a plan made again gets what is left
         left = time_left_s() if budget_bytes is not None or tightenings else None
-        made = made_last[0] = produce(request, method, settings if left is None
-                       else attrs.evolve(settings, time_limit_s=max(left, _MIN_RETRY_S)),
-                       deadline_s=solver_deadline_s, budget_bytes=budget_bytes,
-                       solve_options=solve_options)
+        with clock.doing(f"{method} was searching"):
+            made = made_last[0] = produce(
+                request, method, settings if left is None
+                else attrs.evolve(settings, time_limit_s=max(left, _MIN_RETRY_S)),
+                deadline_s=solver_deadline_s, budget_bytes=budget_bytes,
+                solve_options=solve_options)
         return Outcome(
             method=method, produced=made, accounting=request.accounting.value,
             budget_bytes=request.budget_bytes,
@@ -305,10 +325,10 @@ def run_method(request: Request, method: str, settings: SolverSettings = SolverS
             outcome = _meet_the_board(
                 request, attempt(request.planning_deadline_s, 0), attempt,
                 retime=bool(solver_settings) and request.deadline_s is not None,
-                time_left_s=time_left_s)
-    except OutOfTime:
+                time_left_s=time_left_s, limit_s=settings.time_limit_s)
+    except OutOfTime as err:
         outcome = _out_of_time(request, method, settings.time_limit_s,
-                               time.perf_counter() - started, made_last[0])
+                               time.perf_counter() - started, made_last[0], err.when)
     # a run the limit cut short is kept only under a key that records the limit it had
     cut_short = "time" in outcome.limits_hit or time_left_s() <= 0
     if cache is not None and not (cut_short and (not solver_settings
@@ -354,35 +374,34 @@ def run_all_and_judge(request: Request, methods: Iterable[str],
                else started + (1 - _COMMAND_RESERVE) * settings.time_limit_s - reserve_s)
     weights = [_weight(n, settings) for n in names]
     outcomes = []
-    for i, name in enumerate(names):
-        share_at = None
-        if stop_at is not None:
-            now = time.perf_counter()
-            share_at = now + max(0.0, stop_at - now) * weights[i] / sum(weights[i:])
-        if each is not None:
-            each(name, None)
-        if share_at is not None and share_at <= time.perf_counter():
-            # nothing left: even a method's set-up (its plain schedule, say) would overrun
-            outcome = _out_of_time(request, name, settings.time_limit_s, 0.0, None,
-                                   f"before {name} could start")
-        else:
-            outcome = judge_outcome(request, run_method(request, name, settings, cache=cache,
-                                                        stop_at=share_at),
-                                    trace=name in trace)
-        if each is not None:
-            each(name, outcome)
-        outcomes.append(outcome)
+    with clock.command(started, settings.time_limit_s):  # what runs out names it
+        for i, name in enumerate(names):
+            share_at = None
+            if stop_at is not None:
+                now = time.perf_counter()
+                share_at = now + max(0.0, stop_at - now) * weights[i] / sum(weights[i:])
+            if each is not None:
+                each(name, None)
+            if share_at is not None and share_at <= time.perf_counter():
+                # nothing left: even a method's set-up (its plain schedule, say) would overrun
+                outcome = _out_of_time(request, name, None, 0.0, None,
+                                       f"before {name} could start")
+            else:
+                outcome = run_method(request, name, settings, cache=cache, stop_at=share_at)
+                with clock.limit(share_at):  # judged within the method's share
+                    outcome = judge_outcome(request, outcome, trace=name in trace)
+            if each is not None:
+                each(name, outcome)
+            outcomes.append(outcome)
     return outcomes
 
 
-def _out_of_time(request: Request, method: str, time_limit_s: float, run_time_s: float,
-                 made: Produced | None, when: str = "") -> Outcome:
-    """The run's outcome when its limit ran out ``when`` (default: while its schedule was
-    being checked on the board, laid out and simulated): no schedule, and what to raise;
-    a MILP method's result (``made``'s) says the same, its search figures kept."""
-    when = when or f"while checking {method}'s schedule on the board"
-    reason = (f"the {time_limit_s:.3g} s limit ran out {when}; a longer time limit may find "
-              "one")
+def _out_of_time(request: Request, method: str, time_limit_s: float | None,
+                 run_time_s: float, made: Produced | None, when: str = "") -> Outcome:
+    """The run's outcome when its limit (``time_limit_s``, its share of the command's)
+    ran out ``when`` (default: while it searched): no schedule, and what to raise; a MILP
+    method's result (``made``'s) says the same, its search figures kept."""
+    reason = clock.ran_out(when or f"while {method} was searching", time_limit_s, method)
     solved = None if made is None else made.solve_result
     if solved is not None:
         solved = attrs.evolve(solved, status=MethodStatus.NO_SOLUTION, message=reason,
@@ -408,7 +427,8 @@ def _judged(outcome: Outcome, report: SimReport, verdict: Verdict) -> Outcome:
 
 
 def _meet_the_board(request: Request, outcome: Outcome, attempt: Any, *,
-                    retime: bool, time_left_s: Callable[[], float] | None = None) -> Outcome:
+                    retime: bool, time_left_s: Callable[[], float] | None = None,
+                    limit_s: float | None = None) -> Outcome:
     """:func:`_replan`, and, when a schedule's buffers did not lay out, the first such
     schedule compacted instead (:func:`~poetsim.schedule.compaction.compact`: MOVE steps
     that close the gaps): whichever of the two passes with less simulated energy; the
@@ -423,7 +443,7 @@ def _meet_the_board(request: Request, outcome: Outcome, attempt: Any, *,
                 compacted.append(None)
 
     replanned = _replan(request, outcome, attempt, retime=retime, time_left_s=time_left_s,
-                        on_over=compact_first)
+                        on_over=compact_first, limit_s=limit_s)
     return _less_energy(replanned, compacted[0] if compacted else None)
 
 
@@ -442,8 +462,26 @@ def _compacted(request: Request, outcome: Outcome) -> Outcome | None:
     produced = attrs.evolve(outcome.produced, schedule=moved,
                             predicted_energy_j=figures.energy_j,
                             predicted_time_s=figures.time_s)
-    report, verdict = check_on_board(request, moved)
+    report, verdict = _checked(request, attrs.evolve(outcome, produced=produced))
     return _judged(attrs.evolve(outcome, produced=produced), report, verdict)
+
+
+def _checked(request: Request, outcome: Outcome, *, trace: bool = False,
+             notes: Iterable[str] = ()) -> tuple[SimReport, Verdict]:
+    """``outcome``'s schedule simulated on the board and judged: the one check of every
+    outcome (:func:`~poetsim.verdict.check_on_board`); a time limit that runs out in it
+    says so."""
+    with clock.doing(f"checking {outcome.method}'s schedule on the board"):
+        return check_on_board(request, outcome.schedule, trace=trace, notes=notes)
+
+
+def _unchecked(outcome: Outcome, err: OutOfTime, limit_s: float | None = None) -> Outcome:
+    """``outcome`` with its schedule kept but unjudged, saying that the time limit ran out
+    while it was checked (``limit_s``: the run's share of it): no verdict, so never PASS,
+    and never dropped as though none had been found."""
+    return attrs.evolve(outcome, unchecked=clock.ran_out(
+        err.when or f"while checking {outcome.method}'s schedule on the board", limit_s,
+        outcome.method, then="checks it"))
 
 
 def _less_energy(replanned: Outcome, compacted: Outcome | None) -> Outcome:
@@ -468,7 +506,7 @@ def _less_energy(replanned: Outcome, compacted: Outcome | None) -> Outcome:
 
 def _replan(request: Request, outcome: Outcome, attempt: Any, *, retime: bool,
             time_left_s: Callable[[], float] | None,
-            on_over: Callable[[Outcome], None]) -> Outcome:
+            on_over: Callable[[Outcome], None], limit_s: float | None = None) -> Outcome:
     """Plan again while the simulation finds the schedule late (``retime``: the MILP
     methods) or, under physical accounting, its buffers laid out over the RAM it may use.
 
@@ -481,9 +519,10 @@ def _replan(request: Request, outcome: Outcome, attempt: Any, *, retime: bool,
     lowered by the excess, at most :data:`MAX_ARENA_REPLANS` times. The first schedule that
     meets both is kept; if none does, the last one (whose verdict says what it missed).
     No plan is made again once ``time_left_s()`` (the run's time limit less what it took) is
-    below :data:`_MIN_RETRY_S`, and when the limit runs out while a plan made again is
-    checked, the last one judged is kept. ``on_over`` sees each schedule that does not lay
-    out.
+    below :data:`_MIN_RETRY_S`, and when the limit (``limit_s``, the run's) runs out while
+    a plan made again is checked, the last one judged is kept; when it runs out while the
+    first is checked, that one is kept unchecked (:func:`_unchecked`). ``on_over`` sees
+    each schedule that does not lay out.
     """
     target = request.planning_deadline_s
     arena_room = (request.ram_limit_bytes if request.accounting is Accounting.PHYSICAL
@@ -494,11 +533,9 @@ def _replan(request: Request, outcome: Outcome, attempt: Any, *, retime: bool,
     last: Outcome | None = None  # the last schedule judged, kept if a retry runs out
     while outcome.schedule is not None:
         try:
-            report, verdict = check_on_board(request, outcome.schedule)
-        except OutOfTime:
-            if last is None:
-                raise
-            return last
+            report, verdict = _checked(request, outcome)
+        except OutOfTime as err:
+            return last if last is not None else _unchecked(outcome, err, limit_s)
         last = _judged(outcome, report, verdict)
         late = retime and target is not None and not meets_deadline(report.makespan_s, target)
         over = arena_room is not None and report.arena_bytes > arena_room
@@ -535,10 +572,16 @@ def _replan(request: Request, outcome: Outcome, attempt: Any, *, retime: bool,
 def judge_outcome(request: Request, outcome: Outcome, *, trace: bool = False,
                   notes: Iterable[str] = ()) -> Outcome:
     """``outcome`` with its schedule simulated on the board and judged (unchanged when it
-    has no schedule, or was judged already and no trace or notes are asked for)."""
-    if outcome.schedule is None or (outcome.verdict is not None and not trace and not notes):
+    has no schedule, was judged already and no trace or notes are asked for, or the time
+    limit left it unchecked; kept unchecked when the limit of the command under way,
+    :func:`poetsim.clock.stop_at`, runs out while it is judged)."""
+    if outcome.schedule is None or outcome.unchecked or (
+            outcome.verdict is not None and not trace and not notes):
         return outcome
-    report, verdict = check_on_board(request, outcome.schedule, trace=trace, notes=notes)
+    try:
+        report, verdict = _checked(request, outcome, trace=trace, notes=notes)
+    except OutOfTime as err:  # judged before: without the trace; else kept unchecked
+        return outcome if outcome.verdict is not None else _unchecked(outcome, err)
     return _judged(outcome, report, verdict)
 
 
@@ -568,6 +611,20 @@ def reference_energy_by(request: Request, stop_at: float | None) -> float | None
             return reference_energy_j(request)
     except OutOfTime:
         return None
+
+
+def corners_by(request: Request, outcome: Outcome, stop_at: float | None
+               ) -> list[CornerVerdict]:
+    """``outcome``'s judged schedule judged at every corner of the board
+    (:func:`~poetsim.verdict.judge_corners`), or none when it has none or the clock passes
+    ``stop_at`` (a :func:`time.perf_counter` instant; None: never) first."""
+    if outcome.schedule is None or outcome.verdict is None:
+        return []
+    try:
+        with clock.limit(stop_at):
+            return judge_corners(request, outcome.schedule, outcome.verdict)
+    except OutOfTime:
+        return []
 
 
 def with_overheads(outcomes: Iterable[Outcome], reference_j: float | None

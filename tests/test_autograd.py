@@ -149,3 +149,16 @@ def test_gradient_sums_shrink_the_largest_working_set_of_a_block_output():
     # the block output's backward sets the floor without sums; with them a convolution's
     assert minimum_ram_bytes(plain) == (4 * 64 * 1024, "layer1.1.relu2/grad")
     assert minimum_ram_bytes(summed)[0] < 3 * 64 * 1024 + 3 * 1024
+
+
+def test_a_spent_time_limit_stops_a_long_derivation():
+    """#32: building a long chain reads the command's limit (seconds for 20,000 ops)."""
+    import time
+
+    from poetsim import clock
+    from poetsim.errors import OutOfTime
+    from poetsim.zoo import build_model
+
+    with clock.command(time.perf_counter() - 1e9, 1.0), clock.doing("reading the model"), \
+            pytest.raises(OutOfTime, match="ran out while reading the model"):
+        build_model("mlp", layers=300, width=4)

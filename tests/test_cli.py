@@ -400,11 +400,61 @@ def test_the_time_limit_holds_for_the_whole_command_on_a_3000_op_chain(capsys, t
     # no file and the limit named as what ended it
     assert (status, path.exists()) in ((0, True), (1, False))
     if status == 1:
-        assert "limit ran out" in out.splitlines()[0] and "longer time limit" in out
+        first = out.splitlines()[0]
+        assert "--time-limit" in first and "ran out" in first and "longer --time-limit" in out
     # past the limit only steps that cannot be cut short finish (on this 3,001-op chain
     # the plain plan's evaluation and a greedy pass's last stage, about 0.5 s of CPU; it
     # took 16-21 s of wall, 2.7 s of CPU, beside busy processes before #32 item 3)
     assert seconds < limit_s * 1.1 + 1.5
+
+
+@pytest.mark.parametrize("command", ["solve", "compare", "demo"])
+def test_a_limit_that_runs_out_while_the_model_is_read_says_so_in_one_line(capsys, tmp_path,
+                                                                         command):
+    """#32: building and costing count against --time-limit and read it; no 8,001-op model
+    is read in a millisecond, so each command answers that the limit ran out, exit 1."""
+    words = [command, "--model", "mlp", "--set", "layers=2000", "--set", "width=4",
+             "--board", "rpi4", "--time-limit", "0.001"]
+    if command == "demo":
+        words += ["--out", str(tmp_path / "demo")]
+    status, out, err = run(capsys, *words)
+    assert (status, err) == (1, "")
+    assert out == (f"{command}: the 0.001 s --time-limit ran out while reading the model; a "
+                   "longer --time-limit may find one\n")
+    status, out, _ = run(capsys, *words, "--json")
+    assert status == 1 and json.loads(out) == {
+        "status": "no_solution", "limits_hit": ["time"],
+        "reason": "the 0.001 s --time-limit ran out while reading the model; a longer "
+                  "--time-limit may find one"}
+    assert not (tmp_path / "demo").exists()
+
+
+def test_solve_writes_a_schedule_its_limit_left_unchecked_and_says_so(capsys, tmp_path,
+                                                                      monkeypatch):
+    """#32 item 3: a schedule found but not checked on the board before --time-limit ran
+    out is kept, written and named unchecked on the first line (no verdict, no arena);
+    ``simulate`` checks the file."""
+    import poetsim.runs as runs
+    from poetsim import clock
+
+    def out_of_time(*_args, **_kwargs):
+        raise clock.out_of_time()
+
+    monkeypatch.setattr(runs, "check_on_board", out_of_time)
+    path = tmp_path / "s.json"
+    words = ["solve", "--model", "mlp", "--set", "layers=3", "--board", "rpi4", "--ram", "80%",
+             "--deadline", "2x", "--time-limit", "30"]
+    status, out, _ = run(capsys, *words, "--out", str(path))
+    first = out.splitlines()[0]
+    assert status == 0 and path.exists() and "arena (simulated layout)" not in out
+    assert first.endswith("; not checked on the board: the 30 s --time-limit ran out while "
+                          "checking poet's schedule on the board; a longer --time-limit "
+                          "checks it")
+    doc = json.loads(run(capsys, *words, "--json")[1])
+    assert doc["verdict"] == "unchecked" and doc["unchecked"] in doc["message"]
+    monkeypatch.undo()
+    status, out, _ = run(capsys, "simulate", str(path))
+    assert status == 0 and "PASS" in out
 
 
 def test_compares_methods_share_its_time_limit(capsys):
@@ -423,8 +473,9 @@ def test_compares_methods_share_its_time_limit(capsys):
     rows = out.splitlines()[1:]
     assert len(rows) == 10
     for row in rows:
-        if " no_solution " in row:
-            assert "limit ran out" in row and "a longer time limit may find one" in row
+        if " no_solution " in row:  # the user's limit named, not the method's share
+            assert f"the {limit_s} s --time-limit " in row
+            assert "a longer --time-limit may find one" in row
     assert seconds < limit_s * 1.1 + 1.5
 
 

@@ -100,3 +100,23 @@ def test_compare_out_writes_every_schedule_all_or_nothing(mlp, tmp_path, capsys)
     assert main(["compare", "--model", "mlp", "--board", "rpi4", "--time-limit", "1",
                  "--out", str(out)]) == 2
     assert "exists and is not an empty folder" in capsys.readouterr().err
+
+
+def test_a_schedule_the_limit_left_unchecked_is_neither_pass_nor_fail(monkeypatch):
+    """#32 item 3: the table's verdict column says "unchecked" and why not says why; the
+    comparison's exit status (a PASS somewhere) does not count it."""
+    import poetsim.runs as runs
+    from poetsim import clock
+
+    def out_of_time(*_args, **_kwargs):
+        raise clock.out_of_time()
+
+    monkeypatch.setattr(runs, "check_on_board", out_of_time)
+    request = resolve_request(build_model("mlp", layers=3), get_board("rpi4"), ram="80%",
+                              deadline="2x")
+    (dtr,) = compare(request, methods=["dtr"], settings=SolverSettings(time_limit_s=5))[1:]
+    assert dtr.schedule is not None and not dtr.feasible
+    row = format_table([dtr]).splitlines()[1]
+    assert row.startswith("dtr             unchecked ok ")
+    assert row.endswith("not checked on the board: the 5 s time limit ran out while "
+                        "checking dtr's schedule on the board; a longer time limit checks it")

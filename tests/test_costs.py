@@ -233,3 +233,23 @@ def test_costs_stay_finite_at_the_largest_allowed_numbers(board):
         assert np.all(np.isfinite(values)) and np.all(values >= 0), name
     assert list(costs.output_bytes) == [MAX_BYTES] * len(graph)
     assert costs.output_bytes.sum() == MAX_BYTES * len(graph)  # int64 sums do not wrap
+
+
+def test_a_spent_time_limit_stops_costing_a_long_graph():
+    import time
+
+    from poetsim import clock
+    from poetsim.boards import get_board
+    from poetsim.errors import OutOfTime
+    from poetsim.zoo import build_model
+
+    graph = build_model("mlp", layers=300, width=4)
+    with clock.command(time.perf_counter() - 1e9, 1.0), pytest.raises(OutOfTime):
+        op_costs(graph, get_board("rpi4"))
+    # the same costs for every op of one size, priced once
+    costs = op_costs(graph, get_board("rpi4"))
+    size = graph.ops[1].output_bytes
+    same = [k for k, op in enumerate(graph.ops) if op.output_bytes == size]
+    assert len(same) > 100
+    assert {float(costs.pagein_energy_j[k]) for k in same} == {
+        transfer_cost(get_board("rpi4"), size, write=False).energy_j}

@@ -113,3 +113,19 @@ def test_demo_command(tmp_path, capsys):
     status = main([*mlp, "--out", str(tmp_path / "m"), "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert status == 1 and doc["verdict"] is None and "usable RAM" in doc["violations"][0]
+
+
+def test_a_spent_time_limit_draws_no_figure_and_says_so(tmp_path):
+    """#32: drawing cannot be cut short, so a figure that would end past the limit is not
+    begun; every method answers at once, and the summary is written."""
+    import time
+
+    lines: list[str] = []
+    out = tmp_path / "demo"
+    result = demo.run_demo(_request(), QUICK, out_dir=out, echo=lines.append,
+                           started_at=time.perf_counter() - 1e9)
+    assert list(result.files) == ["summary.md", "summary.json", "costs.json"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(result.files)
+    assert all(o.status.value == "no_solution" for o in result.outcomes)
+    assert ("  comparison.png not drawn: the 2 s time limit ran out before it was drawn; a "
+            "longer time limit draws it") in lines

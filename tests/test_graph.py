@@ -323,3 +323,15 @@ def test_a_gradient_fused_through_a_parameter_free_chain_flows_to_its_producer()
         check_gradients(TrainingGraph.from_ops("chain", ops, inputs))
     assert one_line(err).startswith("op 'a/grad': does not read 'loss/grad', a part of the "
                                     "gradient of 'a''s output")
+
+
+def test_metadata_added_keeps_the_checked_graph():
+    from poetsim.zoo import build_model
+
+    graph = build_model("mlp", layers=3)
+    more = graph.with_metadata({"note": 1, "layers": 4})
+    assert more.metadata == {**graph.metadata, "note": 1, "layers": 4}
+    assert graph.metadata["layers"] == 3 and "note" not in graph.metadata
+    assert more == graph and more.ops is graph.ops
+    assert more.index("loss") == graph.index("loss")
+    assert more.predecessors(len(graph) - 1) == graph.predecessors(len(graph) - 1)

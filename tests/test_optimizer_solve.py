@@ -1328,6 +1328,29 @@ def test_graphs_beyond_stage_form_get_the_best_checked_op_list(monkeypatch):
     assert roomy.status is SolveStatus.OPTIMAL and roomy.metrics.recomputations == 0
 
 
+def test_beyond_stage_form_a_search_with_a_schedule_in_hand_stops_at_its_limit(monkeypatch):
+    """#32: judging an op list of 20,000 ops takes a second: once one is in hand, no more
+    are judged past the search's own limit (which leaves the run the time to check it on
+    the board); the first is judged whatever the search's limit."""
+    import importlib
+
+    from poetsim.baselines import dtr
+    from poetsim.boards import get_board
+
+    monkeypatch.setattr(importlib.import_module("poetsim.optimizer.search.oplist"),
+                        "STAGE_MAX_OPS", 10)
+    graph, board = build_model("mlp", layers=600, width=4), get_board("rpi4")
+    request = paper_request(graph, board, "50%", "3x")
+    warm = dtr(graph, board, request.costs, request.activation_budget_bytes,
+               deadline_s=request.deadline_s).schedule
+    assert len(warm) > 4096  # long enough for the clock to be read while it is judged
+    again = warm.with_metadata(method="dtr again")
+    result = solve(request, time_limit_s=1e-9, warm_starts=[warm, again])
+    assert result.status is SolveStatus.FEASIBLE and result.warm_start == "dtr"
+    assert result.schedule.steps == warm.steps and "time" in result.limits_hit
+    assert "time" not in solve(request, time_limit_s=60, warm_starts=[warm, again]).limits_hit
+
+
 def test_the_remat_neighbourhood_pages_checkpoints_to_meet_a_deadline(monkeypatch):
     """A deadline that remat alone cannot meet: the remat-only plan without it, with its
     recomputations as the only ones allowed, is the neighbourhood the search starts from;
@@ -1394,3 +1417,36 @@ def test_the_solve_summary_counts_weight_holds():
     assert summary["weight_holds"] == int(result.plan.hold.sum()) == 3
     assert summary["weight_holds_possible"] == 3
     assert result.schedule.count("hold_weights") == 3
+
+
+def test_a_limit_that_runs_out_in_the_search_is_named_as_the_user_set_it(monkeypatch):
+    """#32 item 4: the search's message names the user's --time-limit and what share of it
+    the search had (not "the 0.2539 s limit"), and what to raise."""
+    import importlib
+    import time
+
+    from poetsim import clock
+    from poetsim.boards import get_board
+    from poetsim.errors import BuildTimeout
+
+    pipeline = importlib.import_module("poetsim.optimizer.search.pipeline")
+
+    def too_slow(*_args, **_kwargs):
+        raise BuildTimeout("the clock")
+
+    monkeypatch.setattr(pipeline, "build_milp", too_slow)
+    request = paper_request(build_model("mlp", layers=4, width=64), get_board("rpi4"), "90%",
+                            "1.3x")
+    with clock.command(time.perf_counter(), 30.0, "--time-limit"):
+        result = solve(request, time_limit_s=20, effort=None)
+    assert result.status is SolveStatus.FEASIBLE
+    assert ("(the 30 s --time-limit (poet's search had 20 s of it) ran out while building "
+            "the MILP: greedy schedule)") in result.message
+    monkeypatch.setattr(pipeline, "best_heuristic", lambda *a, **k: (None, None, None))
+    monkeypatch.setattr(pipeline, "follow_relaxation", lambda *a, **k: None)
+    with clock.command(time.perf_counter(), 30.0, "--time-limit"):
+        result = solve(request, time_limit_s=20, effort=None)
+    assert result.status is SolveStatus.NO_SOLUTION
+    assert result.message == ("the 30 s --time-limit (poet's search had 20 s of it) ran out "
+                              "while building the MILP, and no heuristic schedule fits; a "
+                              "longer --time-limit may find one")

@@ -121,6 +121,22 @@ def test_resolve_solves_the_milp_cases_again_deterministically(goldens):
     assert update_goldens(checks)[0].startswith("updated ")
 
 
+def test_a_resolve_keeps_within_the_cases_time_limit():
+    """#32 item 3: a case's time_limit_s holds for its re-solve and the re-solve's
+    simulation: no schedule of a 2,401-op chain is found and simulated in a millisecond."""
+    from poetsim.boards import get_board
+    from poetsim.methods import SolverSettings
+    from poetsim.regress import _solved
+    from poetsim.request import resolve_request
+    from poetsim.zoo import build_model
+
+    request = resolve_request(build_model("mlp", layers=600, width=4), get_board("rpi4"),
+                              ram="50%", deadline="1.5x")
+    outcome = _solved(request, "poet", SolverSettings(time_limit_s=0.001, effort=20))
+    assert outcome.verdict is None and "the 0.001 s time_limit_s " in outcome.why_not
+    assert "ran out" in outcome.why_not and "a longer time_limit_s" in outcome.why_not
+
+
 def test_a_broken_golden_is_an_error_not_a_crash(goldens, capsys):
     (goldens / "poet-mlp-nrf52840-90-paper.json").write_text("{not json")
     assert main(["regress", str(goldens)]) == 1

@@ -227,7 +227,7 @@ def test_plans_are_made_again_only_while_the_time_limit_lasts(monkeypatch):
     over = SimpleNamespace(makespan_s=0.0, arena_bytes=request.ram_limit_bytes + 4096,
                            peak_activation_bytes=request.activation_budget_bytes,
                            layout=None)
-    monkeypatch.setattr(runs, "check_on_board", lambda _request, _schedule: (over, None))
+    monkeypatch.setattr(runs, "check_on_board", lambda _request, _schedule, **_kw: (over, None))
     calls = []
 
     def attempt(deadline, tightenings, budget=None):
@@ -300,8 +300,8 @@ def test_methods_sharing_a_spent_limit_each_say_it_ran_out(mlp, board):
     assert [o.method for o in outcomes] == names
     for outcome in outcomes:
         assert outcome.status is MethodStatus.NO_SOLUTION and outcome.schedule is None
-        assert outcome.reason == (f"the 5 s limit ran out before {outcome.method} could "
-                                  "start; a longer time limit may find one")
+        assert outcome.reason == (f"the 5 s time limit ran out before {outcome.method} "
+                                  "could start; a longer time limit may find one")
 
 
 def test_a_baseline_out_of_time_has_a_status_of_its_own(mlp, board):
@@ -312,5 +312,60 @@ def test_a_baseline_out_of_time_has_a_status_of_its_own(mlp, board):
 
     made = _from_baseline(ran_out_of_time("pofo", 1000), 2.5)
     assert made.status is MethodStatus.NO_SOLUTION and made.limits_hit == ("time",)
-    assert made.reason == ("the 2.5 s limit ran out before pofo found a schedule; a longer "
-                           "time limit may find one")
+    assert made.reason == ("the 2.5 s time limit ran out before pofo found a schedule; a "
+                           "longer time limit may find one")
+
+
+def _check_runs_out(monkeypatch):
+    """The board check as when the time limit runs out in it (a fake clock: no waiting);
+    how many checks were begun."""
+    import poetsim.runs as runs
+    from poetsim import clock
+
+    begun = []
+
+    def out_of_time(*_args, **_kwargs):
+        begun.append(1)
+        raise clock.out_of_time()
+
+    monkeypatch.setattr(runs, "check_on_board", out_of_time)
+    return begun
+
+
+@pytest.mark.parametrize("method", ["poet", "dtr"])
+def test_a_schedule_whose_check_runs_out_is_kept_unchecked(mlp, method, monkeypatch):
+    """#32 item 3: when the limit runs out while a found schedule is checked on the board,
+    the schedule stays, with no verdict (never PASS) and one line saying why; it is not
+    dropped as though none had been found, and nothing checks it again past the limit."""
+    import time
+
+    from poetsim import clock
+
+    request = resolve_request(mlp, get_board("rpi4"), ram="80%", deadline="2x")  # checked
+    begun = _check_runs_out(monkeypatch)
+    with clock.command(time.perf_counter(), 30.0, "--time-limit"):
+        outcome = run_method(request, method, SolverSettings(time_limit_s=20))
+    assert outcome.schedule is not None and outcome.verdict is None and begun == [1]
+    assert outcome.status is not MethodStatus.NO_SOLUTION
+    if method == "poet":  # the search's own word stands
+        assert outcome.solve_result.schedule is not None
+    assert not outcome.feasible and outcome.verdict_label == "unchecked"
+    assert outcome.unchecked == (
+        f"the 30 s --time-limit ({method} had 20 s of it) ran out while checking {method}'s "
+        "schedule on the board; a longer --time-limit checks it")
+    assert f"not checked on the board: {outcome.unchecked}" in outcome.why_not
+    assert judge_outcome(request, outcome) is outcome and begun == [1]
+    row = outcome.as_dict()
+    assert row["verdict"] == "unchecked" and row["feasible"] is False
+
+
+def test_an_unjudged_schedule_the_limit_stops_is_kept_unchecked(mlp, monkeypatch):
+    """Judged after its run (paper accounting, no deadline: nothing to plan again), as
+    compare and the demo do: the same."""
+    request = paper_request(mlp, get_board("rpi4"), "80%")
+    outcome = run_method(request, "dtr")
+    assert outcome.verdict is None and not outcome.unchecked
+    _check_runs_out(monkeypatch)
+    judged = judge_outcome(request, outcome)
+    assert judged.schedule is outcome.schedule and judged.verdict_label == "unchecked"
+    assert judged.unchecked.startswith("the time limit ran out while checking dtr's schedule")

@@ -80,3 +80,30 @@ def test_a_page_in_knows_its_reader_and_what_came_before_it(residual):
                            for s in between)
     assert sorted(r.transfer_positions) == [
         i for i, s in enumerate(steps) if s.action in (Action.PAGE_IN, Action.PAGE_OUT)]
+
+
+def test_a_spent_time_limit_stops_a_long_replay_and_simulation():
+    """#32: replaying, checking, pricing and simulating a long schedule read the command's
+    limit; the plain schedule made under it too."""
+    import time
+
+    from poetsim import clock
+    from poetsim.costs import op_costs
+    from poetsim.errors import OutOfTime
+    from poetsim.schedule import plain_schedule
+    from poetsim.schedule.model import predict
+    from poetsim.zoo import build_model
+
+    graph = build_model("mlp", layers=600, width=4)
+    board = get_board("rpi4")
+    costs = op_costs(graph, board)
+    spent = clock.command(time.perf_counter() - 1e9, 1.0)
+    with spent, pytest.raises(OutOfTime):
+        plain_schedule(graph)
+    schedule = plain_schedule(graph)
+    walk = replay(graph, schedule)
+    for work in (lambda: replay(graph, schedule), lambda: check_schedule(graph, schedule),
+                 lambda: predict(graph, costs, walk),
+                 lambda: simulate(graph, board, schedule, costs=costs)):
+        with clock.command(time.perf_counter() - 1e9, 1.0), pytest.raises(OutOfTime):
+            work()

@@ -370,3 +370,22 @@ def test_a_compacted_schedule_runs_in_its_arena_and_its_moves_cost_what_the_mode
     assert after.timeline.energy_j() == pytest.approx(after.energy_j, rel=1e-9)
     copies = [s for s in after.timeline.slices if s.name.startswith("move ")]
     assert len(copies) == len(moves)
+
+
+def test_a_spent_time_limit_stops_a_long_simulation():
+    """#32: the event loop reads the command's limit, its arena laid out before it."""
+    import time
+
+    from poetsim import clock
+    from poetsim.errors import OutOfTime
+    from poetsim.schedule.replay import replay
+    from poetsim.sim.engine import Simulation
+    from poetsim.zoo import build_model
+
+    graph = build_model("mlp", layers=600, width=4)
+    board = make_board()
+    costs = op_costs(graph, board)
+    run = Simulation(replay(graph, plain_schedule(graph)), board, costs,
+                     budget_bytes=board.ram.usable_bytes, resident_bytes=0, trace=False)
+    with clock.command(time.perf_counter() - 1e9, 1.0), pytest.raises(OutOfTime):
+        run.run()

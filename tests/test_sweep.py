@@ -194,6 +194,20 @@ def test_run_point_result_and_error(tmp_path):
     assert tiny["status"] == "done" and tiny["feasible"] is False and tiny["reason"]
 
 
+def test_a_points_time_limit_holds_for_all_of_it():
+    """#32 item 3: the sweep's time_limit_s holds for each point as a whole, reading the
+    model included: no 8,001-op model is read in a millisecond, so the point is a finished
+    no_solution saying so (not an error); with time, the same point runs."""
+    long_chain = {"name": "mlp", "layers": 2000, "width": 4}
+    (point,) = expand_points(parse_sweep(doc(models=[long_chain], methods=["dtr"],
+                                             solver={"time_limit_s": 0.001})))
+    row = run_point(point, None)
+    assert (row["status"], row["method_status"], row["feasible"]) == (
+        "done", "no_solution", False)
+    assert row["reason"] == ("the 0.001 s time_limit_s ran out while reading the model; a "
+                             "longer time_limit_s may find one")
+
+
 def test_a_sweep_may_judge_every_point_at_the_corners():
     """#29: with corners = true each point is judged at its board's slow and costly corners
     too (the nRF52840's measured SD ranges); without it the columns stay empty and the
@@ -240,7 +254,7 @@ def test_run_point_records_exceptions(monkeypatch):
     def boom(*_a, **_k):
         raise RuntimeError("solver exploded\nsecond line")
 
-    monkeypatch.setattr(worker, "run_and_judge", boom)
+    monkeypatch.setattr(worker, "run_all_and_judge", boom)
     result = run_point(point, None)
     assert result["status"] == "error"
     assert result["error"] == "RuntimeError: solver exploded"

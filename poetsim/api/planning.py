@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from poetsim import clock
 from poetsim.api.arguments import (
     Model,
     accounting_of,
@@ -129,8 +130,11 @@ class Plan:
 
     @property
     def message(self) -> str:
-        """One line: the status and why."""
-        return self.result.message
+        """One line: the status and why (and that the schedule is not checked on the board,
+        when the time limit ran out while it was)."""
+        unchecked = self.outcome.unchecked
+        return self.result.message + (f"; not checked on the board: {unchecked}"
+                                      if unchecked else "")
 
     @property
     def energy_j(self) -> float | None:
@@ -158,7 +162,8 @@ class Plan:
         """JSON-ready figures: what ``poetsim solve --json`` prints (without the files)."""
         o = self.outcome
         schedule = o.schedule
-        return {**self.result.summary(),
+        return {**self.result.summary(), "message": self.message,
+                "verdict": o.verdict_label, "unchecked": o.unchecked,
                 "arena_bytes": o.verdict.arena_bytes if o.verdict else None,
                 "planned_activation_bytes": o.planned_activation_bytes,
                 "tightenings": o.tightenings, "plan_for": self.plan_for,
@@ -220,9 +225,10 @@ def plan(  # noqa: PLR0913 - the command line's words, one keyword each, and its
     optimizer state. ``effort`` bounds the search by deterministic work (SCIP nodes; 0:
     the time limit alone), so the same words give the same schedule on any machine;
     ``time_limit_s`` is a safety cap on the whole call (counted from ``started``, a
-    :func:`time.perf_counter` instant, when given: a command's start). ``search`` holds the other
-    settings (:class:`Search`). Bad words raise :class:`~poetsim.errors.InputError`, with
-    the command line's messages.
+    :func:`time.perf_counter` instant, when given: a command's start; when it runs out
+    before the model is read, :class:`~poetsim.errors.OutOfTime` says so). ``search``
+    holds the other settings (:class:`Search`). Bad words raise
+    :class:`~poetsim.errors.InputError`, with the command line's messages.
 
     Examples
     --------
@@ -251,23 +257,23 @@ def plan(  # noqa: PLR0913 - the command line's words, one keyword each, and its
     expect("time_limit_s", time_limit_s, (int, float), "a number of seconds (float)",
            optional=False)
     expect("started", started, (int, float), "a time.perf_counter() instant (float)")
-    request = resolve_request(
-        graph_of(model, model_options, example_inputs), board_of(board),
-        ram=budget_word(ram, ram_bytes), deadline=deadline_word(deadline, deadline_s),
-        accounting=accounting_of(accounting), optimizer=optimizer_of(optimizer) or "sgd",
-        deadline_margin=search.deadline_margin)
-    if search.plan_for != "typical":  # the user's words resolved on the board as given
-        at = corner_board(request.board, search.plan_for)
-        request = attrs.evolve(request, board=at, costs=op_costs(request.graph, at))
     settings = SolverSettings(time_limit_s=time_limit_s, gap_limit=search.gap_limit,
                               seed=search.seed, threads=search.threads, effort=effort)
     # the time limit holds for the whole call: reading and costing a large graph counts
-    spent_s = time.perf_counter() - started
-    # (what is left, or a moment to say that it ran out)
-    settings = attrs.evolve(settings, time_limit_s=max(0.1, settings.time_limit_s - spent_s))
-    outcome = run_method(request, "poet", settings, solve_options=dict(
-        remat=search.remat, paging=search.paging, restricted=search.restricted,
-        progress=search.progress))
+    with clock.command(started, time_limit_s):
+        with clock.doing("reading the model"):
+            request = resolve_request(
+                graph_of(model, model_options, example_inputs), board_of(board),
+                ram=budget_word(ram, ram_bytes), deadline=deadline_word(deadline, deadline_s),
+                accounting=accounting_of(accounting),
+                optimizer=optimizer_of(optimizer) or "sgd",
+                deadline_margin=search.deadline_margin)
+            if search.plan_for != "typical":  # the user's words resolved on the board as given
+                at = corner_board(request.board, search.plan_for)
+                request = attrs.evolve(request, board=at, costs=op_costs(request.graph, at))
+        outcome = run_method(request, "poet", settings, solve_options=dict(
+            remat=search.remat, paging=search.paging, restricted=search.restricted,
+            progress=search.progress), stop_at=started + time_limit_s)
     schedule = outcome.schedule
     if schedule is not None and search.plan_for != "typical":
         schedule = schedule.with_metadata(plan_for=search.plan_for)

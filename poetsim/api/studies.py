@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from poetsim import clock
 from poetsim.api.arguments import (
     Model,
     accounting_of,
@@ -30,8 +31,7 @@ from poetsim.errors import InputError
 from poetsim.methods import DEFAULT_EFFORT, DEFAULT_TIME_LIMIT_S, SolverSettings
 from poetsim.regress import CaseCheck
 from poetsim.request import Accounting, Request, resolve_request
-from poetsim.runs import Outcome
-from poetsim.verdict import judge_corners
+from poetsim.runs import Outcome, corners_by
 
 if TYPE_CHECKING:
     from poetsim.sweep import Progress, Sweep, SweepOutcome
@@ -69,11 +69,10 @@ class Comparison:
 
     def at_corners(self) -> Comparison:
         """The same outcomes, each schedule also judged at the corners of the board's
-        ranges (``poetsim compare --corners``)."""
+        ranges (``poetsim compare --corners``; none where a command's time limit runs out
+        first)."""
         return attrs.evolve(self, outcomes=[
-            attrs.evolve(o, corners=judge_corners(self.request, o.schedule, o.verdict))
-            if o.schedule is not None and o.verdict is not None else o
-            for o in self.outcomes])
+            attrs.evolve(o, corners=corners_by(self.request, o, None)) for o in self.outcomes])
 
     def save(self, out_dir: str | Path) -> list[Path]:
         """Write every schedule and ``comparison.json`` into the new folder ``out_dir``;
@@ -118,14 +117,18 @@ def compare_methods(  # noqa: PLR0913 - the command line's words, one keyword ea
         methods = list(expect("methods", methods, (list, tuple), "a list of method names"))
         for method in methods:
             expect("methods", method, str, "a list of method names (str)", optional=False)
-    request = resolve_request(
-        graph_of(model, model_options, example_inputs), board_of(board),
-        ram=budget_word(ram, ram_bytes), deadline=deadline_word(deadline, deadline_s),
-        accounting=accounting_of(accounting), optimizer=optimizer_of(optimizer) or "sgd")
     settings = SolverSettings(time_limit_s=time_limit_s, effort=effort)
     expect_callable("progress", progress, "a function of (position, methods, outcome)")
-    return Comparison(request, compare(request, settings=settings, methods=methods,
-                                       progress=progress, started=started))
+    # with ``started``, reading and costing a large graph count against the limit too
+    with clock.command(started, time_limit_s):
+        with clock.doing("reading the model"):
+            request = resolve_request(
+                graph_of(model, model_options, example_inputs), board_of(board),
+                ram=budget_word(ram, ram_bytes), deadline=deadline_word(deadline, deadline_s),
+                accounting=accounting_of(accounting),
+                optimizer=optimizer_of(optimizer) or "sgd")
+        return Comparison(request, compare(request, settings=settings, methods=methods,
+                                           progress=progress, started=started))
 
 
 def run_sweep(sweep: str | Path | Sweep, results: str | Path | None = None, *,

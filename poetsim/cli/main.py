@@ -10,6 +10,7 @@ the rule), 3 an internal error (one line naming the file the traceback was saved
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -18,9 +19,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from poetsim import IMPORTED_AT, __version__
+from poetsim import IMPORTED_AT, __version__, clock
 from poetsim.cli.commands import COMMANDS
-from poetsim.errors import InternalError, PoetsimError
+from poetsim.cli.output import emit_json
+from poetsim.errors import InputError, InternalError, OutOfTime, PoetsimError
+from poetsim.optimizer.settings import SolverSettings
+from poetsim.status import Status
 
 __all__ = ["EXIT_CODES", "build_parser", "main"]
 
@@ -71,6 +75,28 @@ def _one_line_warning(message: Warning | str, category: type[Warning], *_args: A
     return f"poetsim: warning: {message}\n"
 
 
+def _whole_command_limit(args: argparse.Namespace) -> contextlib.AbstractContextManager:
+    """A command's ``--time-limit`` holds for all of it (:func:`poetsim.clock.command`),
+    once it is a valid one (else the command says why it is not)."""
+    limit_s = getattr(args, "time_limit", None)
+    if limit_s is None:
+        return contextlib.nullcontext()
+    try:
+        SolverSettings(time_limit_s=limit_s)  # its one validator
+    except InputError:
+        return contextlib.nullcontext()
+    return clock.command(args.started, limit_s, "--time-limit")
+
+
+def _say_ran_out(args: argparse.Namespace, reason: str) -> None:
+    """The command's one answer when its limit ran out before it had one of its own."""
+    if getattr(args, "json", False):
+        emit_json({"status": Status.NO_SOLUTION.value, "reason": reason,
+                   "limits_hit": ["time"]})
+    else:
+        print(f"{args.command}: {reason}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _one_line_warning  # type: ignore[assignment]
     parser = build_parser()
@@ -79,7 +105,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # (no argv given: the command line's), else from this call
     args.started = IMPORTED_AT if argv is None else time.perf_counter()
     try:
-        status = args.func(args)
+        with _whole_command_limit(args):
+            status = args.func(args)
+    except OutOfTime as err:  # before any method could answer: reading the model, say
+        _say_ran_out(args, str(err))
+        return 1
     except InternalError as err:
         if args.debug:
             raise

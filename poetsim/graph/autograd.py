@@ -56,6 +56,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
+from poetsim.clock import Ticker, stop_at
 from poetsim.errors import GraphError
 from poetsim.graph.graph import TrainingGraph, check_gradients, update_gradient_bytes
 from poetsim.graph.ops import GRADIENT_SUM_KIND, Op, Phase
@@ -375,9 +376,12 @@ def derive_training_graph(name: str, forward: Sequence[ForwardOp], loss: str, *,
         raise GraphError(f"graph {name!r}: no op before the loss has trained parameters, "
                          "so there is nothing to train")
     builder = _Builder(forward, loss, precision, training, params)
+    ticker = Ticker(stop_at(), every=256)  # a command's limit: seconds for 20,000 ops
     for op in forward:
+        ticker.tick()
         builder.add_forward(op)
     for op in reversed(forward):
+        ticker.tick()
         if needs_grad[op.name]:
             builder.add_backward(op, tuple(needs_grad[u] for u in dict.fromkeys(op.inputs)))
     graph = TrainingGraph.from_ops(name, builder.ops, builder.inputs,

@@ -51,6 +51,9 @@ def _shown(value: Any) -> str:
 
 def _cost(op_name: str, field: str, value: Any, allow_none: bool, limit: float,
           unit: str) -> None:
+    # the common case first, at a few hundred thousand calls for a 20,000-op graph
+    if (type(value) is int or type(value) is float) and 0 <= value <= limit:
+        return
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -86,17 +89,23 @@ class MeasuredCosts:
     pageout_energy_j: float | None = None
 
     def check(self, op_name: str) -> None:
+        if self.empty:
+            return
         for field in attrs.fields(MeasuredCosts):
             _cost(op_name, f"measured.{field.name}", getattr(self, field.name),
                   True, *_measured_limit(field.name))
 
     def as_dict(self) -> dict[str, float]:
         """The measured values that are present."""
+        if self.empty:
+            return {}
         return {k: v for k, v in attrs.asdict(self).items() if v is not None}
 
     @property
     def empty(self) -> bool:
-        return not self.as_dict()
+        return (self.compute_time_s is None and self.compute_energy_j is None
+                and self.pagein_time_s is None and self.pagein_energy_j is None
+                and self.pageout_time_s is None and self.pageout_energy_j is None)
 
 
 @attrs.frozen
@@ -193,7 +202,7 @@ class Op:
         for field in ("output_bytes", "workspace_bytes", "param_bytes", "frozen_param_bytes"):
             value = getattr(self, field)
             _cost(self.name, field, value, False, MAX_BYTES, "B")
-            if not float(value).is_integer():
+            if type(value) is not int and not float(value).is_integer():
                 raise GraphError(f"op {self.name!r}: {field} = {value!r}: must be a whole number")
         for field in ("forward_of", "gradient_sum_of", "overwrites"):
             value = getattr(self, field)

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import attrs
 
+from poetsim.clock import Ticker, stop_at
 from poetsim.errors import ScheduleError
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.streaming import weight_steps
@@ -54,7 +55,7 @@ from poetsim.schedule.ops import Action, Schedule, Step, with_weight_steps
 from poetsim.schedule.replay import GROWS, ContractViolation, Effect, Replay, Violation
 
 __all__ = ["RULES", "CheckResult", "ScheduleError", "Violation", "check_schedule",
-           "check_schedule_or_raise", "plain_schedule"]
+           "check_schedule_or_raise", "checked_replay", "plain_schedule"]
 
 #: Every rule code the checker can report.
 RULES = (
@@ -144,6 +145,17 @@ def check_schedule(graph: TrainingGraph, schedule: Schedule, *, budget_bytes: in
     storage. ``None`` means unbounded. Never raises for an invalid schedule: the verdict
     is in the result (see :func:`check_schedule_or_raise`).
     """
+    return checked_replay(graph, schedule, budget_bytes=budget_bytes,
+                          resident_bytes=resident_bytes,
+                          storage_capacity_bytes=storage_capacity_bytes)[0]
+
+
+def checked_replay(graph: TrainingGraph, schedule: Schedule, *, budget_bytes: int | None = None,
+                   resident_bytes: int = 0, storage_capacity_bytes: int | None = None
+                   ) -> tuple[CheckResult, Replay]:
+    """:func:`check_schedule`, and its replay (finished when the schedule is valid: what
+    :func:`~poetsim.schedule.model.predict` takes, so that a long schedule is replayed
+    once to be checked and priced)."""
     _non_negative("budget_bytes", budget_bytes)
     _non_negative("resident_bytes", resident_bytes)
     _non_negative("storage_capacity_bytes", storage_capacity_bytes)
@@ -160,7 +172,7 @@ def check_schedule(graph: TrainingGraph, schedule: Schedule, *, budget_bytes: in
                          resident_bytes=resident_bytes if resident_bytes else None)
     except ContractViolation as err:
         violation = err.violation
-    return _result(replay, violation, resident_bytes)
+    return _result(replay, violation, resident_bytes), replay
 
 
 def check_schedule_or_raise(graph: TrainingGraph, schedule: Schedule, *,
@@ -198,7 +210,9 @@ def _plain_schedule(graph: TrainingGraph) -> Schedule:
     for i in range(n):
         frees_after[max(graph.successors(i), default=i)].append(i)
     steps: list[Step] = []
+    ticker = Ticker(stop_at())  # a command's limit
     for k in range(n):
+        ticker.tick()
         steps.append(Step(Action.COMPUTE, k, k))
         steps.extend(Step(Action.FREE, i, k) for i in frees_after[k])
     return Schedule.for_graph(graph, with_weight_steps(steps, *weight_steps(graph)),

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from poetsim.clock import Ticker, stop_at
 from poetsim.costs import OpCosts
 from poetsim.graph.graph import TrainingGraph
 from poetsim.schedule.ops import Action, Schedule, Step
@@ -62,7 +63,9 @@ def predict(graph: TrainingGraph, costs: OpCosts,
     """
     replayed = steps if isinstance(steps, Replay) else replay(graph, steps)
     timeline = _Timeline(graph, costs, replayed)
+    ticker = Ticker(stop_at())  # a command's limit
     for number, step in enumerate(replayed.steps):
+        ticker.tick()
         if step.action is Action.COMPUTE:
             timeline.compute(number, step.op)
         elif step.action in (Action.PAGE_OUT, Action.PAGE_IN):

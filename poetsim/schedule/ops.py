@@ -180,6 +180,8 @@ def _to_action(value: Any) -> Action:
 
 def _whole(field: str) -> Any:
     def check(instance: Any, attribute: Any, value: Any) -> None:
+        if type(value) is int and value >= 0:  # the common case, millions of steps
+            return
         if isinstance(value, bool) or not isinstance(value, int):
             raise InputError(f"step {field} = {value!r}: must be an integer")
         if value < 0:
@@ -189,6 +191,8 @@ def _whole(field: str) -> Any:
 
 def _offset(instance: Step, attribute: Any, value: Any) -> None:
     """A MOVE's offsets are whole non-negative bytes; every other step has none (-1)."""
+    if value == -1 and type(value) is int and instance.action is not Action.MOVE:
+        return  # the common case: no offsets
     field = attribute.name
     if isinstance(value, bool) or not isinstance(value, int):
         raise InputError(f"step {field} = {value!r}: must be an integer")

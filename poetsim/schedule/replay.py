@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import attrs
 
+from poetsim.clock import Ticker, stop_at
 from poetsim.errors import ContractViolation
 from poetsim.graph.graph import TrainingGraph
 from poetsim.graph.streaming import held_bytes, hold_owners, weight_steps
@@ -365,7 +366,9 @@ class Replay:
         ram_col, read_col, write_col = self.ram_bytes, self.reads_weights, self.writes_weights
         last = len(steps) - 1
         before: Step | None = None
+        ticker = Ticker(stop_at())  # a command's limit: a long schedule replays in seconds
         for position, step in enumerate(steps):
+            ticker.tick()
             k = step.op
             if k >= n:
                 raise self._fail(position, step, "unknown_op",

@@ -75,6 +75,7 @@ import attrs
 import simpy
 
 from poetsim.boards.spec import Board
+from poetsim.clock import Ticker, stop_at
 from poetsim.costs import OpCosts
 from poetsim.schedule.arena import ArenaPlan, adopt_layout, plan_arena
 from poetsim.schedule.ops import Action
@@ -408,7 +409,9 @@ class Simulation:
     def _program(self) -> Generator[simpy.Event, Any, None]:
         env, steps, triggers = self.env, self.steps, self.triggers
         compute, plain, ram, size = self._compute, self.plain, self.ram, self.size
+        ticker = Ticker(stop_at(), every=256)  # a command's limit
         for i, step in enumerate(steps):
+            ticker.tick()
             self.pos = i
             if self.deferred:
                 self._retry_deferred()

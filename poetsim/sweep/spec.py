@@ -17,10 +17,11 @@ A sweep file is TOML::
     "dma.channels" = [0, 1]
 
     [solver]                               # the MILP methods' settings (poet, checkmate,
-    time_limit_s = 120                     # paging_only); threads are always 1
-    gap_limit = 0.0
-    seed = 0
-    effort = 2000                          # optional (default 300; 0: the time limit alone)
+    time_limit_s = 120                     # paging_only); threads are always 1; the time
+    gap_limit = 0.0                        # limit holds for each point as a whole, any
+    seed = 0                               # method's, from reading its model to its
+    effort = 2000                          # simulation (optional effort: default 300;
+                                           # 0: the time limit alone)
 
 The points are the cross product of models x boards x override values x ram x deadlines
 x methods, in that nesting order (the last varies fastest), which is also the order they

@@ -10,7 +10,9 @@ does not stop the sweep.
 The schedule is produced by :func:`poetsim.runs.run_method` with a
 :class:`poetsim.runs.RunCache` in ``cache_dir`` (content-addressed, atomic entries, so
 concurrent workers on one machine share it safely) and checked by
-:func:`poetsim.runs.run_and_judge`, judged by :mod:`poetsim.verdict` as everywhere.
+:func:`poetsim.runs.run_all_and_judge`, judged by :mod:`poetsim.verdict` as everywhere.
+The sweep's ``time_limit_s`` holds for each point as a whole (:func:`poetsim.clock.command`):
+reading the model, the method, its simulation, the reference and the corners.
 """
 
 from __future__ import annotations
@@ -22,12 +24,21 @@ import socket
 import time
 from typing import Any
 
+from poetsim import clock
 from poetsim.boards.spec import Board
+from poetsim.errors import OutOfTime
 from poetsim.graph.graph import TrainingGraph
+from poetsim.methods import MethodStatus
 from poetsim.request import Request, resolve_request
-from poetsim.runs import RunCache, reference_energy_j, run_and_judge, with_overheads
+from poetsim.runs import (
+    Outcome,
+    RunCache,
+    corners_by,
+    reference_energy_by,
+    run_all_and_judge,
+    with_overheads,
+)
 from poetsim.sweep.spec import ModelChoice, Point
-from poetsim.verdict import judge_corners
 
 __all__ = ["run_point"]
 
@@ -41,25 +52,48 @@ def _graph(model: ModelChoice) -> TrainingGraph:
 
 _REFERENCE: dict[tuple[str, str], float] = {}
 
+#: How the limit of a point is named when it runs out (the sweep file's [solver] key).
+LIMIT_NAME = "time_limit_s"
 
-def _reference_j(point: Point, request: Request, board: Board) -> float:
-    """Every op once with unlimited RAM on this board variant, once per worker process."""
+
+def _reference_j(point: Point, request: Request, board: Board) -> float | None:
+    """Every op once with unlimited RAM on this board variant, once per worker process
+    (None when the point's time limit runs out first)."""
     key = (point.model.label, point.variant + repr(board))
     if key not in _REFERENCE:
         if len(_REFERENCE) > 256:
             _REFERENCE.clear()
-        _REFERENCE[key] = reference_energy_j(request)
+        reference = reference_energy_by(request, None)
+        if reference is None:
+            return None
+        _REFERENCE[key] = reference
     return _REFERENCE[key]
 
 
 def _evaluate(point: Point, cache_dir: str | None) -> dict[str, Any]:
-    graph = _graph(point.model)
+    """The point's row; its ``time_limit_s`` holds for all of it, from reading the model
+    (built once per worker) to the reference and the corners."""
     started = time.perf_counter()
-    request = resolve_request(graph, point.board, ram=point.ram, deadline=point.deadline,
-                              accounting=point.accounting)
-    cache = RunCache(cache_dir) if cache_dir else None
-    outcome = run_and_judge(request, point.method, point.solver, cache=cache)
-    judged = time.perf_counter()
+    with clock.command(started, point.solver.time_limit_s, LIMIT_NAME):
+        try:
+            with clock.doing("reading the model"):
+                request = resolve_request(_graph(point.model), point.board, ram=point.ram,
+                                          deadline=point.deadline,
+                                          accounting=point.accounting)
+        except OutOfTime as err:
+            return {"status": "done", "method_status": MethodStatus.NO_SOLUTION.value,
+                    "feasible": False, "reason": str(err), "cached": False,
+                    "solve_time_s": time.perf_counter() - started, "sim_time_s": 0.0}
+        cache = RunCache(cache_dir) if cache_dir else None
+        # the method's share of the point's limit, as compare's methods share theirs
+        (outcome,) = run_all_and_judge(request, [point.method], point.solver, cache=cache,
+                                       started=started)
+        judged = time.perf_counter()
+        return _row(point, request, outcome, started, judged)
+
+
+def _row(point: Point, request: Request, outcome: Outcome, started: float, judged: float
+         ) -> dict[str, Any]:
     reference = None
     if outcome.energy_j is not None:
         reference = _reference_j(point, request, point.board)
@@ -91,12 +125,15 @@ def _evaluate(point: Point, cache_dir: str | None) -> dict[str, Any]:
     }
 
 
-def _corners(point: Point, request: Request, outcome: Any) -> dict[str, Any]:
-    """The slow and costly corners' figures, when the sweep asks and the board has ranges."""
-    if not (point.corners and point.board.ranges and outcome.schedule is not None
-            and outcome.verdict is not None):
+def _corners(point: Point, request: Request, outcome: Outcome) -> dict[str, Any]:
+    """The slow and costly corners' figures, when the sweep asks, the board has ranges and
+    the point's time limit leaves the time to judge them."""
+    if not (point.corners and point.board.ranges):
         return {}
-    _, slow, costly = judge_corners(request, outcome.schedule, outcome.verdict)
+    corners = corners_by(request, outcome, None)
+    if len(corners) < 3:
+        return {}
+    _, slow, costly = corners
     return {"slow_verdict": slow.verdict.label, "slow_makespan_s": slow.verdict.makespan_s,
             "slow_energy_j": slow.verdict.energy_j, "costly_verdict": costly.verdict.label,
             "costly_energy_j": costly.verdict.energy_j}

@@ -301,7 +301,7 @@ def build_model(name: str, **options: Any) -> TrainingGraph:
     extra: dict[str, Any] = {**modes, "int8": widths.get("int8", 0)}
     if not training.is_full:
         extra["training_mode"] = training.mode
-    built = attrs.evolve(graph, metadata={**graph.metadata, **extra})
+    built = graph.with_metadata(extra)
     _BUILT(built, lambda _graph: True)
     return built
 

@@ -35,7 +35,7 @@ def _progress(position: int, methods: int, outcome: Outcome) -> None:
     """One line on stderr as each method ends (stdout keeps the table or the JSON)."""
     figure = ("" if outcome.energy_j is None
               else f", {format_quantity(outcome.energy_j, 'J')}")
-    verdict = f", {outcome.verdict.label}" if outcome.verdict is not None else ""
+    verdict = f", {outcome.verdict_label}" if outcome.verdict_label else ""
     print(f"[{position}/{methods}] {outcome.method}: {outcome.status.value}{verdict}{figure} "
           f"({outcome.run_time_s:.1f} s)", file=sys.stderr, flush=True)
 

@@ -7,7 +7,6 @@ import argparse
 from typing import Any
 
 from poetsim.boards import get_board
-from poetsim.boards.spec import Board
 from poetsim.cli.options import (
     add_graph_and_board,
     add_json,
@@ -16,8 +15,7 @@ from poetsim.cli.options import (
     graph_from_args,
 )
 from poetsim.cli.output import emit_json, row
-from poetsim.graph import TrainingGraph
-from poetsim.request import BOARD_RAM, resolve_request
+from poetsim.request import BOARD_RAM, Request, resolve_request
 from poetsim.summary import cost_summary
 from poetsim.units import format_bytes, format_quantity
 
@@ -25,13 +23,14 @@ __all__ = ["register"]
 
 
 def _cmd_costs(args: argparse.Namespace) -> None:
-    show_costs(graph_from_args(args), get_board(args.board), args)
-
-
-def show_costs(graph: TrainingGraph, board: Board, args: argparse.Namespace) -> None:
     # the graph and costs the board's request plans (row bands, streamed weights), as solve
-    request = resolve_request(graph, board, ram=BOARD_RAM, optimizer=args.optimizer or "sgd")
-    graph, costs = request.graph, request.costs
+    show_costs(resolve_request(graph_from_args(args), get_board(args.board), ram=BOARD_RAM,
+                               optimizer=args.optimizer or "sgd"), args)
+
+
+def show_costs(request: Request, args: argparse.Namespace) -> None:
+    """The cost summary of the graph ``request`` plans (the demo's: its own request's)."""
+    graph, board, costs = request.graph, request.board, request.costs
     summary = cost_summary(graph, board, costs, request=request)
     if args.json:
         doc: dict[str, Any] = summary.as_dict()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from poetsim import clock
 from poetsim.cli.commands.costs import add_per_op, show_costs
 from poetsim.cli.options import (
     add_graph_and_board,
@@ -33,12 +34,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     """Costs, POET at a tight budget, simulation, two baselines; files in a new folder."""
     from poetsim.demo import run_demo
 
-    request = request_from_args(
-        args, DEMO_MODEL_OPTIONS if args.model == DEMO_MODEL else None)
+    with clock.doing("reading the model"):  # under --time-limit (cli.main)
+        request = request_from_args(
+            args, DEMO_MODEL_OPTIONS if args.model == DEMO_MODEL else None)
     if not args.json:
-        show_costs(request.graph, request.board, args)
+        show_costs(request, args)
         print(flush=True)
-    # --time-limit holds for the whole command: reading and costing the graph count
     result = run_demo(request, solver_settings(args), out_dir=args.out,
                       echo=None if args.json else lambda line: print(line, flush=True),
                       started_at=args.started)

@@ -60,7 +60,9 @@ def register(sub: Any) -> None:
                         "of the checkout or of the installed package), then the cases to "
                         "check (default: all of them)")
     p.add_argument("--resolve", action="store_true",
-                   help="also solve every MILP case again under its deterministic effort")
+                   help="also solve every MILP case again under its deterministic effort "
+                        "(its time_limit_s, a safety cap, holds for each re-solve and its "
+                        "simulation)")
     p.add_argument("--update", action="store_true",
                    help="rewrite the expected figures (and re-solved schedules) on purpose")
     p.add_argument("--make", action="store_true",

@@ -66,7 +66,7 @@ def _print_solve(planned: Plan, written: list[str]) -> None:
     outcome, result, plan_for = planned.outcome, planned.result, planned.plan_for
     s = result.summary()
     print(f"{planned.request.graph.name} on {planned.request.board.name}: {s['method']}: "
-          f"{result.message}")
+          f"{planned.message}")
     if plan_for != "typical":
         print(row("planned for", f"the {plan_for} corner of the board's ranges (simulate "
                    "--corners judges every corner)"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from poetsim import clock
 from poetsim.optimizer.lowering import lower_plan
 from poetsim.optimizer.plan import (
     PlanMetrics,
@@ -67,20 +68,27 @@ def _status(base: dict[str, Any], objective: float, plain_energy: float, restric
         status, message = SolveStatus.OPTIMAL, "optimal (proven: equals the lower bound)"
     else:
         status = SolveStatus.FEASIBLE
-        why = _why_not_proven(scip_status, base["effort"], time_limit_s)
+        why = _why_not_proven(scip_status, base["effort"], clock.named(time_limit_s,
+                                                                      _whose(base)))
         message = f"feasible, gap {gap:.2%} to the lower bound ({why})"
         if restricted:
             message += "; restricted formulation: not proven optimal for the exact problem"
     if base["effort"] is not None and "time" in base["limits_hit"]:
-        message += (f"; the {time_limit_s:g} s time limit (a safety cap) ended part of the "
-                    "search before the effort limit, so this result depends on the machine's "
-                    "speed")
+        message += (f"; {clock.named(time_limit_s, _whose(base))} (a safety cap) ended part "
+                    "of the search before the effort limit, so this result depends on the "
+                    "machine's speed")
     return status, message
 
 
-def _why_not_proven(scip_status: str, effort: int | None, time_limit_s: float) -> str:
-    """What ended the search short of a proof, in words."""
-    return {"timelimit": f"time limit {time_limit_s:g} s", "gaplimit": "gap limit",
+def _whose(base: dict[str, Any]) -> str:
+    """Whose share of the time limit a search's is: ``"poet's search"``."""
+    return f"{base['method']}'s search"
+
+
+def _why_not_proven(scip_status: str, effort: int | None, limit: str) -> str:
+    """What ended the search short of a proof, in words (``limit``: the time limit's,
+    :func:`poetsim.clock.named`)."""
+    return {"timelimit": limit, "gaplimit": "gap limit",
             "nodelimit": f"effort limit {effort} nodes",
             "totalnodelimit": f"effort limit {effort} nodes",
             "lpiterlimit": f"effort limit {effort} nodes' LP iterations",
@@ -89,5 +97,5 @@ def _why_not_proven(scip_status: str, effort: int | None, time_limit_s: float) -
             "infeasible": "SCIP found the approximate model infeasible; greedy schedule",
             "tolerance": "SCIP's best plan broke the budget within its numerical "
                          "tolerance; greedy schedule",
-            "build-timelimit": f"the {time_limit_s:g} s limit ran out while building the "
-                               "MILP: greedy schedule"}.get(scip_status, scip_status)
+            "build-timelimit": f"{limit} ran out while building the MILP: greedy "
+                               "schedule"}.get(scip_status, scip_status)

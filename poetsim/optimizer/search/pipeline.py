@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from poetsim import interrupt
+from poetsim import clock, interrupt
 from poetsim.errors import BuildTimeout, InputError
 from poetsim.graph.memory import minimum_ram_bytes
 from poetsim.optimizer.bound import relax
@@ -277,10 +277,9 @@ def _build_timed_out(search: Search) -> SolveResult:
     search.limits_hit.append("time")
     build_time = search.elapsed_s
     if search.plan is None or search.metrics is None:
-        return search.answer(SolveStatus.NO_SOLUTION, (
-            f"the {search.time_limit_s:g} s limit ran out while building the MILP and no "
-            "heuristic schedule fits; a longer time limit may find one"),
-            build_time_s=build_time)
+        return search.answer(SolveStatus.NO_SOLUTION, clock.ran_out(
+            "while building the MILP, and no heuristic schedule fits", search.time_limit_s,
+            f"{search.base['method']}'s search"), build_time_s=build_time)
     return finish(search.base, search.plan, search.metrics, search.restricted,
                   bound=search.lower_j, scip_status="build-timelimit",
                   time_limit_s=search.time_limit_s,
@@ -395,6 +394,7 @@ def _without_plan(search: Search, milp: MilpModel, scip_status: str, proofs_hold
             "SCIP proved that no schedule meets the RAM budget and the deadline "
             f"together (each alone is possible: smallest RAM {min_ram} B of activations, "
             f"shortest time {search.request.plain_time_s:.6g} s)"), **timing)
-    return search.answer(SolveStatus.NO_SOLUTION, (
-        f"no schedule found within {search.time_limit_s:g} s (SCIP status "
-        f"{scip_status}); a longer time limit may find one"), bound_j=bound, **timing)
+    return search.answer(SolveStatus.NO_SOLUTION, f"no schedule found (SCIP status "
+                         f"{scip_status}): " + clock.ran_out(
+                             "", search.time_limit_s, f"{search.base['method']}'s search"),
+                         bound_j=bound, **timing)
