@@ -91,8 +91,10 @@ def test_compare_out_writes_every_schedule_all_or_nothing(mlp, tmp_path, capsys)
     from poetsim.cli.main import main
 
     out = tmp_path / "cmp"
-    assert main(["compare", "--model", "mlp", "--board", "rpi4", "--ram", "70%",
-                 "--time-limit", "1", "--out", str(out)]) == 0
+    # a 3-layer MLP: every method ends in a second of CPU, well within a limit no load
+    # reaches (with --time-limit 1 a loaded machine left POET without its schedule)
+    assert main(["compare", "--model", "mlp", "--set", "layers=3", "--board", "rpi4",
+                 "--ram", "70%", "--time-limit", "60", "--out", str(out)]) == 0
     names = sorted(p.name for p in out.iterdir())
     assert "poet.json" in names and "dtr.json" in names and "comparison.json" in names
     assert main(["simulate", str(out / "dtr.json"), "--board", "rpi4"]) == 0
